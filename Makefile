@@ -24,10 +24,10 @@ $(STAMP): requirements.txt requirements-dev.txt | $(VPY)
 install: $(STAMP)
 
 browser:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@(command -v chromium >/dev/null 2>&1 && fc-list | grep -qi "Noto Sans CJK") || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null)
 
 run: install
-	$(VPY) -m streamlit run app.py --server.port $(PORT)
+	$(VPY) -m core.serve --server.port $(PORT)
 
 test: install browser
 	$(VPY) -m pytest -q tests

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from core import i18n, ui
+from core import i18n, ui, ui_presenter
 from core.models import EMBEDDED_ID, TOY_ID
 
 ROOT = Path(__file__).resolve().parent
@@ -48,7 +48,6 @@ def sidebar() -> None:
             index=list(i18n.LANGS).index(lang),
             format_func=lambda c: i18n.LANG_NAMES[c],
             horizontal=True,
-            key="lang_radio",
         )
         if choice != lang:
             st.session_state["lang"] = choice
@@ -87,6 +86,7 @@ def sidebar() -> None:
         st.toggle(ui.t("sb.chat"), key="chat", help=ui.t("sb.chat_help"))
         st.query_params["prompt"] = st.session_state["prompt"][:2000]
         st.query_params["chat"] = "1" if st.session_state["chat"] else "0"
+        ui_presenter.sidebar_toggle()
         st.caption(ui.t("sb.footer"))
 
 
@@ -117,6 +117,7 @@ def main() -> None:
         if wanted != EMBEDDED_ID:
             _switch_model(wanted)
     sidebar()
+    ui_presenter.apply_css()
     sections: dict[str, list] = {}
     for section, stem, icon in PAGES:
         path = ROOT / "pages" / f"{stem}.py"

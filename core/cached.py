@@ -39,3 +39,12 @@ def get_trace(spec: str, prompt: str, chat: bool, max_tokens: int = tracing.MAX_
 def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = tracing.MAX_TOKENS) -> bytes:
     loaded = get_model(spec)
     return tracing.export_npz_bytes(loaded, get_trace(spec, prompt, chat, max_tokens))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = 24) -> tuple[list[int], bool]:
+    """The greedy answer the journey page shows (ids, stopped at an end token)."""
+    from core.journey import greedy_continuation
+
+    tr = get_trace(spec, prompt, chat)
+    return greedy_continuation(get_model(spec), tr.token_ids.tolist(), max_new)

@@ -79,3 +79,19 @@ def tiny_loaded(tiny_dirs):
     from core.models import load_model
 
     return {a: load_model(str(d)) for a, d in tiny_dirs.items()}
+
+
+@pytest.fixture(autouse=True)
+def _navigation_pages_only(monkeypatch):
+    """AppTest resets Streamlit's old 'pages/ folder = automatic multipage app' flag before every
+    run, so from the second run on it would execute a page script alone, without app.py's router
+    and sidebar. Our pages/ are st.navigation pages (core/serve.py does the same for the server)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    original = PagesManager.__init__
+
+    def init(self, *a, **kw):
+        PagesManager.uses_pages_directory = False
+        original(self, *a, **kw)
+
+    monkeypatch.setattr(PagesManager, "__init__", init)
