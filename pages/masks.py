@@ -1,0 +1,62 @@
+"""Mask gallery: which query may read which key — causal, padding, both, bidirectional, cross,
+sliding window — each as a ✓/× grid and as the additive 0/−∞ matrix; plus the real model's mask."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import attention as A
+from core import plots_maths as P, ui
+
+TABS = ("causal", "padding", "causal_padding", "bidirectional", "cross", "sliding", "real")
+
+
+def _panel(panel: A.MaskPanel, lang: str) -> None:
+    """One mask, side by side: the ✓/× grid and the additive matrix."""
+    title = ui.t(f"masks.title_{panel.key}")
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(P.mask_figure(panel.visible, f"{title} · ✓/×", lang, row_labels=panel.rows, col_labels=panel.cols),
+                    width="stretch", key=f"masks_fig_{panel.key}_grid")
+    c2.plotly_chart(P.mask_figure(panel.visible, f"{title} · 0 / −∞", lang, additive=True, row_labels=panel.rows,
+                                  col_labels=panel.cols), width="stretch", key=f"masks_fig_{panel.key}_add")
+    ui.badge("formula")
+
+
+def render() -> None:
+    ui.header("page.masks", "masks.intro")
+    lang = ui.lang()
+    c1, c2, c3, c4 = st.columns(4)
+    T = c1.slider(ui.t("masks.T"), 2, 12, 4, key="masks_T")
+    la = c2.slider(ui.t("masks.len_a"), 1, 8, 4, key="masks_len_a")
+    lb = c3.slider(ui.t("masks.len_b"), 1, 8, 2, key="masks_len_b")
+    window = c4.slider(ui.t("masks.window"), 1, 12, 3, key="masks_window")
+    gallery = A.mask_gallery(T, (la, lb), window, T_enc=T + 1)
+    tabs = st.tabs([ui.t(f"masks.tab_{k}") for k in TABS])
+    for name, tab in zip(TABS[:-1], tabs):
+        with tab:
+            st.markdown(ui.t(f"masks.about_{name}", w=window))
+            for panel in gallery[name]:
+                _panel(panel, lang)
+    with tabs[-1]:
+        st.markdown(ui.t("masks.about_real"))
+        tr = ui.current_trace()
+        if tr is None:
+            return
+        layer, head = ui.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
+        pattern = tr.attn_pattern[layer, head]  # [T, T] float16, straight from the trace
+        labels = [ui.token_label(tr.tokens, i) for i in range(tr.n_tokens)]
+        st.plotly_chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
+                        width="stretch", key="masks_fig_real_pattern")
+        ui.badge("model")
+        st.plotly_chart(P.mask_figure(A.pattern_support(pattern), ui.t("masks.fig_support"), lang, row_labels=labels,
+                                      col_labels=labels), width="stretch", key="masks_fig_real_support")
+        s = A.support_summary(pattern)
+        m1, m2 = st.columns(2)
+        m1.metric(ui.t("masks.above"), f"{s['above_nonzero']} / {s['above_total']}")
+        m2.metric(ui.t("masks.below"), f"{s['below_nonzero']} / {s['below_total']}")
+        st.caption(ui.t("masks.fp16_note"))
+        ui.badge("model")
+        ui.download_trace("masks")
+
+
+render()

@@ -1,0 +1,287 @@
+"""The attention lab's maths (core.attention, core.positions) against independent references:
+torch SDPA, hand computations, the tutorials' numbers, and the real SmolLM2 trace; plus every
+maths page under AppTest in both languages."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import attention as A
+from core import plots_maths as PM
+from core import positions as R
+
+PROMPT = "苹果很好吃。苹果发布了新系统。"
+
+
+# ---------------------------------------------------------------------------------------------
+# the five steps
+
+
+def test_worked_example_matches_hand_numbers():
+    ex = A.worked_example()
+    s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
+    np.testing.assert_allclose(s.scores, [[1.0, 0.0, 1.0]])
+    np.testing.assert_allclose(s.scaled[0, :2], [1 / math.sqrt(2), 0.0])
+    assert np.isneginf(s.masked[0, 2])
+    e = math.exp(1 / math.sqrt(2))
+    np.testing.assert_allclose(s.weights, [[e / (e + 1), 1 / (e + 1), 0.0]], atol=1e-12)
+    np.testing.assert_allclose(np.round(s.weights, 2), [[0.67, 0.33, 0.00]])
+    np.testing.assert_allclose(np.round(s.output, 2), [[1.34, 0.99]])
+    assert s.weights[0, 2] == 0.0  # exactly, despite the value [100, 100]
+
+
+def test_unmasking_third_key_changes_output_like_sdpa():
+    ex = A.worked_example(unmask_third=True)
+    s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
+    ref = F.scaled_dot_product_attention(*(torch.tensor(ex[n])[None] for n in "qkv"))[0].numpy()
+    np.testing.assert_allclose(s.output, ref, atol=1e-10)
+    assert s.output[0, 0] > 40  # the huge value now leaks in
+    masked = A.worked_example()
+    ref_masked = F.scaled_dot_product_attention(*(torch.tensor(masked[n])[None] for n in "qkv"),
+                                                attn_mask=torch.tensor(masked["mask"]))[0].numpy()
+    np.testing.assert_allclose(np.round(ref_masked, 2), [[1.34, 0.99]])
+
+
+def test_seed42_matches_sdpa_causal():
+    ex = A.seed42_example()
+    assert ex["q"].shape == (1, 4, 8)
+    torch.manual_seed(42)  # the tutorial's own code path, global seed
+    q, k, v = torch.randn(1, 4, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+    np.testing.assert_array_equal(ex["q"], q.numpy())
+    np.testing.assert_array_equal(ex["v"], v.numpy())
+    s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])  # batched [1, 4, 8]
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy()
+    np.testing.assert_allclose(s.output, ref, atol=1e-6)
+    w = s.weights[0]
+    assert (w[0] > 0).sum() == 1 and w[0, 0] == 1.0
+    assert [(row > 0).sum() for row in w] == [1, 2, 3, 4]
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)
+    np.testing.assert_array_equal(np.triu(w, 1), 0.0)
+
+
+def test_attention_steps_batched_heads_and_scale_off():
+    rng = np.random.default_rng(1)
+    q, k, v = rng.standard_normal((2, 3, 5, 16)), rng.standard_normal((2, 3, 7, 16)), rng.standard_normal((2, 3, 7, 4))
+    s = A.attention_steps(q, k, v, scale=1.0)
+    ref = F.scaled_dot_product_attention(*(torch.tensor(x) for x in (q, k, v)), scale=1.0).numpy()
+    np.testing.assert_allclose(s.output, ref, atol=1e-10)
+    assert s.scores.shape == (2, 3, 5, 7) and s.scale == 1.0
+    np.testing.assert_allclose(A.attention_steps(q, k, v).scaled, s.scores / 4.0)
+
+
+def test_fully_masked_row_gives_zeros_not_nan():
+    s = A.attention_steps(np.ones((2, 2)), np.ones((3, 2)), np.ones((3, 2)), np.array([[True, False, False], [False] * 3]))
+    assert not np.isnan(s.weights).any()
+    np.testing.assert_array_equal(s.weights[1], 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# real model
+
+
+@pytest.fixture(scope="module")
+def smol_trace(smol):
+    from core import tracing
+
+    return tracing.trace(smol, PROMPT)
+
+
+@pytest.mark.parametrize("layer,head", [(0, 0), (7, 4), (29, 8)])
+def test_real_row_reproduces_model_weights(smol_trace, layer, head):
+    tr = smol_trace
+    for pos in (0, 3, tr.n_tokens - 1):
+        ex = A.real_row(tr, layer, head, pos)
+        assert int(ex["kv_head"]) == head // 3
+        s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
+        assert np.abs(s.weights[0] - ex["reference"]).max() < 1e-3
+        np.testing.assert_array_equal(s.weights[0, pos + 1:], 0.0)
+
+
+def test_rope_rotate_reproduces_real_q(smol, smol_trace):
+    tr = smol_trace
+    for layer in (0, 15, 29):
+        raw = R.pre_rope_q(smol, tr.resid[layer], layer)  # [H, T, dh]
+        rotated = R.rope_rotate(raw, np.arange(tr.n_tokens), smol.facts.rope_theta)
+        assert np.abs(rotated - tr.q[layer]).max() < 1e-4
+        assert np.abs(raw - tr.q[layer]).max() > 0.1  # the rotation is what closes the gap
+
+
+def test_recombine_heads_gives_attn_out(smol, smol_trace):
+    from core.tracing import find_sites
+
+    layer = 3
+    o = find_sites(smol.model).attns[layer].o_proj.weight.detach().numpy()
+    parts = A.recombine_heads(smol_trace.attn_pattern[layer], smol_trace.v[layer], o)
+    assert parts["concat"].shape == (smol_trace.n_tokens, 576)
+    scale = np.abs(smol_trace.attn_out[layer]).max()
+    assert np.abs(parts["out"] - smol_trace.attn_out[layer]).max() < 2e-3 * max(1.0, scale)
+
+
+def test_real_pattern_support_is_causal(smol_trace):
+    s = A.support_summary(smol_trace.attn_pattern[5, 2])
+    assert s["above_nonzero"] == 0 and s["above_total"] == smol_trace.n_tokens * (smol_trace.n_tokens - 1) // 2
+    assert s["below_nonzero"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# positions
+
+
+def test_sinusoidal_formula():
+    pe = R.sinusoidal(50, 16)
+    assert pe.shape == (50, 16)
+    for pos, i in [(0, 0), (7, 3), (49, 7)]:
+        a = pos / 10000 ** (2 * i / 16)
+        assert pe[pos, 2 * i] == pytest.approx(math.sin(a), abs=1e-12)
+        assert pe[pos, 2 * i + 1] == pytest.approx(math.cos(a), abs=1e-12)
+        assert (pe[pos, 2 * i], pe[pos, 2 * i + 1]) == pytest.approx(R.sinusoidal_entry(pos, i, 16))
+    np.testing.assert_array_equal(pe[0, 0::2], 0.0)
+    np.testing.assert_array_equal(pe[0, 1::2], 1.0)
+
+
+def test_rope_matches_transformers_apply_rotary():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 6, 8))  # [H, T, dh]
+    pos = np.arange(6)
+    ang = R.rope_angles(pos, 8, 10000.0)
+    emb = np.concatenate([ang, ang], -1)
+    cos, sin = torch.tensor(np.cos(emb))[None], torch.tensor(np.sin(emb))[None]
+    qr, _ = apply_rotary_pos_emb(torch.tensor(x)[None], torch.tensor(x)[None], cos, sin)
+    np.testing.assert_allclose(R.rope_rotate(x, pos, 10000.0), qr[0].numpy(), atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(R.rope_rotate(x, pos), axis=-1), np.linalg.norm(x, axis=-1))
+
+
+def test_rope_score_depends_only_on_offset():
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal(64), rng.standard_normal(64)
+    base = R.rope_score(q, k, 5, 2, 100000.0)
+    for s in (1, 10, 100, 1000):
+        assert R.rope_score(q, k, 5 + s, 2 + s, 100000.0) == pytest.approx(base, rel=1e-9, abs=1e-9)
+    assert abs(R.rope_score(q, k, 5, 4, 100000.0) - base) > 1e-3  # another offset, another score
+    table = R.relative_offset_table(q, k, [0, 3], list(range(0, 50, 7)))
+    np.testing.assert_allclose(table - table[:, :1], 0.0, atol=1e-9)
+
+
+def test_pair_trajectory_is_a_rotation():
+    traj = R.pair_trajectory((1.0, 0.0), np.arange(4), math.pi / 2)
+    np.testing.assert_allclose(traj, [[1, 0], [0, 1], [-1, 0], [0, -1]], atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# masks, heads, cost
+
+
+def test_mask_gallery_exact():
+    np.testing.assert_array_equal(A.causal_visibility(4), [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    np.testing.assert_array_equal(A.additive_mask(A.causal_visibility(2)), [[0.0, -np.inf], [0.0, 0.0]])
+    pad = A.padding_visibility([4, 2])
+    assert pad.shape == (2, 4, 4) and pad[0].all()
+    np.testing.assert_array_equal(pad[1], [[1, 1, 0, 0]] * 4)
+    np.testing.assert_array_equal(A.causal_padding_visibility([4, 2])[1], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]])
+    assert A.bidirectional_visibility(3).all() and A.cross_visibility(2, 5).shape == (2, 5)
+    np.testing.assert_array_equal(A.sliding_window_visibility(5, 2),
+                                  [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]])
+    np.testing.assert_array_equal(A.additive_text(np.array([[True, False]])), [["0", "−∞"]])
+    g = A.mask_gallery(4, (4, 2), 2)
+    assert [p.key for p in g["padding"]] == ["padding_a", "padding_b"] and g["cross"][0].visible.shape == (4, 5)
+
+
+def test_sliding_window_matches_sdpa_with_mask():
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((6, 4)) for _ in range(3))
+    vis = A.sliding_window_visibility(6, 3)
+    ref = F.scaled_dot_product_attention(*(torch.tensor(x) for x in (q, k, v)), attn_mask=torch.tensor(vis)).numpy()
+    np.testing.assert_allclose(A.attention_steps(q, k, v, vis).output, ref, atol=1e-10)
+
+
+def test_gqa_grouping_and_kv_bytes():
+    np.testing.assert_array_equal(A.kv_group_map(28, 4), np.repeat(np.arange(4), 7))
+    np.testing.assert_array_equal(A.kv_group_map(9, 3), [0, 0, 0, 1, 1, 1, 2, 2, 2])
+    assert A.kv_sharing_matrix(9, 3).sum(axis=1).tolist() == [3, 3, 3]
+    assert A.kv_sharing_matrix(8, 1).all()
+    # SmolLM2: 2 × 30 × 3 × 64 × 2 bytes = 23,040 B per token; same as ModelFacts at fp16
+    assert A.kv_cache_bytes(30, 3, 64, 1, 2) == 23_040 == 2 * 30 * 3 * 64 * 2
+    assert A.kv_cache_bytes(24, 2, 64, 1000, 2) == 2 * 24 * 2 * 64 * 2 * 1000
+    smol = A.HEAD_CONFIGS[0]
+    assert (smol.dh, smol.group, smol.kind) == (64, 3, "GQA")
+    big = A.HEAD_CONFIGS[2]
+    assert (big.dh, big.kind) == (128, "MHA")
+    assert A.multihead_shapes(smol, 7)[-2] == ("concat", "[7, 9 × 64 = 576]")
+    df = A.kv_table(A.HEAD_CONFIGS, 4096, 2, "zh")
+    assert df.iloc[0, 6] == 23_040 and df.iloc[0, 7] == pytest.approx(23_040 * 4096 / 2**20)
+
+
+def test_score_elements_from_the_tutorial():
+    assert A.score_elements(4096) == 16_777_216
+    assert A.score_elements(8192) == 67_108_864
+    df = A.cost_table([1024, 2048, 4096])
+    assert df.iloc[1:, 2].tolist() == [4.0, 4.0]
+
+
+def test_scale_experiment_std_sqrt_d_and_saturation():
+    res = A.scale_experiment([4, 64, 1024], n_trials=300)
+    np.testing.assert_allclose(res["dot_std"], np.sqrt([4, 64, 1024]), rtol=0.08)
+    assert res["max_unscaled"][2] > 0.85 > res["max_unscaled"][0]
+    assert abs(res["max_scaled"][2] - res["max_scaled"][0]) < 0.05
+    assert res["ent_unscaled"][2] < res["ent_scaled"][2]
+
+
+def test_time_attention_measures_something():
+    t = A.time_attention([64, 256], repeats=1)
+    assert (t["ms"] > 0).all() and t["elements"].tolist() == [4096.0, 65536.0]
+
+
+def test_plot_functions_carry_the_numbers():
+    fig = PM.mask_figure(A.causal_visibility(3), "t", "zh", additive=True)
+    assert fig.data[0].text.tolist() == [["0", "−∞", "−∞"], ["0", "0", "−∞"], ["0", "0", "0"]]
+    assert fig.layout.xaxis.title.text == "Key 位置"
+    fig = PM.kv_sharing_figure(28, 4, "en")
+    assert "7 per group" in fig.layout.title.text
+    s = A.attention_steps(*(A.worked_example()[n] for n in ("q", "k", "v", "mask")))
+    fig = PM.matrix_figure(s.masked, "m", ["q0"], ["k0", "k1", "k2"], "en")
+    assert fig.data[0].text[0][2] == "−∞"
+
+
+# ---------------------------------------------------------------------------------------------
+# pages
+
+
+@pytest.mark.parametrize("stem", ["attention_lab", "masks", "multihead", "positions"])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_page_runs(stem, lang):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file("../app.py", default_timeout=180)
+    at.session_state["lang"] = lang
+    at.switch_page(f"pages/{stem}.py")
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) >= 1
+    assert not any("⟦" in m.value for m in at.markdown)  # no missing i18n key
+    if stem == "attention_lab":
+        at.radio(key="attention_lab_preset").set_value("real").run()
+        assert not at.exception
+        diff = [m for m in at.metric if m.label.startswith(("max |", "本行"))]
+        assert diff and float(diff[0].value) < 1e-3
+        at.radio(key="attention_lab_preset").set_value("worked").run()
+        at.checkbox(key="attention_lab_unmask").check().run()
+        assert not at.exception
+
+
+def test_page_empty_prompt_is_a_message():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file("../app.py", default_timeout=180)
+    at.session_state["prompt"] = "   "
+    at.switch_page("pages/masks.py")
+    at.run()
+    assert not at.exception
+    assert any("prompt" in i.value.lower() for i in at.info)

@@ -1,0 +1,139 @@
+"""core.sampling against hand-made logits and against Hugging Face's own logits processors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.sampling import (
+    SamplingConfig,
+    apply_repetition_penalty,
+    choose,
+    filter_steps,
+    next_token_distribution,
+)
+
+
+def _hf_probs(logits: np.ndarray, cfg: SamplingConfig, previous_ids=()) -> np.ndarray:
+    """The same step done by transformers' processors, in HF's generate() order."""
+    import torch
+    from transformers import (
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    scores = torch.tensor(logits, dtype=torch.float64)[None, :]
+    ids = torch.tensor([list(previous_ids) or [0]], dtype=torch.long)
+    if cfg.repetition_penalty != 1.0 and previous_ids:
+        scores = RepetitionPenaltyLogitsProcessor(cfg.repetition_penalty)(ids, scores)
+    if cfg.temperature != 1.0:
+        scores = TemperatureLogitsWarper(cfg.temperature)(ids, scores)
+    if cfg.top_k:
+        scores = TopKLogitsWarper(cfg.top_k)(ids, scores)
+    if cfg.top_p < 1.0:
+        scores = TopPLogitsWarper(cfg.top_p)(ids, scores)
+    return torch.softmax(scores, dim=-1)[0].numpy()
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        SamplingConfig(temperature=0)
+    with pytest.raises(ValueError):
+        SamplingConfig(top_p=0)
+    with pytest.raises(ValueError):
+        SamplingConfig(top_p=1.5)
+    with pytest.raises(ValueError):
+        SamplingConfig(top_k=-1)
+    with pytest.raises(ValueError):
+        SamplingConfig(repetition_penalty=0)
+    SamplingConfig(temperature=0, greedy=True)  # greedy needs no temperature
+
+
+def test_top_k_hand_made():
+    logits = np.array([1.0, 5.0, 3.0, 4.0, 2.0])
+    st = filter_steps(logits, SamplingConfig(top_k=2))
+    assert st["keep"].tolist() == [False, True, False, True, False]
+    e = np.exp([5.0, 4.0])
+    np.testing.assert_allclose(st["probs"][[1, 3]], e / e.sum())
+    assert st["probs"][[0, 2, 4]].sum() == 0.0
+
+
+def test_top_p_hand_made():
+    # probabilities 0.5, 0.3, 0.15, 0.05 (logits = log p)
+    p = np.array([0.15, 0.5, 0.05, 0.3])
+    logits = np.log(p)
+    keep = filter_steps(logits, SamplingConfig(top_p=0.78))["keep"]
+    assert keep.tolist() == [False, True, False, True]  # 0.5 + 0.3 reaches 0.78
+    keep = filter_steps(logits, SamplingConfig(top_p=0.82))["keep"]
+    assert keep.tolist() == [True, True, False, True]  # needs the 0.15 too
+    keep = filter_steps(logits, SamplingConfig(top_p=0.01))["keep"]
+    assert keep.tolist() == [False, True, False, False]  # always at least one
+
+
+def test_temperature_keeps_ranking():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=50) * 3
+    base = filter_steps(logits, SamplingConfig())["probs_before"]
+    hot = filter_steps(logits, SamplingConfig(temperature=2.0))["probs_before"]
+    cold = filter_steps(logits, SamplingConfig(temperature=0.5))["probs_before"]
+    assert (np.argsort(base) == np.argsort(hot)).all() and (np.argsort(base) == np.argsort(cold)).all()
+    assert cold.max() > base.max() > hot.max()  # sharper vs flatter, same order
+
+
+def test_repetition_penalty_rule():
+    out = apply_repetition_penalty(np.array([2.0, -2.0, 1.0]), [0, 1, 0], 2.0)
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "cfg,prev",
+    [
+        (SamplingConfig(temperature=0.7), ()),
+        (SamplingConfig(top_k=10), ()),
+        (SamplingConfig(top_p=0.9), ()),
+        (SamplingConfig(temperature=1.3, top_k=40, top_p=0.8), ()),
+        (SamplingConfig(temperature=0.8, top_p=0.5, repetition_penalty=1.3), (3, 7, 7, 42)),
+        (SamplingConfig(top_k=5, repetition_penalty=0.8), (0, 1, 2)),
+    ],
+)
+def test_matches_hf_processors(cfg, prev):
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        logits = rng.normal(size=200) * 2.5
+        ours = filter_steps(logits, cfg, prev)
+        hf = _hf_probs(logits, cfg, prev)
+        assert (ours["keep"] == (hf > 0)).all()
+        np.testing.assert_allclose(ours["probs"], hf, atol=1e-12)
+
+
+def test_greedy_and_seeded_choice():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=100)
+    assert choose(logits, SamplingConfig(greedy=True)) == int(np.argmax(logits))
+    d = next_token_distribution(logits, SamplingConfig(greedy=True))
+    assert d[int(np.argmax(logits))] == 1.0 and d.sum() == 1.0
+    cfg = SamplingConfig(temperature=1.5, seed=123)
+    draws = {choose(logits, cfg) for _ in range(5)}
+    assert len(draws) == 1  # same seed → same token
+    many = {choose(logits, SamplingConfig(temperature=1.5, seed=s)) for s in range(40)}
+    assert len(many) > 3  # different seeds really sample
+    # draws follow the distribution: frequencies ≈ probabilities
+    g = np.random.default_rng(0)
+    probs = next_token_distribution(logits, SamplingConfig(top_k=3))
+    counts = np.bincount([choose(logits, SamplingConfig(top_k=3), rng=g) for _ in range(3000)], minlength=100)
+    assert set(np.nonzero(counts)[0]) <= set(np.nonzero(probs)[0])
+    np.testing.assert_allclose(counts / 3000, probs, atol=0.04)
+
+
+def test_entropy_bits():
+    from core.sampling import entropy_bits
+
+    assert entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
+    assert entropy_bits(np.array([1.0, 0.0, 0.0])) == 0.0
+    # temperature flattens: entropy rises with T, and the kept set after top-k caps it at log2(k)
+    logits = np.random.default_rng(5).normal(size=64) * 3
+    hs = [entropy_bits(filter_steps(logits, SamplingConfig(temperature=T))["probs"]) for T in (0.5, 1.0, 2.0)]
+    assert hs[0] < hs[1] < hs[2]
+    assert entropy_bits(filter_steps(logits, SamplingConfig(top_k=8, temperature=50))["probs"]) <= 3.0 + 1e-9

@@ -1,0 +1,321 @@
+"""Residual stream, logit lens, block internals, anatomy — and the three pages that show them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from core import anatomy, cached_stream, lens, plots_stream, tracing
+from core.sampling import SamplingConfig, filter_steps
+
+PROMPT = "What is the capital of France?"
+GATED = ("llama", "qwen2", "mistral")
+
+
+@pytest.fixture(scope="module")
+def smol_trace(smol):
+    return tracing.trace(smol, PROMPT)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the logit lens
+
+
+def test_logit_lens_last_layer_is_the_model(smol, smol_trace):
+    ids, probs = lens.logit_lens(smol, smol_trace)
+    L, T = smol.facts.n_layers, smol_trace.n_tokens
+    assert ids.shape == probs.shape == (L + 1, T)
+    ref = _softmax(tracing.full_logits(smol, smol_trace))  # [T, V] from HF's LM head on final_hidden
+    np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
+    np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4, atol=1e-6)
+    # and the stored top-1 of the trace (HF's own logits of the traced forward pass)
+    np.testing.assert_array_equal(ids[-1], smol_trace.top_ids[:, 0])
+    # the earliest rows are not the answer yet: the lens really reads different layers
+    assert (ids[0] != ids[-1]).any()
+    # "capital of France?" → the answer emerges: the model's top-1 at the last layer is Paris-ish or end of turn
+    assert probs[-1].max() <= 1.0 and probs.min() > 0
+
+
+def test_logit_lens_row_by_hand(smol, smol_trace):
+    """Row l = softmax(lm_head(final_norm(resid[l]))), recomputed with numpy from the weights."""
+    l = 10
+    x = smol_trace.resid[l].astype(np.float64)  # [T, d]
+    w = smol.model.model.norm.weight.detach().numpy().astype(np.float64)
+    eps = smol.model.config.rms_norm_eps
+    h = x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
+    logits = h @ smol.model.lm_head.weight.detach().numpy().astype(np.float64).T  # [T, V]
+    p = _softmax(logits)
+    ids, probs = lens.logit_lens(smol, smol_trace)
+    np.testing.assert_array_equal(ids[l], p.argmax(-1))
+    np.testing.assert_allclose(probs[l], p.max(-1), rtol=1e-3)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "gpt2"])
+def test_logit_lens_tiny(tiny_loaded, arch):
+    loaded = tiny_loaded[arch]
+    tr = tracing.trace(loaded, "Hello there, tiny model")
+    ids, probs = lens.logit_lens(loaded, tr)
+    ref = _softmax(tracing.full_logits(loaded, tr))
+    np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
+    np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# stream norms
+
+
+def test_stream_and_sublayer_norms(smol_trace):
+    tr = smol_trace
+    n = lens.stream_norms(tr)
+    assert n.shape == (tr.n_layers + 1, tr.n_tokens)
+    assert n[3, 2] == pytest.approx(float(np.sqrt((tr.resid[3, 2].astype(np.float64) ** 2).sum())))
+    a, m = lens.sublayer_norms(tr)
+    assert a.shape == m.shape == (tr.n_layers,)
+    assert a[5] == pytest.approx(np.mean([np.linalg.norm(tr.attn_out[5, t].astype(np.float64)) for t in range(tr.n_tokens)]))
+    a1, m1 = lens.sublayer_norms(tr, 4)
+    assert m1[7] == pytest.approx(np.linalg.norm(tr.mlp_out[7, 4].astype(np.float64)))
+    # SmolLM2 parks a huge vector on its first token (an attention sink): > 20× the others by mid-depth
+    assert n[15, 0] > 20 * n[15, 1:].max()
+
+
+# ---------------------------------------------------------------------------------------------
+# norm and MLP by hand
+
+
+@pytest.mark.parametrize("which", ["attn", "mlp"])
+def test_rmsnorm_matches_module(smol, smol_trace, which):
+    for layer, pos in ((0, 0), (7, 3), (29, 6)):
+        s = lens.block_norm_steps(smol, smol_trace, layer, pos, which)
+        module = lens.block_norm(smol.model, layer, which)
+        x = smol_trace.resid[layer, pos] + (smol_trace.attn_out[layer, pos] if which == "mlp" else 0)
+        with torch.no_grad():
+            ref = module(torch.tensor(x, dtype=torch.float32)).numpy()
+        np.testing.assert_allclose(s.out, ref, rtol=1e-5, atol=1e-5)
+        assert s.kind == "RMSNorm"
+        assert s.rms_normed == pytest.approx(1.0, abs=1e-3)  # the ÷ rms step resets the size to ≈ 1
+        assert s.rms_in == pytest.approx(float(np.sqrt(np.mean(x.astype(np.float64) ** 2))))
+
+
+def test_layernorm_matches_module(tiny_loaded):
+    loaded = tiny_loaded["gpt2"]
+    tr = tracing.trace(loaded, "Layer norm, please")
+    s = lens.block_norm_steps(loaded, tr, 1, 2, "attn")
+    module = lens.block_norm(loaded.model, 1, "attn")
+    with torch.no_grad():
+        ref = module(torch.tensor(tr.resid[1, 2])).numpy()
+    assert s.kind == "LayerNorm"
+    np.testing.assert_allclose(s.out, ref, rtol=1e-5, atol=1e-5)
+    assert abs(s.centred.mean()) < 1e-9
+
+
+def test_swiglu_recomputation_equals_trace(smol, smol_trace):
+    for layer, pos in ((0, 0), (5, 3), (29, 6)):
+        s = lens.mlp_steps(smol, smol_trace, layer, pos)
+        assert s.prod.shape == (smol.facts.d_ff,)
+        scale = np.abs(s.traced).max()
+        assert s.max_abs_diff < 1e-4 * max(1.0, scale)
+        np.testing.assert_allclose(s.act, s.gate / (1 + np.exp(-s.gate)), rtol=1e-9, atol=1e-12)
+        top = s.top_neurons(5)
+        k = s.n_for_mass(0.9)
+        a = np.sort(np.abs(s.prod))[::-1]
+        assert a[:k].sum() >= 0.9 * a.sum() > a[: k - 1].sum()
+        assert np.abs(s.prod[top[0]]) == np.abs(s.prod).max()
+
+
+@pytest.mark.parametrize("arch", GATED)
+def test_swiglu_tiny(tiny_loaded, arch):
+    loaded = tiny_loaded[arch]
+    tr = tracing.trace(loaded, "gate times up")
+    s = lens.mlp_steps(loaded, tr, loaded.facts.n_layers - 1, tr.n_tokens - 1)
+    assert s.max_abs_diff < 1e-4 * max(1.0, np.abs(s.traced).max())
+
+
+def test_ungated_mlp_is_refused(tiny_loaded):
+    loaded = tiny_loaded["gpt2"]
+    tr = tracing.trace(loaded, "no gate here")
+    assert not lens.is_gated(loaded)
+    with pytest.raises(tracing.UnsupportedArchitectureError):
+        lens.mlp_steps(loaded, tr, 0, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# anatomy
+
+
+def test_breakdown_sums_to_num_parameters(smol, tiny_loaded):
+    for loaded in [smol, *tiny_loaded.values()]:
+        parts = anatomy.param_breakdown(loaded.model)
+        assert sum(parts.values()) == loaded.model.num_parameters()
+        assert "other" not in parts, parts
+    parts = anatomy.param_breakdown(smol.model)
+    assert parts["embed"] == 49152 * 576 and "lm_head" not in parts  # tied: counted once
+    assert parts["attn_k"] == 30 * 192 * 576 and parts["mlp_gate"] == 30 * 1536 * 576
+    assert parts["norm"] == (2 * 30 + 1) * 576
+    assert "lm_head" in anatomy.param_breakdown(tiny_loaded["llama"].model)  # the tiny ones are untied
+
+
+def test_estimate_matches_real_models(smol, tiny_loaded):
+    for loaded in [smol, *tiny_loaded.values()]:
+        report = anatomy.analyse_config(loaded.model.config.to_dict())
+        assert sum(anatomy.estimate_params(report).values()) == loaded.model.num_parameters(), loaded.spec
+        assert anatomy.estimate_params(report).keys() == anatomy.param_breakdown(loaded.model).keys()
+
+
+def test_qwen25_estimate():
+    r = anatomy.analyse_config(anatomy.parse_config(json.dumps(anatomy.QWEN25_05B_CONFIG)))
+    assert sum(anatomy.estimate_params(r).values()) == 494_032_768 == anatomy.QWEN25_05B_PARAMS
+    assert r.attention_kind == "GQA" and r.num_attention_heads // r.num_key_value_heads == 7
+    assert r.head_dim == 64 and r.tied_embeddings and r.rope_theta == 1_000_000
+    assert r.kv_bytes_per_token(2) == 2 * 24 * 2 * 64 * 2 == 12288
+    items = dict(r.checklist())
+    assert items["num_key_value_heads"].startswith("2 → GQA") and items["norm"] == "RMSNorm, pre-norm"
+
+
+def test_smol_checklist(smol):
+    r = anatomy.analyse_config(anatomy.config_of(smol))
+    assert (r.vocab_size, r.hidden_size, r.num_hidden_layers, r.num_attention_heads, r.num_key_value_heads) == (49152, 576, 30, 9, 3)
+    assert (r.head_dim, r.intermediate_size, r.rope_theta) == (64, 1536, 100000.0)
+    assert r.kv_bytes_per_token(4) == smol.facts.kv_bytes_per_token(4)
+
+
+@pytest.mark.parametrize(
+    "text,code,detail",
+    [
+        ('{"vocab_size": 10,', "json", "line 1"),
+        ("[1, 2]", "not_object", "list"),
+        ('{"vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 2}', "missing", "hidden_size"),
+        ('{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": "two"}', "bad_value", "num_attention_heads"),
+        ('{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3}', "bad_value", "multiple"),
+        ('{"vocab_size": -5, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 4}', "bad_value", "vocab_size"),
+    ],
+)
+def test_bad_configs(text, code, detail):
+    with pytest.raises(anatomy.ConfigError) as e:
+        anatomy.analyse_config(anatomy.parse_config(text))
+    assert e.value.code == code and detail in e.value.detail
+
+
+def test_classify_names():
+    assert anatomy.classify("transformer.h.0.attn.c_proj.weight") == "attn_o"
+    assert anatomy.classify("transformer.h.0.mlp.c_proj.bias") == "mlp_down"
+    assert anatomy.classify("transformer.h.0.ln_1.weight") == "norm"
+    assert anatomy.classify("model.layers.3.self_attn.k_proj.weight") == "attn_k"
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def test_figures(smol, smol_trace):
+    tr = smol_trace
+    dot = plots_stream.block_dot(tr.meta["facts"], tr.n_tokens, "zh")
+    assert "[7, 576]" in dot and "[9, 7, 64]" in dot and "[3, 7, 64]" in dot and "[7, 1536]" in dot and "残差" in dot
+    steps = filter_steps(tr.last_logits, SamplingConfig(top_k=4))
+    order = np.argsort(-steps["scaled"])[:30]
+    fig = plots_stream.fig_candidates(steps, [str(i) for i in order], order, "en")
+    colours = fig.data[1].marker.color
+    assert list(colours[:4]) == [plots_stream.KEPT] * 4 and set(colours[4:]) == {plots_stream.REMOVED}
+    np.testing.assert_allclose(fig.data[1].y[:4].sum(), 1.0)
+    ids, probs = lens.logit_lens(smol, tr)
+    f = plots_stream.fig_logit_lens(ids[:, 2:], probs[:, 2:], ["x"] * ids[:, 2:].size, list(tr.tokens[2:]), "en", offset=2)
+    np.testing.assert_array_equal(np.asarray(f.data[0].z), probs[:, 2:])
+    assert list(f.data[0].x)[0] == 2 and f.layout.xaxis.ticktext[0].startswith("2·")
+    fp = plots_stream.fig_params(anatomy.param_breakdown(smol.model), "zh")
+    assert sum(fp.data[0].x) == smol.model.num_parameters() and "参数" in fp.layout.title.text
+
+
+# ---------------------------------------------------------------------------------------------
+# pages (AppTest), both languages
+
+
+def _app(stem: str, lang: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file("../app.py", default_timeout=180)
+    at.session_state["lang"] = lang
+    at.switch_page(f"pages/{stem}.py")
+    return at
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_residual_page(lang):
+    at = _app("residual", lang)
+    at.run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 4
+    assert at.success and ("1e-" in at.success[0].value or "e-0" in at.success[0].value)
+    rms = float(at.metric[1].value)
+    assert rms == pytest.approx(1.0, abs=1e-2)  # x / rms(x) has rms ≈ 1
+    passes = tracing.FORWARD_PASSES
+    at.slider(key="residual_layer").set_value(12).run()  # choosing a layer never re-runs the model
+    assert not at.exception and tracing.FORWARD_PASSES == passes
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_logits_page(lang, smol, smol_trace):
+    at = _app("logits", lang)
+    at.run()
+    assert not at.exception
+    greedy = at.metric[3].value
+    best = int(np.argmax(smol_trace.last_logits))
+    assert greedy == f"«{cached_stream.shown(tracing.readable_tokens(smol.tokenizer, [best])[0])}»"
+    passes = tracing.FORWARD_PASSES
+    at.number_input(key="logits_topk").set_value(5).run()
+    assert not at.exception and at.metric[0].value == "5"
+    assert tracing.FORWARD_PASSES == passes  # sampling controls read the cached trace
+    a = at.metric[4].value
+    at.number_input(key="logits_seed").set_value(0).run()
+    assert at.metric[4].value == a  # same seed, same token
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_anatomy_page(lang):
+    at = _app("anatomy", lang)
+    at.run()
+    assert not at.exception
+    assert "134,515,008" in at.success[0].value
+    assert any("494,032,768" in m.value for m in at.markdown)
+    at.text_area(key="anatomy_json").set_value('{"vocab_size": 10,').run()
+    assert not at.exception and at.error and ("JSON" in at.error[0].value)
+    at.text_area(key="anatomy_json").set_value('{"vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 2}').run()
+    assert "hidden_size" in at.error[0].value
+
+
+# ---------------------------------------------------------------------------------------------
+# the toy transformer goes through the same functions
+
+
+@pytest.mark.parametrize("kw", [{}, {"ffn": "gelu", "norm": "layernorm", "position": "learned"}, {"norm_placement": "post"}])
+def test_toy_models(kw):
+    from core import toy
+
+    torch.manual_seed(0)
+    loaded = toy.wrap(toy.ToyTransformer(toy.ToyConfig(**kw)), "test")
+    tr = tracing.trace(loaded, "hello toy")
+    ids, probs = lens.logit_lens(loaded, tr)
+    ref = _softmax(tracing.full_logits(loaded, tr))
+    np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
+    np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4)
+    parts = anatomy.param_breakdown(loaded.model)
+    assert sum(parts.values()) == loaded.facts.n_params and "other" not in parts
+    report = anatomy.analyse_config(anatomy.config_of(loaded))
+    assert report.norm_placement == loaded.facts.norm_placement
+    if kw.get("norm_placement") == "post":
+        with pytest.raises(tracing.UnsupportedArchitectureError):
+            lens.block_norm_steps(loaded, tr, 0, 0)
+    elif kw.get("ffn") == "gelu":
+        with pytest.raises(tracing.UnsupportedArchitectureError):
+            lens.mlp_steps(loaded, tr, 1, 2)
+    else:
+        s = lens.mlp_steps(loaded, tr, 1, 2)
+        assert s.max_abs_diff < 1e-5
+        assert sum(anatomy.estimate_params(report).values()) == loaded.facts.n_params
