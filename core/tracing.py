@@ -278,18 +278,26 @@ def trace_ids(
     q = torch.stack([c["query"][0] for c in calls])  # [L, H, T, dh]
     k = torch.stack([c["key"][0] for c in calls])  # [L, Hkv, T, dh]
     v = torch.stack([c["value"][0] for c in calls])  # [L, Hkv, T, dh]
-    w = torch.stack([c["weights"][0] for c in calls])  # [L, H, T, T]
+    T = len(ids)
+    # One copy that also converts to float16 (torch does it multi-threaded; numpy's astype is
+    # several times slower on the biggest array of the trace).
+    w = torch.empty((L, facts.n_heads, T, T), dtype=torch.float16)  # [L, H, T, T]
+    for layer, c in enumerate(calls):
+        w[layer].copy_(c["weights"][0])
 
-    resid_pre = _stack(store.get("resid_pre", {}), L, "the residual stream entering a block")
-    resid_post = _stack(store.get("resid_post", {}), L, "the residual stream leaving a block")
+    pre, post = store.get("resid_pre", {}), store.get("resid_post", {})
+    if sorted(post) != list(range(L)):
+        raise UnsupportedArchitectureError(f"the residual stream leaving a block was not seen for every layer ({len(post)} of {L}).")
+    for i in range(L - 1):  # the stream leaving block i must be exactly the one entering block i+1
+        if i + 1 in pre and not (post[i] is pre[i + 1] or torch.equal(post[i], pre[i + 1])):
+            raise UnsupportedArchitectureError("something sits between consecutive blocks; the residual stream is not one chain.")
+    resid_pre = _stack(pre, L, "the residual stream entering a block")
     attn_out = _stack(store.get("attn_out", {}), L, "the attention output")
     mlp_out = _stack(store.get("mlp_out", {}), L, "the MLP output")
-    resid = torch.cat([resid_pre, resid_post[-1:]], dim=0)  # [L+1, T, d]
-    if not torch.equal(resid_pre[1:], resid_post[:-1]):
-        raise UnsupportedArchitectureError("something sits between consecutive blocks; the residual stream is not one chain.")
+    resid = torch.cat([resid_pre, post[L - 1][:1]], dim=0)  # [L+1, T, d]
     # The contract's identity, checked on every trace: a block that is not "x + attn + mlp"
     # (post-norm, extra norms on the branches …) is refused rather than drawn wrongly.
-    gap = (resid[1:] - (resid[:-1] + attn_out + mlp_out)).abs().max().item()
+    gap = (resid[1:] - resid[:-1] - attn_out - mlp_out).abs().max().item()
     scale = max(1.0, resid.abs().max().item())
     if gap > 1e-4 * scale:
         raise UnsupportedArchitectureError(
@@ -322,7 +330,7 @@ def trace_ids(
         q=_np(q),
         k=_np(k),
         v=_np(v),
-        attn_pattern=_np(w, np.float16),
+        attn_pattern=w.numpy(),
         final_hidden=_np(final_hidden),
         last_logits=_np(logits[-1]),
         top_ids=top.indices.numpy().astype(np.int64),
