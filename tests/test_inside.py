@@ -1,0 +1,383 @@
+"""Inside the real model: tokens & embeddings, same token in two contexts, attention heads, ablation.
+
+Every number the four pages show is checked here against an independent computation (torch,
+a hand-worked example, or a model whose weights were edited by hand)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from core import ablation, embeddings, heads, plots_inside, tracing
+
+PAGES = ("tokens", "context", "heads", "ablation")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------
+# embeddings
+
+
+def test_lookup_is_a_row_of_the_weight_matrix(smol):
+    E = embeddings.embedding_matrix(smol)
+    W = smol.model.get_input_embeddings().weight
+    assert E.shape == (49152, 576) == tuple(W.shape)
+    tr = tracing.trace(smol, "苹果很好吃。")
+    rows = embeddings.lookup(E, tr.token_ids)
+    for k, i in enumerate(tr.token_ids):
+        np.testing.assert_array_equal(rows[k], W[int(i)].detach().numpy())
+    np.testing.assert_array_equal(rows, tr.embeddings)  # what the forward pass saw is exactly E[id]
+
+
+def test_id_distance_study_matches_torch(smol):
+    E = embeddings.embedding_matrix(smol)
+    s = embeddings.id_distance_study(E, n_pairs=500, seed=3)
+    Et = torch.from_numpy(E).double()
+    cos = torch.nn.functional.cosine_similarity(Et[s.id_a], Et[s.id_b], dim=1).numpy()
+    np.testing.assert_allclose(s.cosine, cos, atol=1e-10)
+    assert np.all(s.id_a != s.id_b)
+    np.testing.assert_array_equal(s.distance, np.abs(s.id_a - s.id_b))
+    d = torch.tensor(s.distance, dtype=torch.float64)
+    c = torch.tensor(cos)
+    r = ((d - d.mean()) * (c - c.mean())).sum() / torch.sqrt(((d - d.mean()) ** 2).sum() * ((c - c.mean()) ** 2).sum())
+    assert s.pearson == pytest.approx(float(r), abs=1e-9)
+    ex = torch.nn.functional.cosine_similarity(Et[1023], Et[1024], dim=0).item()
+    assert s.example[:2] == (1023, 1024) and s.example[2] == pytest.approx(ex, abs=1e-10)
+    # the tutorial's claim, measured: adjacent IDs are not meaningfully more alike than random ones
+    assert abs(s.mean_adjacent - s.mean_random) < 0.05
+    assert s.example[2] < s.mean_random
+
+
+def test_pca_matches_torch_svd():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 40)) @ np.diag(np.linspace(3, 0.1, 40))
+    p = embeddings.pca2(X)
+    Xc = torch.from_numpy(X - X.mean(0))
+    U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
+    ref = (Xc @ Vh[:2].T).numpy()
+    for j in range(2):  # principal axes are defined up to sign
+        sign = np.sign(ref[:, j] @ p.coords[:, j])
+        np.testing.assert_allclose(p.coords[:, j], sign * ref[:, j], atol=1e-9)
+    np.testing.assert_allclose(p.explained, (S[:2] ** 2 / (S**2).sum()).numpy(), atol=1e-12)
+    assert p.coords.shape == (12, 2) and p.explained[0] >= p.explained[1]
+
+
+def test_word_vectors_and_parse(smol):
+    words = embeddings.parse_words(" cat, dog,,苹果\n cat")
+    assert words == [" cat", " dog", "苹果"]
+    E = embeddings.embedding_matrix(smol)
+    vecs = embeddings.word_vectors(smol, E, words)
+    assert len(vecs[0].ids) == 1 and vecs[0].ids == tuple(embeddings.word_ids(smol.tokenizer, " cat"))
+    np.testing.assert_allclose(vecs[0].vector, E[vecs[0].ids[0]])
+    assert len(vecs[2].ids) == 4  # 苹 is three byte tokens, 果 one
+    np.testing.assert_allclose(vecs[2].vector, E[list(vecs[2].ids)].astype(np.float64).mean(0))
+
+
+def test_token_sources_chat(smol):
+    tok = smol.tokenizer
+    enc = tracing.encode(tok, "Hi there 苹果", chat=True)
+    src = embeddings.token_sources(tok, enc.text, "Hi there 苹果", enc.ids, chat=True)
+    user = [i for i, s in zip(enc.ids, src) if s == "user"]
+    assert tok.decode(user) == "Hi there 苹果"
+    specials = [i for i, s in zip(enc.ids, src) if s == "special"]
+    assert set(specials) == {1, 2} and src.count("template") > 5
+    plain = tracing.encode(tok, "Hi there", chat=False)
+    assert embeddings.token_sources(tok, plain.text, "Hi there", plain.ids, chat=False) == ["user"] * len(plain.ids)
+
+
+def test_chips_escape_html():
+    h = plots_inside.chips_html(["<script>", " a&b"], [5, 6], ["user", "special"], "en")
+    assert "<script>" not in h and "&lt;script&gt;" in h and "␣a&amp;b" in h
+
+
+# ---------------------------------------------------------------------------------------------
+# same token, different context
+
+
+def test_context_similarity_apple(smol):
+    a, b, word = embeddings.CONTEXT_PAIRS["zh_ctx"]
+    ta, tb = tracing.trace(smol, a), tracing.trace(smol, b)
+    ia, ib = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(smol.tokenizer, word))
+    assert (ia, ib) == (13, 12)  # not the 果 of 水果 at position 4
+    assert ta.token_ids[ia] == tb.token_ids[ib] == 43774 and ta.tokens[ia] == "果"
+    sim = embeddings.context_similarity(ta.resid, ia, tb.resid, ib)
+    assert sim.shape == (31,)
+    assert sim[0] == 1.0  # same ID → same row of E, exactly
+    ref = torch.nn.functional.cosine_similarity(torch.from_numpy(ta.resid[:, ia]).double(), torch.from_numpy(tb.resid[:, ib]).double(), dim=1)
+    np.testing.assert_allclose(sim, ref.numpy(), atol=1e-12)
+    assert sim[-1] < 0.99 and sim[1:].max() < 1.0
+
+    one = tracing.trace(smol, embeddings.CONTEXT_PAIRS["zh_one"][0])  # the tutorial's sentence, its two 苹果
+    i, j = embeddings.default_positions(one.token_ids, one.token_ids, embeddings.word_ids(smol.tokenizer, "苹果"))
+    assert (i, j) == (3, 14)
+    s2 = embeddings.context_similarity(one.resid, i, one.resid, j)
+    assert s2[0] == 1.0 and s2[-1] < 0.99
+
+
+def test_context_identical_prefix_stays_identical(smol):
+    a, b, word = embeddings.CONTEXT_PAIRS["zh_start"]
+    ta, tb = tracing.trace(smol, a), tracing.trace(smol, b)
+    ia, ib = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(smol.tokenizer, word))
+    assert embeddings.same_prefix(ta.token_ids, ia, tb.token_ids, ib)
+    sim = embeddings.context_similarity(ta.resid, ia, tb.resid, ib)
+    np.testing.assert_allclose(sim, 1.0, atol=1e-5)  # causal: 果 has not read 好吃 / 发布 yet
+    base = embeddings.context_baseline(ta.resid, ia, tb.resid, ib)
+    assert base[-1] < sim[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# heads
+
+
+def _hand_pattern() -> np.ndarray:
+    w = np.array([[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]])
+    return w[None, None]  # [L=1, H=1, T=3, T=3]
+
+
+def test_head_atlas_by_hand():
+    at = heads.head_atlas(_hand_pattern())
+    h2 = -(0.2 * np.log2(0.2) + 0.3 * np.log2(0.3) + 0.5 * np.log2(0.5))
+    assert at.entropy[0, 0] == pytest.approx((1.0 + h2) / 2)
+    assert at.prev_token[0, 0] == pytest.approx((0.5 + 0.3) / 2)
+    assert at.first_token[0, 0] == pytest.approx((0.5 + 0.2) / 2)
+    assert at.max_weight[0, 0] == pytest.approx((0.5 + 0.5) / 2)
+
+
+def test_drop_first_key_renormalises():
+    w = heads.drop_first_key(_hand_pattern()[0, 0])
+    assert np.isnan(w[:, 0]).all() and np.isnan(w[0]).all()
+    np.testing.assert_allclose(w[1, 1:], [1.0, 0.0])
+    np.testing.assert_allclose(w[2, 1:], [0.375, 0.625])
+
+
+def test_head_atlas_on_real_trace(smol):
+    tr = tracing.trace(smol, "The cat sat on the mat because it was tired.")
+    at = heads.head_atlas(tr.attn_pattern)
+    w = tr.attn_pattern.astype(np.float64)
+    l, h, T = 5, 4, tr.n_tokens
+    assert at.prev_token[l, h] == pytest.approx(np.mean([w[l, h, i, i - 1] for i in range(1, T)]))
+    assert at.first_token[l, h] == pytest.approx(w[l, h, 1:, 0].mean())
+    assert at.entropy.shape == (30, 9) and (at.entropy >= 0).all()
+    assert heads.top_heads(at.prev_token, 1)[0][2] == pytest.approx(at.prev_token.max())
+    assert at.first_token.max() > 0.5  # SmolLM2 has strong first-token sinks
+
+
+# ---------------------------------------------------------------------------------------------
+# ablation
+
+
+def _plain_probs(model, ids):
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits
+    return torch.softmax(logits[0, -1].double(), dim=-1).numpy()
+
+
+def _no_hooks(model) -> bool:
+    return all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+
+
+def test_ablating_nothing_changes_nothing(smol):
+    ids = tracing.encode(smol.tokenizer, "What is the capital of France?").ids
+    p = ablation.next_token_probs(smol, ids, [])
+    np.testing.assert_array_equal(p, _plain_probs(smol.model, ids))
+    assert _no_hooks(smol.model)
+
+
+def test_ablated_head_slice_is_zero_and_others_untouched(smol):
+    ids = tracing.encode(smol.tokenizer, "苹果很好吃。").ids
+    layer, head, dh = 3, 4, 64
+    o = tracing.find_sites(smol.model).attns[layer].o_proj
+    seen = {}
+
+    def grab(name):
+        def pre(_m, args):
+            seen[name] = args[0].clone()
+        return pre
+
+    with torch.inference_mode():
+        h = o.register_forward_pre_hook(grab("plain"))
+        try:
+            smol.model(input_ids=torch.tensor([ids]), use_cache=False)
+        finally:
+            h.remove()
+        with ablation.zero_heads(smol, [(layer, head)]):
+            h = o.register_forward_pre_hook(grab("ablated"))  # runs after the zeroing hook
+            try:
+                smol.model(input_ids=torch.tensor([ids]), use_cache=False)
+            finally:
+                h.remove()
+    x0, x1 = seen["plain"][0], seen["ablated"][0]  # [T, H*dh]
+    sl = slice(head * dh, (head + 1) * dh)
+    assert x0[:, sl].abs().sum() > 0 and torch.all(x1[:, sl] == 0)
+    keep = torch.ones(x0.shape[-1], dtype=torch.bool)
+    keep[sl] = False
+    assert torch.equal(x0[:, keep], x1[:, keep])  # layers before are untouched, so are other heads
+    assert _no_hooks(smol.model)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_ablation_equals_model_with_zeroed_output_columns(tiny_loaded, arch):
+    """Independent recomputation: a copy of the model whose output projection ignores the head."""
+    loaded = tiny_loaded[arch]
+    ids = tracing.encode(loaded.tokenizer, "I ate an apple pie.").ids
+    layer, head, dh = 1, 2, loaded.facts.head_dim
+    got = ablation.next_token_probs(loaded, ids, [(layer, head)])
+    twin = copy.deepcopy(loaded.model)
+    proj = ablation.out_proj(tracing.find_sites(twin).attns[layer])
+    with torch.no_grad():
+        if arch == "gpt2":  # Conv1D: weight [in, out]
+            proj.weight[head * dh : (head + 1) * dh, :] = 0
+        else:  # Linear: weight [out, in]
+            proj.weight[:, head * dh : (head + 1) * dh] = 0
+    np.testing.assert_allclose(got, _plain_probs(twin, ids), atol=1e-7)
+    assert not np.allclose(got, _plain_probs(loaded.model, ids), atol=1e-6)  # the head did something
+    # the whole layer: every column zeroed (GPT-2's c_proj bias stays, as documented)
+    whole = ablation.next_token_probs(loaded, ids, [(layer, None)])
+    with torch.no_grad():
+        proj.weight.zero_()
+    np.testing.assert_allclose(whole, _plain_probs(twin, ids), atol=1e-7)
+    assert _no_hooks(loaded.model)
+
+
+def test_sweep_equals_single_ablations_and_effect(tiny_loaded):
+    loaded = tiny_loaded["llama"]
+    ids = tracing.encode(loaded.tokenizer, "The cat sat on the mat.").ids
+    sw = ablation.sweep_heads(loaded, ids, [0, 2], chunk=5)  # chunk 5 splits a layer: rows must still line up
+    assert sw.shape == (2, loaded.facts.n_heads, loaded.facts.vocab_size)
+    for li, layer in enumerate([0, 2]):
+        for h in range(loaded.facts.n_heads):
+            np.testing.assert_allclose(sw[li, h], ablation.next_token_probs(loaded, ids, [(layer, h)]), atol=1e-6)
+    before = ablation.next_token_probs(loaded, ids)
+    after = sw[1, 3]
+    e = ablation.effect(before, after)
+    kl = torch.nn.functional.kl_div(torch.tensor(after).log(), torch.tensor(before), reduction="sum").item()
+    assert e.kl == pytest.approx(kl, rel=1e-9)
+    assert e.top_id == int(before.argmax()) and e.delta == pytest.approx(after[e.top_id] - before[e.top_id])
+    assert _no_hooks(loaded.model)
+
+
+def test_hooks_removed_on_error_and_thread_scoped(tiny_loaded):
+    loaded = tiny_loaded["llama"]
+    ids = tracing.encode(loaded.tokenizer, "hello world").ids
+    with pytest.raises(ValueError):
+        ablation.next_token_probs(loaded, ids, [(99, 0)])
+    with pytest.raises(RuntimeError):
+        with ablation.zero_heads(loaded, [(0, 0)]):
+            raise RuntimeError("boom")
+    assert _no_hooks(loaded.model)
+    plain = _plain_probs(loaded.model, ids)
+    other = {}
+    with ablation.zero_heads(loaded, [(0, None), (1, None), (2, None)]):
+        t = threading.Thread(target=lambda: other.setdefault("p", _plain_probs(loaded.model, ids)))
+        t.start()
+        t.join()
+    np.testing.assert_array_equal(other["p"], plain)  # another session's forward never sees our hook
+    assert _no_hooks(loaded.model)
+
+
+# ---------------------------------------------------------------------------------------------
+# pages
+
+
+def _app(stem: str, lang: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state["lang"] = lang
+    at.switch_page(f"pages/{stem}.py")
+    at.run()
+    return at
+
+
+def _arr(v) -> np.ndarray:
+    """A plotly array from a figure spec: a list, or a typed array {dtype, bdata (base64)}."""
+    if isinstance(v, dict) and "bdata" in v:
+        import base64
+
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(float)
+    return np.asarray(v, dtype=float)
+
+
+def _figs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("stem", PAGES)
+def test_pages_render(smol, stem, lang):
+    at = _app(stem, lang)
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) >= 1
+    text = " ".join(m.value for m in at.markdown)
+    assert ("模型" in text or "注意力" in text or "Token" in text) if lang == "zh" else "the" in text
+    assert "⟦" not in text  # no missing i18n key
+    caps = " ".join(c.value for c in at.caption)
+    assert ("数字来自真实模型" if lang == "zh" else "numbers from the real model") in caps
+
+
+def test_context_page_numbers(smol):
+    at = _app("context", "en")
+    assert at.metric[0].value == "1.000000"
+    fig = _figs(at)[0]
+    y = _arr(fig["data"][0]["y"])
+    assert y[0] == 1.0 and y.min() < 0.99 and len(y) == 31
+
+
+def test_heads_page_grid_and_jump(smol):
+    at = _app("heads", "en")
+    grid = _figs(at)[0]
+    titles = [a["text"] for a in grid["layout"]["annotations"]]
+    assert titles[:4] == ["h0 · KV0", "h1 · KV0", "h2 · KV0", "h3 · KV1"] and len(grid["data"]) == 9
+    pick = at.selectbox(key="heads_jump_pick").value
+    at.button(key="heads_jump_btn").click().run()
+    assert not at.exception
+    assert (at.slider(key="heads_layer").value, at.slider(key="heads_head").value) == (pick[0], pick[1])
+
+
+def test_ablation_page_sweep_matches_core(smol):
+    at = _app("ablation", "en")
+    fig = _figs(at)[1]
+    kl_page = _arr(fig["data"][0]["y"])
+    ids = tracing.encode(smol.tokenizer, "What is the capital of France?").ids
+    before = ablation.next_token_probs(smol, ids)
+    after = ablation.next_token_probs(smol, ids, [(0, 5)])
+    assert kl_page[5] == pytest.approx(ablation.kl_divergence(before, after), rel=1e-4, abs=1e-9)
+
+
+def test_pages_on_a_tiny_local_model_with_full_sweep(tiny_dirs):
+    """A user's local model (tiny Llama): every page renders, and the all-heads sweep matches core."""
+    from streamlit.testing.v1 import AppTest
+
+    for stem in PAGES:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+        at.query_params["model"] = str(tiny_dirs["llama"])
+        at.switch_page(f"pages/{stem}.py")
+        at.run()
+        assert not at.exception and not at.error, (stem, at.exception, [e.value for e in at.error])
+    at.toggle(key="ablation_all").set_value(True).run()
+    assert not at.exception
+    kl_all = _arr(_figs(at)[2]["data"][0]["y"])
+    assert kl_all.shape == (3 * 6,) and (kl_all >= 0).all() and kl_all.max() > 0
+
+
+def test_tokens_page_chat_template_zh(smol):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state["lang"] = "zh"
+    at.session_state["chat"] = True
+    at.session_state["prompt"] = "苹果<b>很好吃</b>"
+    at.switch_page("pages/tokens.py")
+    at.run()
+    assert not at.exception and not at.error
+    chips = next(m.value for m in at.markdown if m.value.startswith("<div"))
+    assert "&lt;" in chips and "<b>" not in chips and "</b>" not in chips  # markup shown, never rendered
+    assert chips.count("特殊 Token") >= 5  # <|im_start|> ×3, <|im_end|> ×2
+    assert "对话模板" in " ".join(i.value for i in at.info)
