@@ -27,7 +27,7 @@ browser:
 	@(command -v chromium >/dev/null 2>&1 && fc-list | grep -qi "Noto Sans CJK") || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null)
 
 run: install
-	$(VPY) -m core.serve --server.port $(PORT)
+	$(VPY) -m core.ui_server --server.port $(PORT)
 
 test: install browser
 	$(VPY) -m pytest -q tests

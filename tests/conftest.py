@@ -85,7 +85,7 @@ def tiny_loaded(tiny_dirs):
 def _navigation_pages_only(monkeypatch):
     """AppTest resets Streamlit's old 'pages/ folder = automatic multipage app' flag before every
     run, so from the second run on it would execute a page script alone, without app.py's router
-    and sidebar. Our pages/ are st.navigation pages (core/serve.py does the same for the server)."""
+    and sidebar. Our pages/ are st.navigation pages (core.ui_server.py does the same for the server)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     original = PagesManager.__init__

@@ -1,4 +1,4 @@
-"""Start the app: ``python -m core.serve [streamlit options]`` (what ``make run`` does).
+"""Start the app: ``python -m core.ui_server [streamlit options]`` (what ``make run`` does).
 
 Same as ``streamlit run app.py``, with one fix: Streamlit still treats a folder named ``pages/``
 next to the entry script as its old automatic multipage folder until ``st.navigation`` runs once.
