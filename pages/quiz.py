@@ -1,0 +1,70 @@
+"""Self-check: single-choice questions from the tutorials' checklists and misconceptions, scored,
+each answer explained and linked to the page that shows it live."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core import i18n, quiz, ui, ui_presenter
+
+
+def _reset() -> None:
+    for q in quiz.QUESTIONS:
+        st.session_state.pop(f"quiz_{q.id}", None)
+    st.session_state.pop("quiz_checked", None)
+
+
+def _option(qid: str, lang: str):
+    return lambda i: i18n.t(f"quiz.{qid}.o{i}", lang)
+
+
+def render() -> None:
+    ui.header("page.quiz")
+    st.markdown(ui.t("quiz.intro", n=len(quiz.QUESTIONS)))
+    with st.form("quiz_form"):
+        for i, q in enumerate(quiz.QUESTIONS):
+            st.radio(
+                f"**{ui.t('quiz.qn', i=i + 1)}.** {ui.t(f'quiz.{q.id}.q')}",
+                list(range(q.n_options)),
+                index=None,
+                format_func=_option(q.id, ui.lang()),
+                key=f"quiz_{q.id}",
+            )
+        if st.form_submit_button(ui.t("quiz.submit"), type="primary"):
+            st.session_state["quiz_checked"] = True
+    if not st.session_state.get("quiz_checked"):
+        return
+
+    answers = {q.id: st.session_state.get(f"quiz_{q.id}") for q in quiz.QUESTIONS}
+    result = quiz.score(answers)
+    st.subheader(ui.t("quiz.score", right=result.correct, total=result.total, pct=round(result.percent)))
+    st.progress(result.correct / result.total)
+    if result.correct == result.total:
+        st.success(ui.t("quiz.all_right"))
+    for i, q in enumerate(quiz.QUESTIONS):
+        verdict = result.verdicts[q.id]
+        answer = ui.t(f"quiz.{q.id}.o{q.correct}")
+        head = f"{i + 1}. {ui.t(f'quiz.{q.id}.q')}"
+        with st.container(border=True, key=f"quiz_result_{q.id}"):
+            st.markdown(f"**{head}**")
+            if verdict:
+                st.success(f"✅ {ui.t('quiz.right')}: {answer}")
+            elif verdict is None:
+                st.warning(f"➖ {ui.t('quiz.unanswered', answer=answer)}")
+            else:
+                st.error(f"❌ {ui.t('quiz.wrong', answer=answer)}")
+            st.markdown(ui.t(f"quiz.{q.id}.why"))
+            ui_presenter.page_link(q.page, label=f"{ui.t('ui.see_page')}: {ui.t(f'page.{q.page}')}")
+    if not ui_presenter.is_on():
+        table = pd.DataFrame({
+            "#": list(range(1, result.total + 1)),
+            ui.t("quiz.qn", i="").strip(): [ui.t(f"quiz.{q.id}.q") for q in quiz.QUESTIONS],
+            "✓": ["✅" if v else ("➖" if v is None else "❌") for v in result.verdicts.values()],
+        })
+        st.dataframe(table, hide_index=True, key="quiz_table")
+    ui.badge("formula", ui.t("quiz.score", right=result.correct, total=result.total, pct=round(result.percent)))
+    st.button(ui.t("quiz.reset"), key="quiz_reset", on_click=_reset)
+
+
+render()

@@ -1,0 +1,47 @@
+"""References: every concept with its sources, and the provenance of the numbers on these pages."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core import references, ui
+
+
+def render() -> None:
+    ui.header("page.references", "references.intro")
+
+    st.subheader(ui.t("references.concepts"))
+    cols = st.columns(2)
+    for i, concept in enumerate(references.CONCEPTS):
+        with cols[i % 2].container(border=True, key=f"references_c_{concept}"):
+            st.markdown(f"**{ui.t(f'references.c.{concept}')}**")
+            st.markdown("\n".join(f"- [{r.label()}]({r.url})" for r in references.cite(concept)))
+
+    st.subheader(ui.t("references.all"))
+    refs = sorted(references.REFERENCES.values(), key=lambda r: (r.year, r.authors))
+    table = pd.DataFrame({
+        ui.t("references.col.ref"): [f"{r.authors} — {r.title}. {r.venue}" for r in refs],
+        ui.t("references.col.year"): [r.year for r in refs],
+        ui.t("references.col.link"): [r.url for r in refs],
+        ui.t("references.col.for"): [", ".join(ui.t(f"references.c.{c}") for c in references.concepts_of(r.key))
+                                     for r in refs],
+    })
+    st.dataframe(table, hide_index=True, key="references_table",
+                 column_config={ui.t("references.col.link"): st.column_config.LinkColumn()})
+    ui.badge("formula")
+
+    st.subheader(ui.t("references.prov.title"))
+    loaded = ui.loaded_model()
+    if loaded is None:
+        return
+    versions = references.library_versions()
+    st.markdown(ui.t("references.prov.body", model=loaded.facts.name, params=f"{loaded.facts.n_params:,}",
+                     source=loaded.source, tf=versions["transformers"], torch=versions["torch"]))
+    rows = references.provenance_rows(loaded.facts.to_dict(), loaded.source)
+    st.dataframe(pd.DataFrame(rows, columns=[ui.t("references.prov.col.fact"), ui.t("references.prov.col.value")]),
+                 hide_index=True, key="references_prov")
+    ui.badge("model")
+
+
+render()

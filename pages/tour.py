@@ -1,0 +1,75 @@
+"""Guided tour: the sidebar prompt walked through every stage, text → … → next token (?step=)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core import i18n, plots_learn, tour, tracing, ui, ui_presenter
+
+
+def _go(step: int) -> None:
+    ui.set_qp(step=tour.clamp_step(step))
+
+
+def _nav(step: int, n: int, where: str) -> None:
+    """Back / Next buttons (the step lives in the URL, so a link opens the same stage)."""
+    c1, c2, _ = st.columns([1, 1, 4])
+    c1.button(ui.t("tour.back"), key=f"tour_back_{where}", on_click=_go, args=(step - 1,), disabled=step == 0,
+              width="stretch")
+    last = step == n - 1
+    c2.button(ui.t("tour.restart" if last else "tour.next"), key=f"tour_next_{where}", on_click=_go,
+              args=(0 if last else step + 1,), type="primary", width="stretch")
+
+
+def render() -> None:
+    ui.header("page.tour", "tour.intro")
+    lang, n = ui.lang(), len(tour.STAGES)
+    step = ui.qp_int("step", 0, 0, n - 1)
+    ui.set_qp(step=step)
+    stage = tour.STAGES[step]
+    st.progress((step + 1) / n, text=ui.t("tour.progress", i=step + 1, n=n, name=ui.t(f"tour.{stage.key}.title")))
+    _nav(step, n, "top")
+    st.subheader(f"{step + 1}. {ui.t(f'tour.{stage.key}.title')}")
+
+    tr = ui.current_trace()
+    loaded = ui.loaded_model() if tr is not None else None
+    if tr is None or loaded is None:
+        return
+    layer = 0
+    view = tour.stage_view(stage.key, tr, lambda ids: tracing.readable_tokens(loaded.tokenizer, ids))
+    if view.uses_layer:  # the layer lives in the URL too (?layer=), shared with the other pages
+        layer = st.slider(ui.t("tour.layer_pick"), 0, tr.n_layers - 1, ui.qp_int("layer", tr.n_layers - 1, 0, tr.n_layers - 1),
+                          key="tour_layer")
+        ui.set_qp(layer=layer)
+        view = tour.stage_view(stage.key, tr, lambda ids: tracing.readable_tokens(loaded.tokenizer, ids), layer)
+    st.markdown(ui.t(f"tour.{stage.key}.body", **view.fill))
+
+    if stage.key == "text":
+        st.caption(ui.t("tour.text_label"))
+        st.code(tr.text[:3000], language=None, wrap_lines=True)
+    if view.chips is not None:
+        with st.container(key="tour_tokens"):
+            st.markdown(tour.chips_html(view.chips), unsafe_allow_html=True)
+    cols = st.columns(len(view.metrics))
+    for col, (label, value) in zip(cols, view.metrics):
+        col.metric(ui.t(label), value)
+    if view.chart is not None:
+        fig = plots_learn.stage_figure(view.chart, lambda k: i18n.t(k, lang))
+        st.plotly_chart(fig, width="stretch", key="tour_chart")
+    if view.table is not None and not ui_presenter.is_on():
+        st.dataframe(pd.DataFrame({ui.t(k): v for k, v in view.table.items()}), hide_index=True, key="tour_table")
+    ui.badge("formula" if stage.key == "kv_cache" else "model")
+
+    links = [p for p in stage.pages if ui_presenter.page_exists(p)]
+    if links:
+        st.markdown(f"**{ui.t('tour.deep')}**")
+        for p in links:
+            ui_presenter.page_link(p)
+    ui_presenter.sources(stage.concept)
+    _nav(step, n, "bottom")
+    if not ui_presenter.is_on():
+        ui.download_trace("tour")
+
+
+render()
