@@ -125,7 +125,7 @@ def main() -> None:
             sections.setdefault(ui.t(section), []).append(
                 st.Page(str(path), title=ui.t(f"page.{stem}"), icon=icon, url_path=stem, default=(stem == "journey"))
             )
-    st.navigation(sections).run()
+    st.navigation(sections, expanded=True).run()
 
 
 main()

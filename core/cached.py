@@ -14,7 +14,7 @@ from core import tracing
 from core.models import LoadedModel, load_model
 from core.trace import Trace
 
-MAX_TRACES = 12  # ≈ 1.4 GB at 256 tokens on SmolLM2 (≈ 120 MB each); older entries are evicted
+MAX_TRACES = 8  # ≤ 1 GB at 256 tokens on SmolLM2 (≈ 120 MB each), ≤ 2.5 GB at 512; older entries are evicted
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

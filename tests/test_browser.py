@@ -69,7 +69,7 @@ def server():
     SHOTS.mkdir(exist_ok=True)
     log = open(SHOTS / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+        [sys.executable, "-m", "core.ui_server", "--server.port", str(port), "--server.headless", "true",
          "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -102,13 +102,14 @@ def browser(server):
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            # Warm up at the root first: the first session loads the model (several seconds), and
-            # only a run of app.py (st.navigation) switches Streamlit off its pages/-folder mode
-            # (see the note in the issue report: a fresh server opened at /<page> runs the page alone).
+            # The very first visit of a fresh server is a deep link, as when a teacher's shared
+            # link is the first thing opened: the router (app.py) must run, sidebar included —
+            # core/ui_server.py stops Streamlit from treating pages/ as its old automatic folder.
             page = b.new_page()
-            page.goto(f"{server}/")
-            settle(page, timeout=180)
             page.goto(f"{server}/tour?step=1")
+            settle(page, timeout=180)
+            assert page.get_by_text("Language / 语言").count() >= 1, "deep link opened without the router's sidebar"
+            page.goto(f"{server}/")
             settle(page, timeout=180)
             page.close()
             yield b

@@ -1,0 +1,356 @@
+"""Generation, KV cache and chat template: every number checked against an independent reference
+(HF generate, HF's own cache/trace, a hand computation), plus the three pages in both languages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core import chatfmt, generate, kvcalc, plots_gen, tracing
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "Once upon a time"
+
+
+def _ids(loaded, prompt=PROMPT, chat=False):
+    return tracing.encode(loaded.tokenizer, prompt, chat=chat).ids
+
+
+def _hf_greedy(loaded, ids, n):
+    import torch
+
+    with loaded.lock, torch.inference_mode():
+        out = loaded.model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                    pad_token_id=loaded.tokenizer.eos_token_id)
+    new = out[0, len(ids):].tolist()
+    eos = generate.eos_ids(loaded)
+    cut = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))  # HF pads after EOS
+    return new[:cut]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stepper vs Hugging Face
+
+
+def test_stepper_greedy_equals_hf_generate_smol(smol):
+    ids = _ids(smol)
+    st = generate.Stepper(smol, ids, None, max_steps=12)
+    st.run()
+    assert st.generated == _hf_greedy(smol, ids, 12)
+    assert len(st.generated) == 12 and st.stop_reason == "max_steps"
+    assert st.records[0].phase == "prefill" and st.records[0].n_input == len(ids)
+    assert all(r.phase == "decode" and r.n_input == 1 for r in st.records[1:])
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "gpt2"])
+def test_stepper_greedy_equals_hf_generate_tiny(tiny_loaded, arch):
+    m = tiny_loaded[arch]
+    ids = _ids(m, "The cat sat on the mat")
+    st = generate.Stepper(m, ids, None, max_steps=10)
+    st.run()
+    assert st.generated == _hf_greedy(m, ids, 10)
+    nc = generate.run_without_cache(m, ids, len(st.generated))
+    assert nc.token_ids == st.generated
+
+
+def test_cache_size_and_bytes(smol):
+    ids = _ids(smol)
+    T, n = len(ids), 5
+    st = generate.Stepper(smol, ids, None, max_steps=50)
+    st.prefill()
+    for _ in range(n):
+        st.step()
+    f = smol.facts
+    last = st.records[-1]
+    assert generate.cache_length(st.cache) == last.kv_tokens == T + n
+    expected = 2 * 30 * 3 * 64 * (T + n) * 4  # by hand: SmolLM2 float32
+    assert last.kv_bytes == expected == generate.kv_bytes_formula(f.n_layers, f.n_kv_heads, f.head_dim, T + n, 4)
+    assert last.kv_bytes_layers.shape == (30,) and set(last.kv_bytes_layers.tolist()) == {expected // 30}
+    toks, tot, per = st.kv_arrays()
+    assert toks.tolist() == list(range(T, T + n + 1))  # grows by one position per decode step
+    assert np.all(np.diff(tot) == f.kv_bytes_per_token(4))
+    k, v = st.cache_kv(0)
+    assert k.shape == (3, T + n, 64) and v.shape == (3, T + n, 64)
+
+
+def test_prompt_kv_equal_trace(smol):
+    ids = _ids(smol, "苹果很好吃。苹果发布了新系统。")
+    st = generate.Stepper(smol, ids, None, max_steps=3)
+    st.prefill()
+    tr = tracing.trace_ids(smol, ids)
+    for layer in (0, 13, 29):
+        k, v = st.cache_kv(layer)
+        np.testing.assert_allclose(k, tr.k[layer], atol=1e-5)
+        np.testing.assert_allclose(v, tr.v[layer], atol=1e-5)
+    # the prefill's recorded weights are the trace's attention pattern
+    np.testing.assert_allclose(st.prefill_pattern.astype(np.float32), tr.attn_pattern.astype(np.float32), atol=1e-3)
+
+
+def test_decode_attention_row_equals_full_forward(smol):
+    """The new token's row over the cache equals the last row of a full forward over the same ids."""
+    ids = _ids(smol)
+    st = generate.Stepper(smol, ids, None, max_steps=10)
+    st.run(4)  # prefill + 3 decode steps
+    rec = st.records[-1]
+    fed = st.all_ids[: rec.kv_tokens]
+    tr = tracing.trace_ids(smol, fed)
+    assert rec.attn.shape == (30, 9, len(fed))
+    np.testing.assert_allclose(rec.attn.astype(np.float32), tr.attn_pattern[:, :, -1, :].astype(np.float32), atol=2e-3)
+    np.testing.assert_allclose(rec.attn.astype(np.float32).sum(-1), 1.0, atol=5e-3)
+    # the chosen token is the argmax of the full forward's last logits (greedy)
+    assert rec.token_id == int(np.argmax(tr.last_logits))
+    np.testing.assert_allclose(rec.top_probs[0], np.exp(tr.top_logits[-1, 0] - tr.logsumexp[-1]), rtol=1e-4)
+
+
+def test_with_and_without_cache_same_tokens_smol(smol):
+    ids = _ids(smol)
+    with_c = generate.run_with_cache(smol, ids, 8)
+    without = generate.run_without_cache(smol, ids, 8)
+    assert without.token_ids == with_c.generated
+    assert without.lengths == list(range(len(ids), len(ids) + 8))
+    assert len(without.seconds) == 8 and all(s > 0 for s in without.seconds)
+
+
+def test_stops_at_end_token(smol):
+    ids = _ids(smol, "What is the capital of France?", chat=True)
+    st = generate.Stepper(smol, ids, None, max_steps=40)
+    st.run()
+    assert st.stop_reason == "eos" and st.generated[-1] == 2 and st.records[-1].token == "<|im_end|>"
+    assert "Paris" in smol.tokenizer.decode(st.generated)
+    assert st.step() is None  # nothing after the end token
+    st2 = generate.Stepper(smol, ids, None, max_steps=3)
+    st2.run()
+    assert st2.stop_reason == "max_steps" and len(st2.generated) == 3
+
+
+@pytest.mark.skipif(not generate.HAVE_SAMPLING, reason="core.sampling not available")
+def test_sampling_seed_reproducible_and_applied(smol):
+    ids = _ids(smol)
+    cfg = generate.SamplingConfig(temperature=1.3, top_k=0, top_p=1.0, seed=7)
+    a = generate.run_with_cache(smol, ids, 6, cfg).generated
+    b = generate.run_with_cache(smol, ids, 6, cfg).generated
+    assert a == b
+    others = [generate.run_with_cache(smol, ids, 6, generate.SamplingConfig(temperature=1.3, seed=s)).generated for s in (1, 2)]
+    assert any(o != a for o in others)  # the seed really drives the draw
+    greedy = generate.run_with_cache(smol, ids, 6).generated
+    top1 = generate.run_with_cache(smol, ids, 6, generate.SamplingConfig(temperature=1.3, top_k=1, seed=5)).generated
+    assert top1 == greedy  # top-k = 1 leaves only the argmax: the settings are applied
+    # the same seed without the cache draws the same tokens
+    assert generate.run_without_cache(smol, ids, 6, cfg).token_ids == a
+
+
+def test_toy_stepper():
+    toy = pytest.importorskip("core.toy")
+    import torch
+
+    m = toy.wrap(toy.ToyTransformer(toy.ToyConfig(n_layers=2, n_heads=4, n_kv_heads=2)), "random init")
+    ids = m.tokenizer.encode("hello")
+    st = generate.Stepper(m, ids, None, max_steps=6, stop_at_eos=False)
+    st.run()
+    assert st.generated == generate.run_without_cache(m, ids, 6).token_ids
+    last = st.records[-1]
+    f = m.facts
+    assert last.kv_tokens == len(ids) + 5
+    assert last.kv_bytes == 2 * f.n_layers * f.n_kv_heads * f.head_dim * last.kv_tokens * 4
+    probes: dict = {}
+    with torch.inference_mode():
+        m.model(torch.tensor([st.all_ids[: last.kv_tokens]]), probes=probes)
+    ref = torch.stack([p["weights"][:, -1, :] for p in probes["layers"]]).numpy()  # [L, H, T]
+    np.testing.assert_allclose(last.attn.astype(np.float32), ref, atol=2e-3)
+
+
+def test_cli_writes_npz(tiny_dirs, tmp_path):
+    out = tmp_path / "gen.npz"
+    assert generate.cli_main([PROMPT, "--steps", "5", "-o", str(out), "--model", str(tiny_dirs["llama"])]) == 0
+    z = np.load(out)
+    for key in ("token_ids", "tokens", "kv_tokens", "kv_bytes", "step_seconds", "prefill_seconds", "meta", "prompt_ids"):
+        assert key in z.files
+    n = len(z["token_ids"])
+    assert 1 <= n <= 5 and z["kv_tokens"].shape == (n,) and z["kv_bytes"].shape == (n,) and z["step_seconds"].shape == (n,)
+    meta = json.loads(str(z["meta"]))
+    f = meta["facts"]
+    T = len(z["prompt_ids"])
+    assert z["kv_tokens"].tolist() == list(range(T, T + n))
+    assert z["kv_bytes"].tolist() == [2 * f["n_layers"] * f["n_kv_heads"] * f["head_dim"] * t * 4 for t in range(T, T + n)]
+    assert float(z["step_seconds"][0]) == float(z["prefill_seconds"]) > 0
+    assert generate.cli_main(["   ", "--steps", "2", "-o", str(tmp_path / "x.npz"), "--model", str(tiny_dirs["llama"])]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# KV calculator
+
+
+def test_kvcalc_by_hand():
+    presets = {p.name: p for p in kvcalc.load_presets()}
+    expected = {"SmolLM2-135M": (30, 9, 3, 64), "Qwen2.5-0.5B": (24, 14, 2, 64), "Qwen2.5-7B": (28, 28, 4, 128),
+                "Llama-3-8B": (32, 32, 8, 128), "Llama-2-7B": (32, 32, 32, 128)}
+    for name, shape in expected.items():
+        p = presets[name]
+        assert (p.n_layers, p.n_heads, p.n_kv_heads, p.head_dim) == shape
+    assert any(p.n_heads == 28 and p.n_kv_heads == 4 and p.group_size == 7 for p in presets.values())
+    assert kvcalc.kv_cache_bytes(presets["Llama-3-8B"], 1, 2) == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert kvcalc.kv_cache_bytes(presets["Llama-2-7B"], 4096, 2) == 2 * 2**30  # 2 GiB, the classic figure
+    assert kvcalc.kv_cache_bytes(presets["Qwen2.5-7B"], 1000, 1, requests=8) == 2 * 28 * 4 * 128 * 1000 * 8
+    assert presets["SmolLM2-135M"].bytes_per_token(4) == 46_080
+    rows = kvcalc.variant_rows(presets["Qwen2.5-7B"], 1, 2)
+    assert [(r["kind"], r["kv_heads"], r["bytes_per_token"]) for r in rows] == [
+        ("MHA", 28, 2 * 28 * 28 * 128 * 2), ("GQA (4)", 4, 2 * 28 * 4 * 128 * 2), ("MQA", 1, 2 * 28 * 1 * 128 * 2)]
+    assert rows[1]["vs_mha"] == pytest.approx(4 / 28)
+    assert [r["kind"] for r in kvcalc.variant_rows(presets["Llama-2-7B"], 1, 2)] == ["MHA", "MQA"]
+    assert kvcalc.human_bytes(131_072) == "128 KiB" and kvcalc.human_bytes(2 * 2**30) == "2 GiB"
+
+
+def test_kvcalc_from_config(smol):
+    s = kvcalc.from_config('{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}')
+    assert (s.n_layers, s.n_kv_heads, s.head_dim) == (32, 8, 128)
+    gpt2 = kvcalc.from_config({"n_layer": 12, "n_head": 12, "n_embd": 768})
+    assert gpt2.n_kv_heads == 12 and gpt2.head_dim == 64 and gpt2.attention_kind == "MHA"
+    # the embedded model's own config gives the same bytes as its facts and its real cache
+    smol_cfg = smol.model.config.to_dict()
+    assert kvcalc.from_config(smol_cfg).bytes_per_token(4) == smol.facts.kv_bytes_per_token(4)
+    for bad in ("not json", "[1, 2]", '{"hidden_size": 64}', '{"num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 48}'):
+        with pytest.raises(kvcalc.ConfigError):
+            kvcalc.from_config(bad)
+
+
+def test_simulate_by_hand():
+    costs = kvcalc.Costs(prefill_s_per_token=0.001, decode_s_per_token=0.04, kv_bytes_per_token=46_080, weight_bytes=538_060_032)
+    rows = {r["key"]: r for r in kvcalc.simulate(kvcalc.SEED_WORKLOADS, costs)}
+    assert rows["long_in"]["ttft_s"] == pytest.approx(8.0) and rows["long_in"]["decode_s"] == pytest.approx(4.0)
+    assert rows["long_in"]["time_dominant"] == "prefill" and rows["long_in"]["memory_dominant"] == "weights"
+    assert rows["long_out"]["time_dominant"] == "decode" and rows["long_out"]["decode_s"] == pytest.approx(80.0)
+    assert rows["concurrent"]["kv_bytes"] == 64 * 8100 * 46_080 and rows["concurrent"]["memory_dominant"] == "kv"
+
+
+# ---------------------------------------------------------------------------------------------
+# Chat template
+
+
+def test_chat_rendering(smol):
+    tok = smol.tokenizer
+    r = chatfmt.render(tok, [{"role": "user", "content": "What is the capital of France?"}])
+    assert r.ids == tracing.encode(tok, "What is the capital of France?", chat=True).ids  # same as the tracer's chat mode
+    assert r.generation_prompt == "<|im_start|>assistant\n"
+    assert r.ids[-r.n_generation_prompt_tokens:] == tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    assert r.end_token == "<|im_end|>" and r.end_token_id == 2
+    assert r.system_added  # SmolLM2's template adds its default system turn
+    assert "".join(s for s, _ in r.segments) == r.text
+    assert [s for s, sp in r.segments if sp].count("<|im_end|>") == r.ids.count(2) == 2
+    assert sum(r.special) == r.ids.count(1) + r.ids.count(2)  # <|im_start|> = 1, <|im_end|> = 2
+    r2 = chatfmt.render(tok, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], add_generation_prompt=False)
+    assert not r2.system_added and r2.generation_prompt == "" and r2.ids[-2:] == [2, tok("\n", add_special_tokens=False)["input_ids"][0]]
+    with pytest.raises(ValueError):
+        chatfmt.render(tok, [{"role": "narrator", "content": "x"}])
+
+
+def test_chat_without_template():
+    toy = pytest.importorskip("core.toy")
+    with pytest.raises(chatfmt.NoChatTemplateError):
+        chatfmt.render(toy.ByteTokenizer(), [{"role": "user", "content": "hi"}])
+
+
+def test_plot_specs_carry_the_numbers(smol):
+    ids = _ids(smol)
+    st = generate.Stepper(smol, ids, None, max_steps=4)
+    st.run()
+    toks, tot, per = st.kv_arrays()
+    fig = plots_gen.kv_growth(toks, tot, "zh")
+    np.testing.assert_allclose(fig.data[0].y, tot / 1024)
+    assert list(fig.data[1].y) == toks.tolist() and "KV Cache" in fig.layout.title.text
+    fig = plots_gen.timings([r.seconds for r in st.records], "en")
+    np.testing.assert_allclose(fig.data[0].y, np.array([r.seconds for r in st.records]) * 1000)
+    rec = st.records[-1]
+    fig = plots_gen.attention_row(rec.attn[5, 2], tracing.readable_tokens(smol.tokenizer, st.all_ids), len(ids), "t", "en")
+    np.testing.assert_allclose(fig.data[0].y, rec.attn[5, 2].astype(np.float32))
+    fig = plots_gen.prefill_matrix(st.prefill_pattern[0, 0], tracing.readable_tokens(smol.tokenizer, ids), "t", "en")
+    assert np.asarray(fig.data[0].z).shape == (len(ids), len(ids)) and np.triu(np.asarray(fig.data[0].z), 1).max() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages
+
+
+def _app(page: str, lang: str, prompt: str = PROMPT):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state["lang"] = lang
+    at.session_state["prompt"] = prompt
+    at.switch_page(f"pages/{page}.py")
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_generation_page(smol, lang):
+    at = _app("generation", lang)
+    T = len(_ids(smol))
+    at.button(key="generation_prefill").click().run()
+    assert not at.exception and not at.error
+    at.button(key="generation_next").click().run()
+    assert not at.exception and not at.error
+    metrics = [m.value for m in at.metric]
+    assert f"{T + 1} · {2 * 30 * 3 * 64 * (T + 1) * 4:,} B" in metrics  # the cache after one decode step
+    expected = _hf_greedy(smol, _ids(smol), 2)
+    assert at.session_state["generation_stepper"].generated == expected
+    assert len(at.get("plotly_chart")) >= 5
+    at.button(key="generation_reset").click().run()
+    assert not at.exception and not at.session_state["generation_stepper"].started
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_kv_cache_page(lang):
+    at = _app("kv_cache", lang)
+    at.slider(key="kv_cache_n").set_value(4).run()
+    at.button(key="kv_cache_measure").click().run()
+    assert not at.exception and not at.error
+    assert any(m.value.startswith("✓") for m in at.markdown)
+    at.selectbox(key="kv_cache_preset").set_value("Llama-3-8B").run()
+    at.number_input(key="kv_cache_tokens").set_value(1).run()
+    assert any("131,072" in c.value for c in at.caption)
+    at.selectbox(key="kv_cache_preset").set_value(at.selectbox(key="kv_cache_preset").options[-1]).run()
+    at.text_area(key="kv_cache_cfg").set_value("{oops").run()
+    assert not at.exception and at.error  # a clear message, no traceback
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_chat_page(lang):
+    at = _app("chat", lang)
+    codes = [c.value for c in at.code]
+    assert "<|im_start|>assistant⏎" in codes and any("id 2" in c for c in codes)
+
+
+def test_pages_empty_prompt():
+    for page in ("generation", "kv_cache", "chat"):
+        at = _app(page, "en", prompt="   ")
+        assert not at.exception
+
+
+def test_generation_page_toy():
+    pytest.importorskip("core.toy")
+    if not (ROOT / "assets" / "toy").is_dir():
+        pytest.skip("the trained toy is not in assets/toy")
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["model"] = "toy"
+    at.session_state["prompt"] = PROMPT
+    at.switch_page("pages/generation.py")
+    at.run()
+    at.button(key="generation_prefill").click().run()
+    at.button(key="generation_next").click().run()
+    assert not at.exception and not at.error
+    stp = at.session_state["generation_stepper"]
+    assert stp.loaded.kind == "toy" and stp.records[-1].kv_tokens == len(stp.prompt_ids) + 1
+    f = stp.loaded.facts
+    assert stp.records[-1].kv_bytes == 2 * f.n_layers * f.n_kv_heads * f.head_dim * (len(stp.prompt_ids) + 1) * 4
+    chat = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    chat.query_params["model"] = "toy"
+    chat.switch_page("pages/chat.py")
+    chat.run()
+    assert not chat.exception and chat.warning  # "no chat template", said clearly
