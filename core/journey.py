@@ -72,12 +72,15 @@ def greedy_continuation(loaded: Any, ids: Sequence[int], max_new: int = 24) -> t
     with loaded.lock, torch.inference_mode():
         x = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
         past = None
+        if loaded.kind != "toy":
+            from transformers import DynamicCache
+
+            past = DynamicCache(config=loaded.model.config)  # lives here, per call: never on the shared model
         for _ in range(max_new):
             if loaded.kind == "toy":
                 logits, past = loaded.model(x, past_kv=past, use_cache=True)
             else:
-                out = loaded.model(input_ids=x, past_key_values=past, use_cache=True)
-                logits, past = out.logits, out.past_key_values
+                logits = loaded.model(input_ids=x, cache=past, use_cache=True, logits_to_keep=1).logits
             nxt = int(logits[0, -1].argmax())
             new.append(nxt)
             if nxt in eos:
