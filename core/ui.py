@@ -42,6 +42,14 @@ def t(key: str, **kw: Any) -> str:
     return i18n.t(key, lang(), **kw)
 
 
+def fmt(pattern: str, **kw: Any):
+    """A ``format_func`` for translated widget options: ``fmt("heads.metric_{}")`` maps the option
+    ``"entropy"`` to the string of key heads.metric_entropy. The language is fixed now, in the script's thread, because
+    Streamlit's test harness calls format_func from another thread, where the session is unknown."""
+    now = lang()
+    return lambda v: i18n.t(pattern.format(v), now, **kw)
+
+
 # ---------------------------------------------------------------------------------------------
 # shared state: model spec, prompt, chat switch
 

@@ -34,7 +34,7 @@ def render() -> None:
     lang, spec, (L, H) = ui.lang(), ui.model_spec(), (tr.n_layers, tr.n_heads)
     layer, head = ui.layer_head_pickers("ablation", L, H)
     scope = st.radio(ui.t("ablation.scope"), ["head", "layer"], horizontal=True, key="ablation_scope",
-                     format_func=lambda s: ui.t(f"ablation.scope_{s}", l=layer, h=head))
+                     format_func=ui.fmt("ablation.scope_{}", l=layer, h=head))
     ids = tuple(int(i) for i in tr.token_ids)
     try:
         before = cached_inside.probs(spec, ids, ())

@@ -20,7 +20,7 @@ def render() -> None:
         return
     lang = ui.lang()
     names = list(embeddings.CONTEXT_PAIRS)
-    preset = st.selectbox(ui.t("context.preset"), names, format_func=lambda k: ui.t(f"context.preset_{k}"), key="context_preset")
+    preset = st.selectbox(ui.t("context.preset"), names, format_func=ui.fmt("context.preset_{}"), key="context_preset")
     a0, b0, word = embeddings.CONTEXT_PAIRS[preset]
     c1, c2 = st.columns(2)
     pa = c1.text_input(ui.t("context.prompt_a"), a0, key=f"context_a_{preset}", max_chars=2000)

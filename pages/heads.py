@@ -28,7 +28,7 @@ def render() -> None:
     lang, (L, H, T) = ui.lang(), (tr.n_layers, tr.n_heads, tr.n_tokens)
     layer, head = ui.layer_head_pickers("heads", L, H)
     c1, c2 = st.columns(2)
-    mode = c1.radio(ui.t("heads.mode"), ["layer", "head"], format_func=lambda m: ui.t(f"heads.mode_{m}", l=layer, h=head),
+    mode = c1.radio(ui.t("heads.mode"), ["layer", "head"], format_func=ui.fmt("heads.mode_{}", l=layer, h=head),
                     horizontal=True, key="heads_mode")
     hide = c2.toggle(ui.t("heads.hide_first"), key="heads_hide", help=ui.t("heads.hide_help"))
 
@@ -58,7 +58,7 @@ def render() -> None:
     st.subheader(ui.t("heads.atlas_title"))
     st.markdown(ui.t("heads.atlas_intro"))
     atlas = cached_inside.atlas(ui.model_spec(), tr.prompt, tr.chat)
-    metric = st.radio(ui.t("heads.metric"), METRICS, format_func=lambda m: ui.t(f"heads.metric_{m}"), horizontal=True, key="heads_metric")
+    metric = st.radio(ui.t("heads.metric"), METRICS, format_func=ui.fmt("heads.metric_{}"), horizontal=True, key="heads_metric")
     values = getattr(atlas, metric)
     st.plotly_chart(plots_inside.fig_atlas(values, ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang, (layer, head)),
                     width="stretch")

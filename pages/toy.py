@@ -46,9 +46,9 @@ def render() -> None:
         st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
         layer, head = ui.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
         c1, c2 = st.columns(2)
-        a_stage = c1.selectbox(ui.t("toy.attn_stage"), plots_toy.ATTN_STAGES, index=4, format_func=lambda s: ui.t(f"toy.stage.{s}"), key="toy_attn_stage")
+        a_stage = c1.selectbox(ui.t("toy.attn_stage"), plots_toy.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
         mlp_stages = [s for s in plots_toy.MLP_STAGES if s in tr.extras or s in ("down",)]
-        m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=lambda s: ui.t(f"toy.stage.{s}"), key="toy_mlp_stage")
+        m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), key="toy_mlp_stage")
         with c1:
             _site(tr, a_stage, layer, head, lang)
         with c2:

@@ -130,10 +130,19 @@ def test_logits_are_the_lm_head_of_final_hidden(cases):
         np.testing.assert_allclose(tr.final_hidden[-1].astype(np.float64) @ w.T, tr.last_logits, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+def _hook_state(model):
+    return {name: (tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for name, m in model.named_modules()}
+
+
 def test_no_hook_flag_or_record_is_left_on_the_model(cases):
+    """Tracing leaves the shared model exactly as it found it (hooks transformers itself may have
+    installed for output_hidden_states are its own, and stay the same)."""
     for name, loaded, _, _ in cases:
-        for mod in loaded.model.modules():
-            assert not mod._forward_hooks and not mod._forward_pre_hooks, f"{name}: {type(mod).__name__}"
+        before = _hook_state(loaded.model)
+        config_before = loaded.model.config.to_json_string()
+        tracing.trace(loaded, "Another prompt, to trace once more.")
+        assert _hook_state(loaded.model) == before, name
+        assert loaded.model.config.to_json_string() == config_before
         assert loaded.model.config._attn_implementation == xray_attention.NAME
     assert getattr(xray_attention._local, "record", None) is None
 
