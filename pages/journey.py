@@ -50,7 +50,9 @@ def render() -> None:
                   hide_index=True, width="stretch")
     with box:
         ui.badge("model")
-    stage(8, "journey.s8.body", "logits", tok=repr(rows[0][0]), p=f"{rows[0][3]:.1%}")
+    box = stage(8, "journey.s8.body", "logits", tok=repr(rows[0][0]), p=f"{rows[0][3]:.1%}")
+    if not ui.chat() and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
+        box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
     new, stopped = cached.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())
     box = stage(9, "journey.s9.body", "generation", n=len(new))
     pieces = [tok.decode([i]) for i in new]
