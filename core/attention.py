@@ -353,7 +353,9 @@ class MaskPanel:
 def mask_gallery(T: int = 4, lengths: tuple[int, int] = (4, 2), window: int = 2, T_enc: int = 5) -> dict[str, list[MaskPanel]]:
     """Every mask of the gallery, grouped by tab: causal, padding (sentence A and B of a
     right-padded batch), causal + padding, bidirectional, cross-attention, sliding window."""
-    num = [str(i) for i in range(T)]
+    # The seeds' four-token example (我 喜欢 人工 智能) labels the square masks when it fits.
+    seed_words = ("我", "喜欢", "人工", "智能")
+    num = [f"{i}·{seed_words[i]}" if T <= len(seed_words) else str(i) for i in range(T)]
     Tb = max(lengths)
     pad = [[f"{i}·{'PAD' if i >= n else 'tok'}" for i in range(Tb)] for n in lengths]
     p, cp = padding_visibility(lengths, Tb), causal_padding_visibility(lengths, Tb)

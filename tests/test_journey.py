@@ -12,7 +12,7 @@ def test_greedy_loop_equals_hf_generate(smol):
     tr = tracing.trace(smol, "What is the capital of France?", chat=True)
     new, stopped = journey.greedy_continuation(smol, tr.token_ids.tolist(), max_new=20)
     with smol.lock, torch.inference_mode():
-        ref = smol.model.generate(torch.tensor([tr.token_ids]), max_new_tokens=20, do_sample=False)[0, tr.n_tokens:]
+        ref = smol.model.generate(torch.from_numpy(tr.token_ids)[None], max_new_tokens=20, do_sample=False)[0, tr.n_tokens:]
     assert new == ref.tolist()[: len(new)]
     assert stopped and new[-1] == 2  # <|im_end|>
     assert "Paris" in smol.tokenizer.decode(new)
@@ -26,7 +26,7 @@ def test_greedy_loop_stops_at_the_limit(smol):
 def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
     tr = tracing.trace(smol, "The capital of France is")
     with smol.lock, torch.inference_mode():
-        logits = smol.model(torch.tensor([tr.token_ids])).logits[0, -1].double()
+        logits = smol.model(torch.from_numpy(tr.token_ids)[None]).logits[0, -1].double()
     p = torch.softmax(logits, -1)
     rows = journey.top_next_tokens(tr, smol.tokenizer, k=5)
     assert [r[1] for r in rows] == torch.topk(logits, 5).indices.tolist()
@@ -37,7 +37,7 @@ def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
 def test_norms_are_of_hf_hidden_states(smol):
     tr = tracing.trace(smol, "苹果很好吃。")
     with smol.lock, torch.inference_mode():
-        hs = smol.model(torch.tensor([tr.token_ids]), output_hidden_states=True).hidden_states
+        hs = smol.model(torch.from_numpy(tr.token_ids)[None], output_hidden_states=True).hidden_states
     ref = [float(h[0, -1].norm()) for h in hs[:-1]]  # hs[-1] is after the final norm
     np.testing.assert_allclose(journey.last_token_norms(tr)[:-1], ref, rtol=1e-5)
 
