@@ -131,6 +131,13 @@ def set_qp(**kw: Any) -> None:
             st.query_params[k] = str(v)
 
 
+def layer_slider(key: str, n_layers: int, label_key: str = "ui.layer") -> int:
+    """One layer slider bound to the URL's ``layer``."""
+    layer = st.slider(t(label_key), 0, n_layers - 1, qp_int("layer", 0, 0, n_layers - 1), key=key)
+    set_qp(layer=layer)
+    return layer
+
+
 def layer_head_pickers(key: str, n_layers: int, n_heads: int, *, with_head: bool = True) -> tuple[int, int]:
     """Layer (and head) sliders bound to the URL's ``layer`` and ``head``."""
     c1, c2 = st.columns(2)

@@ -54,8 +54,7 @@ def render() -> None:
     tr = ui.current_trace()
     if tr is None:
         return
-    layer = st.slider(ui.t("ui.layer"), 0, tr.n_layers - 1, ui.qp_int("layer", 0, 0, tr.n_layers - 1), key="multihead_layer")
-    ui.set_qp(layer=layer)
+    layer = ui.layer_slider("multihead_layer", tr.n_layers)
     try:
         parts = cached_maths.recombine(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:

@@ -67,8 +67,7 @@ def render() -> None:
         if loaded.facts.position_type != "RoPE" or loaded.kind != "hf":
             st.info(ui.t("positions.not_rope", kind=loaded.facts.position_type))
             return
-        layer = st.slider(ui.t("ui.layer"), 0, tr.n_layers - 1, ui.qp_int("layer", 0, 0, tr.n_layers - 1), key="positions_layer")
-        ui.set_qp(layer=layer)
+        layer = ui.layer_slider("positions_layer", tr.n_layers)
         try:
             chk = cached_maths.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
         except (ValueError, AttributeError) as e:
