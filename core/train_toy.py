@@ -1,23 +1,30 @@
-"""Train the toy transformer on a task whose attention you can read: repeated segments.
+"""Train the toy transformer on a task whose attention you can read: repeated random segments.
 
-Each training sequence is <bos>, a little noise, then one segment (random letters, or a window of a
-small bilingual corpus written for this app) repeated until the sequence is full. The first copy of
-a random segment cannot be predicted; every later copy can, *if* the model learns the two-step
-circuit known as an induction head (Olsson et al., 2022):
+Each training sequence is <bos> followed by random segments (5 … 40 letters), each written twice:
+``A A B B …``. The first copy of a segment cannot be predicted; the second can, *if* the model
+learns the two-step circuit known as an induction head (Olsson et al., 2022):
 
 1. a previous-token head (layer 0) copies "the token before me" into each position;
 2. an induction head (layer 1) looks for an earlier position whose *previous* token equals the
    current token, and predicts what came after it then.
 
-So the loss on the second copy collapses while the first copy stays at chance, and the attention
-patterns show a sub-diagonal (previous token) and a diagonal stripe one segment back (induction).
+A 2-layer model trained only on that data sits for thousands of steps on a shortcut ("predict a
+letter already seen"), because neither head is useful without the other. So for the first
+``SKIP_STEPS`` steps a quarter of the rows follow a fixed rule instead — the next letter is a
+function of the letter *two* back — which only a previous-token head can exploit. Layer 0 learns
+one within a few hundred steps, and the induction head then forms on the repeats alone.
 
-Run ``python -m core.train_toy`` (seeded; about a minute on 2 CPU cores) to rewrite assets/toy/.
+So the loss on the second copy collapses while the first copy stays at chance, at any segment
+length, and the attention patterns show a sub-diagonal (previous token) in layer 0 and a
+diagonal stripe one segment back (induction) in layer 1.
+
+Run ``python -m core.train_toy`` (seeded; under 90 s on 2 CPU cores) to rewrite assets/toy/.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -28,45 +35,50 @@ import torch.nn.functional as F
 
 from core.toy import ASSETS, CONFIG_FILE, LOSS_FILE, WEIGHTS_FILE, ByteTokenizer, ToyConfig, ToyTransformer
 
-# The trained toy: SmolLM2's shape (RoPE, RMSNorm, SwiGLU, GQA 2:1, tied), tiny numbers.
-TRAINED_CONFIG = ToyConfig(vocab_size=259, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, position="rope",
+# The trained toy: SmolLM2's shape (RoPE, RMSNorm, SwiGLU, tied), tiny numbers; 4 heads of 32 dims
+# (head_dim > d_model / n_heads, as HF allows), so each head has room for its q·k pattern.
+TRAINED_CONFIG = ToyConfig(vocab_size=259, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=32, position="rope",
                            rope_theta=10000.0, norm="rmsnorm", norm_placement="pre", ffn="swiglu", d_ff=128,
                            tied=True, causal=True, max_positions=512)
-STEPS, SEED, BATCH, SEQ_LEN, LR, P_CORPUS = 2500, 0, 32, 64, 1e-2, 0.2
+STEPS, SEED, BATCH, SEQ_LEN, LR = 2000, 1, 32, 96, 5e-3  # seed 0 grows a shifted circuit (attends i+2); seed 1 the textbook one
+SEG_MIN, SEG_MAX = 4, 40  # segment lengths seen in training
+P_SKIP, SKIP_STEPS = 0.25, 300  # share of rule-following rows, and for how many steps
+WARMUP = 100
 
-ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789"
-CORPUS = """\
-The cat sat on the mat. The dog ran to the park. A token is a piece of text; a model reads tokens, not letters.
-Attention lets each position look back at earlier positions. The capital of France is Paris.
-我喜欢你。你喜欢我。小明把书交给小红。今天天气很好，适合跑步。苹果很好吃。
-模型一次只预测一个 Token，然后把它接在输入后面，再预测下一个。
-Every layer adds something to the residual stream. Keys and values are cached; queries are not.
-"""
+# Training letters: 64 byte values (the tokenizer still takes any byte, so any prompt runs).
+ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ!?"
+_rule = random.Random(12345)
+SKIP_RULE = {a: _rule.choice(ALPHABET) for a in ALPHABET}  # the letter two back → the next letter
 
 Callback = Callable[[int, float, ToyTransformer], Any]
 
 
-def make_batch(rng: random.Random, batch: int, seq_len: int, p_corpus: float = 0.3) -> torch.Tensor:
-    """[batch, seq_len + 1] token ids: inputs are [:, :-1], next-token targets are [:, 1:]."""
-    tok = ByteTokenizer()
-    corpus = CORPUS.encode("utf-8")
+def make_batch(rng: random.Random, batch: int, seq_len: int, p_skip: float = 0.0, noise: float = 0.2) -> torch.Tensor:
+    """[batch, seq_len + 1] token ids: inputs are [:, :-1], next-token targets are [:, 1:].
+
+    The first round(p_skip · batch) rows follow SKIP_RULE (the next letter is a function of the
+    letter two back, or random with probability ``noise``); the rest are <bos> + A A B B … with
+    random segments of SEG_MIN … SEG_MAX letters (cut at seq_len).
+    """
+    bos = ByteTokenizer().bos_token_id
     rows = []
-    for _ in range(batch):
-        n = rng.randint(6, 20)
-        if rng.random() >= p_corpus:
-            seg = bytes(rng.choice(ALPHABET) for _ in range(n))
+    for k in range(batch):
+        if k < round(p_skip * batch):
+            body = [rng.choice(ALPHABET), rng.choice(ALPHABET)]
+            while len(body) < seq_len:
+                body.append(SKIP_RULE[body[-2]] if rng.random() >= noise else rng.choice(ALPHABET))
         else:
-            start = rng.randrange(0, len(corpus) - n)
-            seg = corpus[start : start + n]
-        noise = bytes(rng.choice(ALPHABET) for _ in range(rng.randint(0, 6)))
-        body = noise + seg * (seq_len // n + 2)
-        rows.append([tok.bos_token_id, *body[:seq_len]])
+            body = []
+            while len(body) < seq_len:
+                seg = [rng.choice(ALPHABET) for _ in range(rng.randint(SEG_MIN, SEG_MAX))]
+                body += seg + seg
+        rows.append([bos, *body[:seq_len]])
     return torch.tensor(rows, dtype=torch.long)
 
 
 def train(config: ToyConfig = TRAINED_CONFIG, steps: int = STEPS, seed: int = SEED, callback: Callback | None = None,
-          batch: int = BATCH, seq_len: int = SEQ_LEN, lr: float = LR,
-          p_corpus: float = P_CORPUS) -> tuple[ToyTransformer, list[float]]:
+          batch: int = BATCH, seq_len: int = SEQ_LEN, lr: float = LR, p_skip: float = P_SKIP,
+          skip_steps: int = SKIP_STEPS) -> tuple[ToyTransformer, list[float]]:
     """Train a fresh toy; ``callback(step, loss, model)`` after each step may return False to stop early."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -76,13 +88,13 @@ def train(config: ToyConfig = TRAINED_CONFIG, steps: int = STEPS, seed: int = SE
             if p.dim() == 2:
                 p.normal_(0.0, 0.02 if "embed" in name else 0.08)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    # Warm up, then cosine decay: a short run still ends on a small step size.
+    # Warm up, then cosine decay to a tenth: a short run still ends on a small step size.
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / max(1, steps))).item()) + 0.02)
+        opt, lambda s: min(1.0, (s + 1) / min(WARMUP, max(1, steps // 10))) * (0.1 + 0.45 * (1 + math.cos(math.pi * s / max(1, steps)))))
     losses: list[float] = []
     model.train()
     for step in range(steps):
-        data = make_batch(rng, batch, seq_len, p_corpus)
+        data = make_batch(rng, batch, seq_len, p_skip if step < skip_steps else 0.0)
         logits, _ = model(data[:, :-1])  # [B, T, V]
         loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), data[:, 1:].reshape(-1))  # [B·T, V] vs [B·T]
         opt.zero_grad(set_to_none=True)
@@ -159,10 +171,12 @@ def main() -> None:
     model, losses = train()
     seconds = time.perf_counter() - t0
     report = induction_report(model)
-    save(model, losses, seconds, steps=STEPS, seed=SEED, batch=BATCH, seq_len=SEQ_LEN, lr=LR, p_corpus=P_CORPUS, report=report)
+    reports = {n: induction_report(model, seg_len=n) for n in (10, 20, 40)}
+    save(model, losses, seconds, steps=STEPS, seed=SEED, batch=BATCH, seq_len=SEQ_LEN, lr=LR, p_skip=P_SKIP,
+         skip_steps=SKIP_STEPS, report=report, reports_by_length=reports)
     print(f"trained {len(losses)} steps in {seconds:.1f} s on {torch.get_num_threads()} threads; "
           f"loss {losses[0]:.3f} → {sum(losses[-20:]) / 20:.3f}")
-    print(json.dumps(report, indent=1))
+    print(json.dumps(reports, indent=1))
 
 
 if __name__ == "__main__":

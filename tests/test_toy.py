@@ -148,13 +148,13 @@ def tr(trained):
 
 def test_trained_toy_loads_with_facts(trained):
     f = trained.facts
-    assert trained.kind == "toy" and trained.spec == "toy" and f.n_layers == 2 and f.n_heads == 4 and f.n_kv_heads == 2
-    assert f.attention_kind == "GQA" and f.position_type == "RoPE" and f.ffn_type == "SwiGLU" and f.tied_embeddings
+    assert trained.kind == "toy" and trained.spec == "toy" and f.n_layers == 2 and f.n_heads == 4 and f.n_kv_heads == 4
+    assert f.attention_kind == "MHA" and f.position_type == "RoPE" and f.ffn_type == "SwiGLU" and f.tied_embeddings
     assert f.n_params == sum(p.numel() for p in trained.model.parameters()) < 200_000
 
 
 def test_trace_fields_and_shapes(trained, tr):
-    L, H, Hkv, dh, d, T = 2, 4, 2, 16, 64, tr.n_tokens
+    L, H, Hkv, dh, d, T = 2, 4, 4, 32, 64, tr.n_tokens
     assert T == 1 + len("小明把书交给小红。The cat sat on the mat, the cat sat.".encode())
     assert tr.q.shape == (L, H, T, dh) and tr.k.shape == (L, Hkv, T, dh) and tr.resid.shape == (L + 1, T, d)
     assert tr.attn_pattern.dtype == np.float16 and tr.meta["model_kind"] == "toy" and tr.meta["facts"]["n_heads"] == H
@@ -248,14 +248,17 @@ def test_word_order_demo():
 
 
 def test_trained_toy_copies_from_context(trained):
+    """The shipped toy has a previous-token head in layer 0 and an induction head in layer 1, at any segment length."""
     from core.train_toy import induction_report
 
-    rep = induction_report(trained.model, seg_len=16, seed=7)
-    assert rep["loss_first_copy"] > 3.0  # random letters: nothing to predict them from
-    assert rep["loss_second_copy"] < 0.6 * rep["loss_first_copy"]  # the repeat is predicted from context
-    assert rep["prev_token_head"]["score"] > 0.3
+    for seg_len in (10, 20, 40):
+        rep = induction_report(trained.model, seg_len=seg_len, seed=7)
+        assert rep["loss_first_copy"] > 3.0  # random letters: nothing to predict them from
+        assert rep["loss_second_copy"] < 0.3 * rep["loss_first_copy"]  # the repeat is predicted from context
+        assert rep["prev_token_head"]["layer"] == 0 and rep["prev_token_head"]["score"] > 0.5
+        assert rep["induction_head"]["layer"] == 1 and rep["induction_head"]["score"] > 0.5
     curve = toy.load_loss_curve()
-    assert curve["loss"][0] > 5.0 and np.mean(curve["loss"][-50:]) < 0.45 * curve["loss"][0]
+    assert curve["loss"][0] > 5.0 and np.mean(curve["loss"][-50:]) < 0.6 * curve["loss"][0]
 
 
 def test_train_reduces_loss_and_callback_can_stop():
