@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import ablation, cached_inside, plots_inside, tracing, ui
+from core import ablation, cached_inside, plots_inside, tracing, ui, ui_presenter
 
 MAX_ABLATION_TOKENS = 256  # each ablation is a fresh forward pass; keep it quick on a CPU
 
@@ -81,3 +81,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("attention")

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from core import anatomy, cached_stream, tracing, ui
+from core import anatomy, cached_stream, tracing, ui, ui_presenter
 from core import plots_stream as ps
 
 KEY = "anatomy_json"
@@ -86,3 +86,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("model")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import attention as A
+from core import attention as A, ui_presenter
 from core import cached_maths, plots_maths as P, ui
 
 PRESETS = ("worked", "seed42", "real")
@@ -107,3 +107,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("attention")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import chatfmt, plots_gen, tracing, ui
+from core import chatfmt, plots_gen, tracing, ui, ui_presenter
 
 P = "chat"
 
@@ -76,3 +76,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("decoder_only")

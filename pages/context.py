@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import embeddings, plots_inside, ui
+from core import embeddings, plots_inside, ui, ui_presenter
 
 
 def _pick(col, label: str, tr, default: int, key: str) -> int:
@@ -57,3 +57,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("transformer")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import generate, plots_gen, state_gen, tracing, ui
+from core import generate, plots_gen, state_gen, tracing, ui, ui_presenter
 
 P = "generation"
 
@@ -96,3 +96,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("kv_cache")

@@ -7,7 +7,7 @@ import math
 
 import streamlit as st
 
-from core import cached_inside, heads, plots_inside, ui
+from core import cached_inside, heads, plots_inside, ui, ui_presenter
 
 GRID_TOKENS = 48  # positions drawn per small map (the single-query view shows all)
 METRICS = ("prev_token", "first_token", "entropy", "max_weight")
@@ -71,3 +71,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("attention")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from core import cached, journey, ui
+from core import cached, journey, ui, ui_presenter
 
 PAGES = Path(__file__).parent
 
@@ -64,3 +64,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("decoder_only")

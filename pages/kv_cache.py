@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import cached_gen, kvcalc, plots_gen, tracing, ui
+from core import cached_gen, kvcalc, plots_gen, tracing, ui, ui_presenter
 
 P = "kv_cache"
 
@@ -96,3 +96,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("kv_cache")

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import cached_stream, sampling, ui
+from core import cached_stream, sampling, ui, ui_presenter
 from core import plots_stream as ps
 
 
@@ -74,3 +74,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("sampling")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import attention as A
+from core import attention as A, ui_presenter
 from core import plots_maths as P, ui
 
 TABS = ("causal", "padding", "causal_padding", "bidirectional", "cross", "sliding", "real")
@@ -60,3 +60,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("attention")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import attention as A
+from core import attention as A, ui_presenter
 from core import cached_maths, plots_maths as P, ui
 
 BYTES = {2: "fp16 / bf16", 4: "fp32", 1: "int8"}
@@ -74,3 +74,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("multihead")

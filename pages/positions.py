@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import cached_maths, plots_maths as P, positions as R, ui
+from core import cached_maths, plots_maths as P, positions as R, ui, ui_presenter
 
 def _methods_table() -> pd.DataFrame:
     cols = [ui.t(f"positions.col_{c}") for c in ("method", "where", "relative", "examples")]
@@ -81,3 +81,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("positions")

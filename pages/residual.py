@@ -3,7 +3,7 @@
 import numpy as np
 import streamlit as st
 
-from core import lens, ui
+from core import lens, ui, ui_presenter
 from core import plots_stream as ps
 
 
@@ -84,3 +84,4 @@ def _facts(loaded) -> dict:
 
 
 render()
+ui_presenter.sources("transformer")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core import cached, cached_toy, plots_toy, ui
+from core import cached, cached_toy, plots_toy, ui, ui_presenter
 from core.models import TOY_ID
 
 
@@ -99,3 +99,4 @@ def render() -> None:
 
 
 render()
+ui_presenter.sources("transformer")

@@ -288,7 +288,9 @@ def test_eight_concurrent_sessions_see_only_their_own_prompt(browser, server):
             pages.append(page)
         for i, (name, page) in enumerate(zip(NAMES, pages)):
             settle(page, timeout=180)
-            page.wait_for_selector(".st-key-tour_tokens")
+            # the chips arrive in the same script run as their container, but under load the
+            # browser may paint the container first: wait for the chips themselves
+            page.wait_for_function("() => document.querySelectorAll('.st-key-tour_tokens span').length > 0", timeout=120_000)
             # the chips, joined back into text (each chip: <sub>position</sub> piece, spaces shown as ␣)
             text = page.evaluate("() => Array.from(document.querySelectorAll('.st-key-tour_tokens span'))"
                                  ".map(s => s.lastChild.textContent.slice(1)).join('')").replace("␣", " ")
