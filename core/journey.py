@@ -61,29 +61,11 @@ def norms_figure(norms: np.ndarray, title: str, xlab: str, ylab: str) -> go.Figu
 
 
 def greedy_continuation(loaded: Any, ids: Sequence[int], max_new: int = 24) -> tuple[list[int], bool]:
-    """Greedy decoding with a KV cache: the journey's loop. Returns (new ids, stopped at an end token)."""
-    import torch
+    """Greedy decoding with a KV cache: the journey's loop. Returns (new ids, stopped at an end token).
 
-    eos = set(loaded.facts.eos_token_ids)
-    tok_eos = getattr(loaded.tokenizer, "eos_token_id", None)
-    if tok_eos is not None:
-        eos.add(int(tok_eos))
-    new: list[int] = []
-    with loaded.lock, torch.inference_mode():
-        x = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
-        past = None
-        if loaded.kind != "toy":
-            from transformers import DynamicCache
+    The same prefill/decode stepper as the generation page, without recording attention rows."""
+    from core.generate import Stepper
 
-            past = DynamicCache(config=loaded.model.config)  # lives here, per call: never on the shared model
-        for _ in range(max_new):
-            if loaded.kind == "toy":
-                logits, past = loaded.model(x, past_kv=past, use_cache=True)
-            else:
-                logits = loaded.model(input_ids=x, cache=past, use_cache=True, logits_to_keep=1).logits
-            nxt = int(logits[0, -1].argmax())
-            new.append(nxt)
-            if nxt in eos:
-                return new, True
-            x = torch.tensor([[nxt]], dtype=torch.long)  # only the new token goes in: the cache holds the rest
-    return new, False
+    stepper = Stepper(loaded, ids, max_steps=max_new, record_attention=False)
+    stepper.run()
+    return list(stepper.generated), stepper.stop_reason == "eos"

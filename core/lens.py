@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from core.trace import Trace
-from core.tracing import UnsupportedArchitectureError, find_sites
+from core.tracing import MLP_NAMES, UnsupportedArchitectureError, child_by_name, find_sites
 
 FINAL_NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "final_norm")
 NORM_NAMES = {  # (before attention, before the MLP), HF role names first
@@ -48,12 +48,6 @@ def sublayer_norms(tr: Trace, pos: int | None = None) -> tuple[np.ndarray, np.nd
 # finding modules by role
 
 
-def _child(obj: Any, names: tuple[str, ...]) -> Any | None:
-    for n in names:
-        m = getattr(obj, n, None)
-        if m is not None:
-            return m
-    return None
 
 
 def blocks(model: Any) -> list[Any]:
@@ -79,7 +73,7 @@ def _check_pre_norm(loaded: Any) -> None:
 def final_norm(model: Any) -> Any:
     """The norm between the last block and the LM head (``model.norm`` in Llama, ``ln_f`` in GPT-2)."""
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None) or model
-    m = _child(base, FINAL_NORM_NAMES) or _child(model, FINAL_NORM_NAMES)
+    m = child_by_name(base, FINAL_NORM_NAMES) or child_by_name(model, FINAL_NORM_NAMES)
     if m is None:
         raise UnsupportedArchitectureError(f"no final norm ({'/'.join(FINAL_NORM_NAMES)}) found in {type(model).__name__}.")
     return m
@@ -88,7 +82,7 @@ def final_norm(model: Any) -> Any:
 def block_norm(model: Any, layer: int, which: str) -> Any:
     """The norm in front of the attention (``which="attn"``) or the MLP (``"mlp"``) of block ``layer``."""
     block = blocks(model)[layer]
-    m = _child(block, NORM_NAMES[which])
+    m = child_by_name(block, NORM_NAMES[which])
     if m is None:
         raise UnsupportedArchitectureError(f"block {layer} has no {which} norm ({'/'.join(NORM_NAMES[which])}).")
     return m
@@ -236,7 +230,7 @@ def mlp_steps(loaded: Any, tr: Trace, layer: int, pos: int) -> MlpSteps:
 
     h = post_attention_layernorm(resid[l, t] + attn_out[l, t]), recomputed by ``norm_steps``.
     """
-    mlp = _child(blocks(loaded.model)[layer], ("mlp", "feed_forward", "ffn"))
+    mlp = child_by_name(blocks(loaded.model)[layer], MLP_NAMES)
     if mlp is None or not all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj")):
         raise UnsupportedArchitectureError(f"the MLP of {type(loaded.model).__name__} is not gated (no gate_proj/up_proj/down_proj).")
     if str(loaded.facts.activation).lower() not in ("silu", "swish"):

@@ -128,7 +128,8 @@ class Sites:
     lm_head: Any
 
 
-def _child(block: Any, names: tuple[str, ...]) -> Any | None:
+def child_by_name(block: Any, names: tuple[str, ...]) -> Any | None:
+    """The first attribute of ``block`` named in ``names`` (role names differ across architectures)."""
     for n in names:
         m = getattr(block, n, None)
         if m is not None:
@@ -146,12 +147,12 @@ def find_sites(model: Any) -> Sites:
     blocks = list(lists[0][1])
     attns, mlps = [], []
     for i, b in enumerate(blocks):
-        a, m = _child(b, ATTN_NAMES), _child(b, MLP_NAMES)
+        a, m = child_by_name(b, ATTN_NAMES), child_by_name(b, MLP_NAMES)
         if a is None or m is None:
             raise UnsupportedArchitectureError(
                 f"block {i} ({type(b).__name__}) has no attention ({'/'.join(ATTN_NAMES)}) or MLP ({'/'.join(MLP_NAMES)}) sub-module."
             )
-        if _child(b, ("crossattention", "encoder_attn")) is not None and getattr(model.config, "add_cross_attention", False):
+        if child_by_name(b, ("crossattention", "encoder_attn")) is not None and getattr(model.config, "add_cross_attention", False):
             raise UnsupportedArchitectureError("blocks with cross-attention are not decoder-only.")
         attns.append(a)
         mlps.append(m)
