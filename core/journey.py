@@ -19,7 +19,9 @@ def token_chips_html(tokens: Sequence[str], ids: Sequence[int], special: Sequenc
     """Tokens as coloured chips with their IDs under them (text escaped; spaces and newlines shown)."""
     chips = []
     for i, (tok, tid) in enumerate(zip(tokens, ids)):
-        shown = html.escape(str(tok)).replace(" ", "␣").replace("\n", "⏎")
+        shown = html.escape(str(tok))
+        if not shown.startswith("⟨"):  # byte labels such as ⟨E5 BE⟩ keep their own spaces
+            shown = shown.replace(" ", "␣").replace("\n", "⏎")
         bg = "#e5e7eb" if special is not None and special[i] else CHIP_COLOURS[i % len(CHIP_COLOURS)]
         border = "2px dashed #6b7280" if special is not None and special[i] else "1px solid #00000022"
         chips.append(
@@ -50,7 +52,10 @@ def top_next_tokens(tr: Trace, tokenizer: Any, k: int = 8) -> list[tuple[str, in
     """(token text, id, logit, probability) of the k best next tokens at the last position."""
     p = tr.last_probs()
     order = np.argsort(-tr.last_logits)[:k]
-    return [(tokenizer.decode([int(i)]), int(i), float(tr.last_logits[i]), float(p[i])) for i in order]
+    from core.tracing import readable_tokens  # a byte token shows as ⟨E8⟩, never as �
+
+    texts = readable_tokens(tokenizer, [int(i) for i in order])
+    return [(txt, int(i), float(tr.last_logits[i]), float(p[i])) for txt, i in zip(texts, order)]
 
 
 def norms_figure(norms: np.ndarray, title: str, xlab: str, ylab: str) -> go.Figure:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from core import cached, journey, ui, ui_presenter
+from core import cached, journey, tracing, ui, ui_presenter
 
 PAGES = Path(__file__).parent
 
@@ -55,7 +55,7 @@ def render() -> None:
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
     new, stopped = cached.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())
     box = stage(9, "journey.s9.body", "generation", n=len(new))
-    pieces = [tok.decode([i]) for i in new]
+    pieces = tracing.readable_tokens(tok, new)
     box.markdown(journey.token_chips_html(pieces, new, journey.special_mask(tok, new)), unsafe_allow_html=True)
     box.info(ui.t("journey.stop_eos") if stopped else ui.t("journey.stop_limit", n=len(new)))
     with box:
