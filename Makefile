@@ -27,17 +27,17 @@ browser:
 	@(command -v chromium >/dev/null 2>&1 && fc-list | grep -qi "Noto Sans CJK") || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null)
 
 run: install
-	$(VPY) -m core.ui_server --server.port $(PORT)
+	$(VPY) -m core.web.server --server.port $(PORT)
 
 test: install browser
 	$(VPY) -m pytest -q tests
 
 bench: install
-	$(VPY) tests/benchmarks/bench_trace.py
-	$(VPY) tests/benchmarks/bench_generate.py
+	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py
+	PYTHONPATH=. $(VPY) tests/benchmarks/bench_generate.py
 
 toy: install
-	$(VPY) -m core.train_toy
+	$(VPY) -m core.toy.train
 
 clean:
 	rm -rf $(VENV) .pytest_cache

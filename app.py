@@ -6,37 +6,11 @@ pages/ is a thin script: read widgets → call core → draw. Run it with `make 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
-from core import i18n, ui, ui_presenter
-from core.models import EMBEDDED_ID, TOY_ID
-
-ROOT = Path(__file__).resolve().parent
-
-# (section key, page file stem, icon). A page whose file is absent is simply not listed.
-PAGES = [
-    ("nav.start", "journey", "🧭"),
-    ("nav.start", "tour", "🎓"),
-    ("nav.inside", "tokens", "🔤"),
-    ("nav.inside", "context", "🍎"),
-    ("nav.inside", "heads", "👁️"),
-    ("nav.inside", "ablation", "✂️"),
-    ("nav.inside", "residual", "➕"),
-    ("nav.inside", "logits", "🎲"),
-    ("nav.inside", "anatomy", "🧬"),
-    ("nav.maths", "attention_lab", "🧮"),
-    ("nav.maths", "masks", "🎭"),
-    ("nav.maths", "multihead", "🧩"),
-    ("nav.maths", "positions", "🌀"),
-    ("nav.maths", "toy", "🧪"),
-    ("nav.generation", "generation", "⏭️"),
-    ("nav.generation", "kv_cache", "🗄️"),
-    ("nav.generation", "chat", "💬"),
-    ("nav.learn", "quiz", "✅"),
-    ("nav.learn", "references", "📚"),
-]
+from core.engine import i18n
+from core.engine.types import EMBEDDED_ID, TOY_ID, ModelLoadError
+from core.web import cache, nav, presenter, ui
 
 
 def sidebar() -> None:
@@ -56,10 +30,7 @@ def sidebar() -> None:
         st.query_params["lang"] = lang
 
         # -- model ------------------------------------------------------------------------
-        options = [EMBEDDED_ID]
-        if (ROOT / "core" / "toy.py").exists():
-            options.append(TOY_ID)
-        options.append("__local__")
+        options = [EMBEDDED_ID, TOY_ID, "__local__"]
         current = ui.model_spec()
         idx = options.index(current) if current in options else len(options) - 1
         labels = {EMBEDDED_ID: ui.t("sb.model_embedded"), TOY_ID: ui.t("sb.model_toy"), "__local__": ui.t("sb.model_local")}
@@ -86,17 +57,14 @@ def sidebar() -> None:
         st.toggle(ui.t("sb.chat"), key="chat", help=ui.t("sb.chat_help"))
         st.query_params["prompt"] = st.session_state["prompt"][:2000]
         st.query_params["chat"] = "1" if st.session_state["chat"] else "0"
-        ui_presenter.sidebar_toggle()
+        presenter.sidebar_toggle()
         st.caption(ui.t("sb.footer"))
 
 
 def _switch_model(spec: str) -> None:
     """Try a new model; on failure keep the previous one and say why."""
-    from core import cached
-    from core.models import ModelLoadError
-
     try:
-        cached.get_model(spec)
+        cache.get_model(spec)
     except ModelLoadError as e:
         st.sidebar.error(ui.t("err.model_load", msg=str(e)))
         st.sidebar.caption(ui.t("sb.kept_model", spec=st.session_state.get("model_spec_ok", EMBEDDED_ID)))
@@ -117,15 +85,9 @@ def main() -> None:
         if wanted != EMBEDDED_ID:
             _switch_model(wanted)
     sidebar()
-    ui_presenter.apply_css()
-    sections: dict[str, list] = {}
-    for section, stem, icon in PAGES:
-        path = ROOT / "pages" / f"{stem}.py"
-        if path.exists():
-            sections.setdefault(ui.t(section), []).append(
-                st.Page(str(path), title=ui.t(f"page.{stem}"), icon=icon, url_path=stem, default=(stem == "journey"))
-            )
-    st.navigation(sections, expanded=True).run()
+    presenter.apply_css()
+    nav.navigation().run()
 
 
-main()
+if __name__ == "__main__":
+    main()

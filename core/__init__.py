@@ -1,0 +1,18 @@
+"""Transformer X-Ray's core: everything the app computes, without the web page.
+
+The notebook API (stable across refactors)::
+
+    from core import load_model, trace
+    m = load_model()                       # the embedded SmolLM2-135M-Instruct (or "toy", or a folder)
+    tr = trace(m, "The capital of France is")
+    tr.attn_pattern.shape                  # [layers, heads, T, T]
+
+The house, from the bottom up (imports point down only; see README "Layout"):
+``engine`` → ``toy`` → ``backends`` → ``gen`` · ``maths`` · ``inside`` · ``stream`` · ``learn`` → ``web``.
+"""
+
+from core.backends import export_npz, full_logits, load_model, trace
+from core.engine.trace import Trace, load_npz
+from core.engine.types import LoadedModel, ModelFacts
+
+__all__ = ["LoadedModel", "ModelFacts", "Trace", "export_npz", "full_logits", "load_model", "load_npz", "trace"]

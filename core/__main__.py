@@ -6,6 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from core import backends
+from core.backends import load_model
+from core.engine.trace import MAX_TOKENS
+from core.engine.types import EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
+from core.gen.generate import cli_main
+
 
 def trace_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m core trace", description="Trace one forward pass and save it as .npz")
@@ -16,14 +22,11 @@ def trace_main(argv: list[str]) -> int:
     ap.add_argument("--max-tokens", type=int, default=None)
     a = ap.parse_args(argv)
 
-    from core import tracing
-    from core.models import ModelLoadError, load_model
-
     try:
         loaded = load_model(a.model)
-        tr = tracing.trace(loaded, a.prompt, chat=a.chat, max_tokens=a.max_tokens or tracing.MAX_TOKENS)
-        tracing.export_npz(loaded, tr, a.out)
-    except (ModelLoadError, tracing.EmptyPromptError, tracing.UnsupportedArchitectureError) as e:
+        tr = backends.trace(loaded, a.prompt, chat=a.chat, max_tokens=a.max_tokens or MAX_TOKENS)
+        backends.export_npz(loaded, tr, a.out)
+    except (ModelLoadError, EmptyPromptError, UnsupportedArchitectureError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for n in tr.notes:
@@ -42,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "trace":
         return trace_main(rest)
     if cmd == "generate":
-        from core.generate import cli_main
-
         return cli_main(rest)
     print(f"unknown command '{cmd}'\n{__doc__}", file=sys.stderr)
     return 2

@@ -7,7 +7,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import ablation, cached_inside, plots_inside, tracing, ui, ui_presenter
+from core.engine import tokens
+from core.engine.types import UnsupportedArchitectureError
+from core.inside import ablation
+from core.inside import figures as inside_fig
+from core.web import cache, presenter, ui
 
 MAX_ABLATION_TOKENS = 256  # each ablation is a fresh forward pass; keep it quick on a CPU
 
@@ -37,14 +41,14 @@ def render() -> None:
                      format_func=ui.fmt("ablation.scope_{}", l=layer, h=head))
     ids = tuple(int(i) for i in tr.token_ids)
     try:
-        before = cached_inside.probs(spec, ids, ())
-        after = cached_inside.probs(spec, ids, ((layer, head if scope == "head" else None),))
-        kl_layer = cached_inside.layer_sweep(spec, ids, layer)
-    except tracing.UnsupportedArchitectureError as e:
+        before = cache.probs(spec, ids, ())
+        after = cache.probs(spec, ids, ((layer, head if scope == "head" else None),))
+        kl_layer = cache.layer_sweep(spec, ids, layer)
+    except UnsupportedArchitectureError as e:
         st.error(ui.t("err.unsupported", msg=str(e)))
         return
     eff = ablation.effect(before, after)
-    top, new = tracing.readable_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
+    top, new = tokens.readable_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("ablation.m_kl"), f"{eff.kl:.4g}")
     m2.metric(ui.t("ablation.m_top", tok=top), f"{eff.p_after:.2%}", f"{eff.delta:+.2%}")
@@ -57,14 +61,14 @@ def render() -> None:
                                                                  "Δp": "{:+.2%}"}), hide_index=True, width="stretch")
         ui.badge("model", ui.t("ablation.badge_probs"))
     with right:
-        atlas = cached_inside.atlas(spec, tr.prompt, tr.chat)
+        atlas = cache.atlas(spec, tr.prompt, tr.chat)
         title = ui.t("ablation.map_title", l=layer, h=head, s=float(atlas.max_weight[layer, head]), e=float(atlas.entropy[layer, head]))
-        st.plotly_chart(plots_inside.fig_single_map(tr.attn_pattern[layer, head].astype(float), tr.tokens, title, lang), width="stretch")
+        st.plotly_chart(inside_fig.fig_single_map(tr.attn_pattern[layer, head].astype(float), tr.tokens, title, lang), width="stretch")
         ui.badge("model")
 
     st.subheader(ui.t("ablation.sweep_title", l=layer))
     sharp = atlas.max_weight[layer]  # [H]
-    st.plotly_chart(plots_inside.fig_sweep(sharp, kl_layer, [f"h{h}" for h in range(H)], head if scope == "head" else None, lang),
+    st.plotly_chart(inside_fig.fig_sweep(sharp, kl_layer, [f"h{h}" for h in range(H)], head if scope == "head" else None, lang),
                     width="stretch")
     hs, hk = int(np.argmax(sharp)), int(np.argmax(kl_layer))
     st.markdown(ui.t("ablation.sweep_result", hs=hs, s=float(sharp[hs]), ks=float(kl_layer[hs]), hk=hk, k=float(kl_layer[hk]),
@@ -72,13 +76,13 @@ def render() -> None:
     ui.badge("model", ui.t("ablation.badge_sweep", n=H))
     if st.toggle(ui.t("ablation.all_toggle", n=L * H), key="ablation_all"):
         with st.spinner(ui.t("ablation.all_wait", n=L * H)):
-            kl_all = cached_inside.model_sweep(spec, ids)  # [L, H]
+            kl_all = cache.model_sweep(spec, ids)  # [L, H]
         names = [f"L{i}·h{h}" for i in range(L) for h in range(H)]
         chosen = layer * H + head if scope == "head" else None
-        st.plotly_chart(plots_inside.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), names, chosen, lang), width="stretch")
+        st.plotly_chart(inside_fig.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), names, chosen, lang), width="stretch")
         ui.badge("model", ui.t("ablation.badge_sweep", n=L * H))
     st.markdown(ui.t("ablation.lesson"))
 
 
 render()
-ui_presenter.sources("attention")
+presenter.sources("attention")

@@ -3,8 +3,12 @@
 import pandas as pd
 import streamlit as st
 
-from core import anatomy, cached_stream, tracing, ui, ui_presenter
-from core import plots_stream as ps
+from core.engine import roles
+from core.engine.numbers import human_bytes
+from core.engine.types import ConfigError
+from core.stream import anatomy
+from core.stream import figures as ps
+from core.web import cache, presenter, ui
 
 KEY = "anatomy_json"
 
@@ -30,12 +34,12 @@ def render() -> None:
     st.subheader(t("anatomy.h_checklist", name=loaded.facts.name))
     try:
         st.table(_checklist(anatomy.analyse_config(live_cfg)))  # a static table wraps the long explanations
-    except anatomy.ConfigError as e:
-        st.error(t(f"anatomy.err_{e.code}", detail=e.detail))
+    except ConfigError as e:
+        ui.config_error(e)
     ui.badge("model")
 
     st.subheader(t("anatomy.h_params"))
-    parts = cached_stream.get_breakdown(spec)
+    parts = cache.get_breakdown(spec)
     st.plotly_chart(ps.fig_params(parts, lang), width="stretch")
     total = loaded.facts.n_params
     if sum(parts.values()) == total:
@@ -48,7 +52,7 @@ def render() -> None:
     prefix = anatomy.first_block_prefix(loaded.model)
     rows = anatomy.param_table(loaded.model, prefix)
     try:
-        st.code(str(tracing.find_sites(loaded.model).blocks[0]), language="text")
+        st.code(str(roles.find_sites(loaded.model).blocks[0]), language="text")
     except Exception as e:  # the toy or an odd architecture: the table below still holds
         st.info(str(e))
     st.dataframe(pd.DataFrame([{t("anatomy.col_name"): r["name"], t("anatomy.col_shape"): str(r["shape"]),
@@ -67,8 +71,8 @@ def render() -> None:
     text = st.text_area(t("anatomy.paste"), key=KEY, height=260)
     try:
         report = anatomy.analyse_config(anatomy.parse_config(text))
-    except anatomy.ConfigError as e:
-        st.error(t(f"anatomy.err_{e.code}", detail=e.detail))
+    except ConfigError as e:
+        ui.config_error(e)
         return
     st.table(_checklist(report))
     est = anatomy.estimate_params(report)
@@ -80,10 +84,10 @@ def render() -> None:
         st.warning(t("anatomy.moe_note"))
     st.plotly_chart(ps.fig_params(est, lang), width="stretch")
     ctx = min(report.max_position_embeddings or 4096, 32768)
-    st.info(t("anatomy.kv", bf16=anatomy.human_bytes(report.kv_bytes_per_token(2)), fp32=anatomy.human_bytes(report.kv_bytes_per_token(4)),
-              ctx=anatomy.human_bytes(report.kv_bytes_per_token(2) * ctx), n=f"{ctx:,}"))
+    st.info(t("anatomy.kv", bf16=human_bytes(report.kv_bytes_per_token(2)), fp32=human_bytes(report.kv_bytes_per_token(4)),
+              ctx=human_bytes(report.kv_bytes_per_token(2) * ctx), n=f"{ctx:,}"))
     ui.badge("formula")
 
 
 render()
-ui_presenter.sources("model")
+presenter.sources("model")

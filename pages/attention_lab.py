@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import attention as A, ui_presenter
-from core import cached_maths, plots_maths as P, ui
+from core.engine.tokens import position_label
+from core.maths import attention as A
+from core.maths import figures as P
+from core.web import cache, presenter, ui
 
 PRESETS = ("worked", "seed42", "real")
 D_VALUES = tuple(2**i for i in range(11))  # 1 … 1024
@@ -21,12 +23,12 @@ def _edit(arr: np.ndarray, rows: list[str], cols: list[str], key: str) -> np.nda
 
 
 def _names(prefix: str, n: int, tokens=None) -> list[str]:
-    return [f"{prefix}{i}" if tokens is None else f"{prefix}{ui.token_label(tokens, i)}" for i in range(n)]
+    return [f"{prefix}{i}" if tokens is None else f"{prefix}{position_label(tokens, i)}" for i in range(n)]
 
 
 def _scale_tab(lang: str) -> None:
     st.markdown(ui.t("attention_lab.scale_intro"))
-    res = cached_maths.scale_experiment(D_VALUES)
+    res = cache.scale_experiment(D_VALUES)
     d = st.select_slider("d_k", D_VALUES, value=64, key="attention_lab_dk")
     i = D_VALUES.index(d)
     m1, m2, m3 = st.columns(3)
@@ -42,7 +44,7 @@ def _cost_tab(lang: str) -> None:
     st.dataframe(A.cost_table([1024, 2048, 4096, 8192, 16384, 32768], ui.t("attention_lab.elements"), ui.t("attention_lab.ratio")),
                  hide_index=True)
     ui.badge("formula")
-    timing = cached_maths.attention_timing(ui.model_spec())
+    timing = cache.attention_timing(ui.model_spec())
     st.plotly_chart(P.complexity_figure(timing["n"], timing["ms"], lang), width="stretch")
     ui.badge("measured", ui.t("attention_lab.timing_detail"))
 
@@ -76,7 +78,7 @@ def render() -> None:
             ref = ex["reference"]
             st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.n_heads // tr.n_kv_heads))
         tq, tk, dk, dv = ex["q"].shape[0], ex["k"].shape[0], ex["q"].shape[1], ex["v"].shape[1]
-        qrows = _names("q", tq) if tokens is None else [f"q{ui.token_label(tokens, pos)}"]
+        qrows = _names("q", tq) if tokens is None else [f"q{position_label(tokens, pos)}"]
         krows = _names("k", tk, tokens)
         c1, c2, c3 = st.columns(3)
         with c1:
@@ -107,4 +109,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("attention")
+presenter.sources("attention")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import chatfmt, plots_gen, tracing, ui, ui_presenter
+from core.engine import tokens
+from core.gen import chat_template
+from core.gen import figures as gen_fig
+from core.web import chips, presenter, ui
 
 P = "chat"
 
@@ -18,7 +21,7 @@ def _messages() -> list[dict[str, str]]:
         {"role": "assistant", "content": ui.t("chat.default_assistant")},
         {"role": "user", "content": ui.prompt() or "…"},
     ])
-    cols = {"role": st.column_config.SelectboxColumn(ui.t("chat.role"), options=list(chatfmt.ROLES), required=True),
+    cols = {"role": st.column_config.SelectboxColumn(ui.t("chat.role"), options=list(chat_template.ROLES), required=True),
             "content": st.column_config.TextColumn(ui.t("chat.content"), width="large")}
     edited = st.data_editor(df, num_rows="dynamic", column_config=cols, hide_index=True, width="stretch", key=f"{P}_msgs")
     return [{"role": str(r["role"] or ""), "content": "" if pd.isna(r["content"]) else str(r["content"])} for r in edited.to_dict("records")]
@@ -30,13 +33,13 @@ def render() -> None:
     if loaded is None:
         return
     tok = loaded.tokenizer
-    if not tracing.has_chat_template(tok):
+    if not tokens.has_chat_template(tok):
         st.warning(ui.t("chat.no_template", model=loaded.facts.name))
         return
     msgs = _messages()
     add_gen = st.toggle(ui.t("chat.add_gen"), value=True, key=f"{P}_gen", help=ui.t("chat.add_gen_help"))
     try:
-        r = chatfmt.render(tok, msgs, add_generation_prompt=add_gen)
+        r = chat_template.render(tok, msgs, add_generation_prompt=add_gen)
     except ValueError:
         st.info(ui.t("chat.need_message"))
         return
@@ -45,11 +48,11 @@ def render() -> None:
         return
 
     st.subheader(ui.t("chat.s_text"))
-    st.html(plots_gen.segments_html(r.segments))
+    st.html(gen_fig.segments_html(r.segments))
     if r.system_added:
         st.info(ui.t("chat.system_added"))
     st.subheader(ui.t("chat.s_tokens", n=len(r.ids), n_special=sum(r.special)))
-    st.html(plots_gen.token_chips_html(r.tokens, r.ids, r.special, tail=r.n_generation_prompt_tokens))
+    chips.show(r.tokens, r.ids, kinds=chips.kinds_from_special(r.special), framed_tail=r.n_generation_prompt_tokens)
     st.caption(ui.t("chat.legend"))
     ui.badge("model", ui.t("chat.badge_tokenizer"))
 
@@ -76,4 +79,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("decoder_only")
+presenter.sources("decoder_only")

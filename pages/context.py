@@ -5,12 +5,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import embeddings, plots_inside, ui, ui_presenter
+from core.engine.tokens import position_label
+from core.inside import embeddings
+from core.inside import figures as inside_fig
+from core.web import presenter, ui
 
 
 def _pick(col, label: str, tr, default: int, key: str) -> int:
     return col.selectbox(label, range(tr.n_tokens), index=min(default, tr.n_tokens - 1),
-                         format_func=lambda i: f"{ui.token_label(tr.tokens, i)} (id {int(tr.token_ids[i])})", key=key)
+                         format_func=lambda i: f"{position_label(tr.tokens, i)} (id {int(tr.token_ids[i])})", key=key)
 
 
 def render() -> None:
@@ -47,8 +50,8 @@ def render() -> None:
     m1.metric(ui.t("context.m_embed"), f"{sim[0]:.6f}")
     m2.metric(ui.t("context.m_min"), f"{sim.min():.3f}", help=ui.t("context.m_min_help", l=int(sim.argmin())))
     m3.metric(ui.t("context.m_last"), f"{sim[-1]:.3f}", help=ui.t("context.m_base_help", b=float(base[-1])))
-    st.plotly_chart(plots_inside.fig_context(sim, base, lang), width="stretch")
-    ui.badge("model", ui.t("context.badge", a=ui.token_label(ta.tokens, ia), b=ui.token_label(tb.tokens, ib)))
+    st.plotly_chart(inside_fig.fig_context(sim, base, lang), width="stretch")
+    ui.badge("model", ui.t("context.badge", a=position_label(ta.tokens, ia), b=position_label(tb.tokens, ib)))
     st.markdown(ui.t("context.explain"))
     with st.expander(ui.t("context.table")):
         df = pd.DataFrame({ui.t("context.col_layer"): range(len(sim)), ui.t("context.col_sim"): sim, ui.t("context.col_base"): base})
@@ -57,4 +60,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("transformer")
+presenter.sources("transformer")

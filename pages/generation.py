@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import generate, plots_gen, state_gen, tracing, ui, ui_presenter
+from core.engine import tokens
+from core.engine.tokens import position_label
+from core.engine.types import EmptyPromptError
+from core.gen import figures as gen_fig
+from core.gen import generate
+from core.web import generation as gen_ui
+from core.web import presenter, ui
 
 P = "generation"
 
@@ -42,58 +48,58 @@ def render() -> None:
     if loaded is None:
         return
     try:
-        enc = tracing.encode(loaded.tokenizer, ui.prompt(), chat=ui.chat(), max_tokens=generate.MAX_PROMPT_TOKENS)
-    except tracing.EmptyPromptError:
+        enc = tokens.encode(loaded.tokenizer, ui.prompt(), chat=ui.chat(), max_tokens=generate.MAX_PROMPT_TOKENS)
+    except EmptyPromptError:
         st.info(ui.t("hint.empty_prompt"))
         return
     if enc.truncated_from:
         st.warning(ui.t("warn.truncated", n=enc.truncated_from, k=len(enc.ids)))
-    cfg, max_steps = state_gen.sampling_widgets(P)
-    stp = state_gen.stepper(loaded, enc.ids, cfg, max_steps)
-    state_gen.controls(stp, P)
+    cfg, max_steps = gen_ui.sampling_widgets(P)
+    stp = gen_ui.stepper(loaded, enc.ids, cfg, max_steps)
+    gen_ui.controls(stp, P)
     if not stp.started:
         st.info(ui.t("generation.hint_start", n=len(enc.ids)))
         return
-    tokens = tracing.readable_tokens(loaded.tokenizer, stp.all_ids)
-    _status(stp, tokens, loaded.tokenizer.decode(stp.generated))
+    pieces = tokens.readable_tokens(loaded.tokenizer, stp.all_ids)
+    _status(stp, pieces, loaded.tokenizer.decode(stp.generated))
     step = _pick_step(len(stp.records))
     rec = stp.records[step]
     f = loaded.facts
     c1, c2 = st.columns([3, 2])
     with c1:
-        labels = tracing.readable_tokens(loaded.tokenizer, rec.top_ids.tolist())
+        labels = tokens.readable_tokens(loaded.tokenizer, rec.top_ids.tolist())
         chosen = int(next((i for i, t in enumerate(rec.top_ids) if t == rec.token_id), -1))
-        st.plotly_chart(plots_gen.candidates(labels, rec.top_probs, rec.top_sample_probs, chosen, ui.lang()), width="stretch")
+        st.plotly_chart(gen_fig.candidates(labels, rec.top_probs, rec.top_sample_probs, chosen, ui.lang()), width="stretch")
         ui.badge("model")
     with c2:
         st.metric(ui.t("generation.new_token", phase=ui.t(f"generation.phase_{rec.phase}"), i=step), repr(rec.token), f"id {rec.token_id}", delta_color="off")
         st.metric(ui.t("generation.pass_time", n=rec.n_input), f"{rec.seconds * 1000:.1f} ms")
         st.metric(ui.t("generation.kv_now"), f"{rec.kv_tokens} · {rec.kv_bytes:,} B")
         st.caption(ui.t("generation.kv_formula", L=f.n_layers, kv=f.n_kv_heads, dh=f.head_dim, t=rec.kv_tokens,
-                        b=4, total=generate.kv_bytes_formula(f.n_layers, f.n_kv_heads, f.head_dim, rec.kv_tokens)))
+                        b=f.value_bytes, total=f.geometry.kv_bytes(rec.kv_tokens)))
         ui.badge("measured")
     layer, head = ui.layer_head_pickers(P, f.n_layers, f.n_heads)
     a1, a2 = st.columns(2)
     n_vis = rec.kv_tokens
     if rec.attn is not None:
-        title = ui.t("generation.fig_row", tok=ui.token_label(tokens, n_vis - 1), layer=layer, head=head, kv=head // f.group_size)
-        a1.plotly_chart(plots_gen.attention_row(rec.attn[layer, head], tokens[:n_vis], len(stp.prompt_ids), title, ui.lang()), width="stretch")
+        title = ui.t("generation.fig_row", tok=position_label(pieces, n_vis - 1), layer=layer, head=head, kv=head // f.group_size)
+        a1.plotly_chart(gen_fig.attention_row(rec.attn[layer, head], pieces[:n_vis], len(stp.prompt_ids), title, ui.lang()), width="stretch")
     if stp.prefill_pattern is not None:
         title = ui.t("generation.fig_prefill", layer=layer, head=head)
-        a2.plotly_chart(plots_gen.prefill_matrix(stp.prefill_pattern[layer, head], tokens, title, ui.lang()), width="stretch")
+        a2.plotly_chart(gen_fig.prefill_matrix(stp.prefill_pattern[layer, head], pieces, title, ui.lang()), width="stretch")
     else:
         a2.info(ui.t("generation.no_prefill_matrix", n=generate.MAX_PREFILL_PATTERN))
     ui.badge("model")
     kv_tok, kv_b, kv_layers = stp.kv_arrays()
     k1, k2 = st.columns(2)
-    k1.plotly_chart(plots_gen.kv_growth(kv_tok, kv_b, ui.lang()), width="stretch")
-    k2.plotly_chart(plots_gen.kv_layers(kv_layers[step], ui.lang()), width="stretch")
+    k1.plotly_chart(gen_fig.kv_growth(kv_tok, kv_b, ui.lang()), width="stretch")
+    k2.plotly_chart(gen_fig.kv_layers(kv_layers[step], ui.lang()), width="stretch")
     ui.badge("measured", ui.t("generation.kv_source"))
-    st.plotly_chart(plots_gen.timings([r.seconds for r in stp.records], ui.lang()), width="stretch")
+    st.plotly_chart(gen_fig.timings([r.seconds for r in stp.records], ui.lang()), width="stretch")
     tp = stp.tpots
     st.caption(ui.t("generation.ttft_tpot", ttft=stp.ttft * 1000, tpot=(sum(tp) / len(tp) * 1000) if tp else 0.0, n=len(tp)))
     ui.badge("measured")
 
 
 render()
-ui_presenter.sources("kv_cache")
+presenter.sources("kv_cache")

@@ -7,7 +7,9 @@ import math
 
 import streamlit as st
 
-from core import cached_inside, heads, plots_inside, ui, ui_presenter
+from core.inside import figures as inside_fig
+from core.inside import heads
+from core.web import cache, presenter, ui
 
 GRID_TOKENS = 48  # positions drawn per small map (the single-query view shows all)
 METRICS = ("prev_token", "first_token", "entropy", "max_weight")
@@ -41,7 +43,7 @@ def render() -> None:
         titles = [f"L{i}" for i in range(L)]
     maps = heads.drop_first_key(maps) if hide else maps.astype(float)
     cols = max(1, math.ceil(math.sqrt(maps.shape[0])))
-    st.plotly_chart(plots_inside.fig_head_grid(maps, titles, tr.tokens, lang, cols), width="stretch")
+    st.plotly_chart(inside_fig.fig_head_grid(maps, titles, tr.tokens, lang, cols), width="stretch")
     if e < T:
         st.caption(ui.t("heads.window_note", n=e, T=T))
     st.caption(ui.t("heads.gqa_note", H=H, Hkv=tr.n_kv_heads, g=H // tr.n_kv_heads))
@@ -52,15 +54,15 @@ def render() -> None:
     ui.set_qp(pos=q)
     full = tr.attn_pattern[layer, head]  # [T, T]
     row = (heads.drop_first_key(full) if hide else full.astype(float))[q]
-    st.plotly_chart(plots_inside.fig_query_bars(row, tr.tokens, q, lang), width="stretch")
+    st.plotly_chart(inside_fig.fig_query_bars(row, tr.tokens, q, lang), width="stretch")
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
 
     st.subheader(ui.t("heads.atlas_title"))
     st.markdown(ui.t("heads.atlas_intro"))
-    atlas = cached_inside.atlas(ui.model_spec(), tr.prompt, tr.chat)
+    atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
     metric = st.radio(ui.t("heads.metric"), METRICS, format_func=ui.fmt("heads.metric_{}"), horizontal=True, key="heads_metric")
     values = getattr(atlas, metric)
-    st.plotly_chart(plots_inside.fig_atlas(values, ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang, (layer, head)),
+    st.plotly_chart(inside_fig.fig_atlas(values, ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang, (layer, head)),
                     width="stretch")
     ui.badge("model", ui.t("heads.atlas_badge"))
     best = heads.top_heads(values, 10, largest=(metric != "entropy"))
@@ -71,4 +73,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("attention")
+presenter.sources("attention")

@@ -1,22 +1,22 @@
 """The journey of a sentence: text → tokens → IDs → embeddings → blocks → hidden state → logits →
 next token → the loop, with the real shapes and values of the current prompt."""
 
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
-from core import cached, journey, tracing, ui, ui_presenter
-
-PAGES = Path(__file__).parent
+from core.engine import tokens
+from core.engine.tokens import special_mask
+from core.learn import figures as learn_fig
+from core.learn import journey
+from core.web import cache, chips, nav, presenter, ui
 
 
 def stage(idx: int, key: str, link: str | None = None, **kw):
     """One bordered box per stage: number, title, live sentence, and a link to the deep page."""
     box = st.container(border=True)
     box.markdown(f"**{idx}. {ui.t(f'journey.s{idx}.title')}** — {ui.t(key, **kw)}")
-    if link and (PAGES / f"{link}.py").exists():
-        box.page_link(f"pages/{link}.py", label=f"{ui.t('ui.see_page')}: {ui.t(f'page.{link}')}", icon="➡️")
+    if link:
+        nav.see_page(link, where=box)
     return box
 
 
@@ -29,8 +29,8 @@ def render() -> None:
     f, tok = loaded.facts, loaded.tokenizer
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
     stage(1, "journey.s1.body", chars=len(tr.text)).code(tr.text[:600], language=None, wrap_lines=True)
-    stage(2, "journey.s2.body", "tokens", n=T).markdown(
-        journey.token_chips_html(tr.tokens, tr.token_ids, journey.special_mask(tok, tr.token_ids)), unsafe_allow_html=True)
+    chips.show(tr.tokens, tr.token_ids, kinds=chips.kinds_from_special(special_mask(tok, tr.token_ids)),
+               where=stage(2, "journey.s2.body", "tokens", n=T))
     stage(3, "journey.s3.body", "tokens", ids=str(tr.token_ids[:12].tolist())[:-1] + (", …]" if T > 12 else "]"), T=T)
     box = stage(4, "journey.s4.body", "tokens", V=V, d=d, T=T)
     box.code(f"E[{int(tr.token_ids[-1])}] = {journey.vector_preview(tr.embeddings[-1])}", language=None)
@@ -38,7 +38,7 @@ def render() -> None:
     box = stage(5, "journey.s5.body", "residual", L=L, T=T, d=d, H=f.n_heads, Hkv=f.n_kv_heads)
     layer = box.slider(ui.t("ui.layer"), 0, L, ui.qp_int("layer", L // 2, 0, L), key="journey_layer")
     box.code(f"resid[{layer}][{T - 1}] = {journey.vector_preview(tr.resid[layer, -1])}", language=None)
-    box.plotly_chart(journey.norms_figure(journey.last_token_norms(tr), ui.t("journey.norms_title"),
+    box.plotly_chart(learn_fig.norms_figure(journey.last_token_norms(tr), ui.t("journey.norms_title"),
                                           ui.t("journey.norms_x"), ui.t("journey.norms_y")), width="stretch")
     with box:
         ui.badge("model")
@@ -53,10 +53,10 @@ def render() -> None:
     box = stage(8, "journey.s8.body", "logits", tok=repr(rows[0][0]), p=f"{rows[0][3]:.1%}")
     if not ui.chat() and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
-    new, stopped = cached.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())
+    new, stopped = cache.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())
     box = stage(9, "journey.s9.body", "generation", n=len(new))
-    pieces = tracing.readable_tokens(tok, new)
-    box.markdown(journey.token_chips_html(pieces, new, journey.special_mask(tok, new)), unsafe_allow_html=True)
+    pieces = tokens.readable_tokens(tok, new)
+    chips.show(pieces, new, kinds=chips.kinds_from_special(special_mask(tok, new)), where=box)
     box.info(ui.t("journey.stop_eos") if stopped else ui.t("journey.stop_limit", n=len(new)))
     with box:
         ui.badge("model", ui.t("journey.greedy"))
@@ -64,4 +64,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("decoder_only")
+presenter.sources("decoder_only")

@@ -6,12 +6,16 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import cached_gen, kvcalc, plots_gen, tracing, ui, ui_presenter
+from core.engine.numbers import human_bytes
+from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry
+from core.gen import figures as gen_fig
+from core.gen import kvcalc
+from core.web import cache, presenter, ui
 
 P = "kv_cache"
 
 
-def _shape() -> tuple[kvcalc.KVShape | None, int, int, int]:
+def _shape() -> tuple[HeadGeometry | None, int, int, int]:
     """The calculator's inputs: a preset or a pasted config.json, bytes/value, tokens, requests."""
     presets = {p.name: p for p in kvcalc.load_presets()}
     c = st.columns(4)
@@ -25,15 +29,15 @@ def _shape() -> tuple[kvcalc.KVShape | None, int, int, int]:
     text = st.text_area(ui.t("kv_cache.paste_here"), '{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}', key=f"{P}_cfg")
     try:
         return kvcalc.from_config(text, name="config.json"), bpv, tokens, reqs
-    except kvcalc.ConfigError as e:
-        st.error(ui.t("kv_cache.bad_config", msg=str(e)))
+    except ConfigError as e:
+        ui.config_error(e)
         return None, bpv, tokens, reqs
 
 
 def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int) -> None:
-    r = cached_gen.compare_cache(spec, prompt, chat, n, min_len)
+    r = cache.compare_cache(spec, prompt, chat, n, min_len)
     st.caption(ui.t("kv_cache.prompt_len", t=r["n_prompt"]))
-    st.plotly_chart(plots_gen.cache_compare(r["with_lengths"], r["with_seconds"], r["without_lengths"], r["without_seconds"], ui.lang()), width="stretch")
+    st.plotly_chart(gen_fig.cache_compare(r["with_lengths"], r["with_seconds"], r["without_lengths"], r["without_seconds"], ui.lang()), width="stretch")
     ui.badge("measured")
     same = r["with_ids"] == r["without_ids"]
     st.markdown(ui.t("kv_cache.same" if same else "kv_cache.differ", n=len(r["with_ids"])))
@@ -61,7 +65,7 @@ def render() -> None:
         with st.spinner(ui.t("kv_cache.measuring")):
             try:
                 _compare(spec, prompt, chat, n, min_len)
-            except tracing.EmptyPromptError:
+            except EmptyPromptError:
                 st.info(ui.t("hint.empty_prompt"))
     else:
         st.info(ui.t("kv_cache.press_measure"))
@@ -69,31 +73,31 @@ def render() -> None:
     st.subheader(ui.t("kv_cache.s2"))
     shape, bpv, tokens, reqs = _shape()
     if shape is not None:
-        total = kvcalc.kv_cache_bytes(shape, tokens, bpv, reqs)
-        st.metric(ui.t("kv_cache.total", kind=shape.attention_kind), kvcalc.human_bytes(total), f"{total:,} B", delta_color="off")
+        total = shape.kv_bytes(tokens, bpv, reqs)
+        st.metric(ui.t("kv_cache.total", kind=shape.kind), human_bytes(total), f"{total:,} B", delta_color="off")
         st.caption(ui.t("kv_cache.formula", L=shape.n_layers, kv=shape.n_kv_heads, dh=shape.head_dim, b=bpv, t=tokens, r=reqs, total=total))
         rows = kvcalc.variant_rows(shape, tokens, bpv, reqs)
         st.dataframe(pd.DataFrame(rows).rename(columns=lambda c: ui.t(f"kv_cache.col_{c}")), hide_index=True, width="stretch")
-        st.plotly_chart(plots_gen.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
+        st.plotly_chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
         ui.badge("formula")
 
     st.subheader(ui.t("kv_cache.s3"))
     with st.spinner(ui.t("kv_cache.measuring")):
-        m = cached_gen.measured_costs(spec)
+        m = cache.measured_costs(spec)
     f = loaded.facts
-    costs = kvcalc.Costs(m["prefill_s_per_token"], m["decode_s_per_token"], f.kv_bytes_per_token(4), f.n_params * 4)
+    costs = kvcalc.Costs(m["prefill_s_per_token"], m["decode_s_per_token"], f.kv_bytes_per_token(), f.n_params * f.value_bytes)
     st.markdown(ui.t("kv_cache.costs", pre=costs.prefill_s_per_token * 1000, dec=costs.decode_s_per_token * 1000,
                      n=m["n_prefill"], kv=costs.kv_bytes_per_token, model=f.name))
     rows = kvcalc.simulate(kvcalc.SEED_WORKLOADS, costs)
     names = [ui.t(f"kv_cache.wl_{r['key']}") for r in rows]
-    df = pd.DataFrame([{**r, "key": nm, "kv_bytes": kvcalc.human_bytes(r["kv_bytes"]), "weight_bytes": kvcalc.human_bytes(r["weight_bytes"]),
+    df = pd.DataFrame([{**r, "key": nm, "kv_bytes": human_bytes(r["kv_bytes"]), "weight_bytes": human_bytes(r["weight_bytes"]),
                         "time_dominant": ui.t(f"kv_cache.dom_{r['time_dominant']}"), "memory_dominant": ui.t(f"kv_cache.dom_{r['memory_dominant']}")}
                        for r, nm in zip(rows, names)])
     st.dataframe(df.round(2).rename(columns=lambda c: ui.t(f"kv_cache.col_{c}")), hide_index=True, width="stretch")
-    st.plotly_chart(plots_gen.workloads(names, [r["ttft_s"] for r in rows], [r["decode_s"] for r in rows],
+    st.plotly_chart(gen_fig.workloads(names, [r["ttft_s"] for r in rows], [r["decode_s"] for r in rows],
                                         [r["kv_bytes"] / 2**30 for r in rows], [r["weight_bytes"] / 2**30 for r in rows], ui.lang()), width="stretch")
     ui.badge("measured", ui.t("kv_cache.simulated"))
 
 
 render()
-ui_presenter.sources("kv_cache")
+presenter.sources("kv_cache")

@@ -4,8 +4,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import cached_stream, sampling, ui, ui_presenter
-from core import plots_stream as ps
+from core.engine.tokens import position_label
+from core.gen import sampling
+from core.stream import figures as ps
+from core.web import cache, presenter, ui
 
 
 def render() -> None:
@@ -20,10 +22,10 @@ def render() -> None:
     p1 = tr.last_probs()
     st.dataframe(pd.DataFrame({
         t("logits.col_rank"): range(1, len(top) + 1),
-        t("logits.col_token"): cached_stream.token_texts(spec, tuple(top.tolist())),
+        t("logits.col_token"): cache.token_texts(spec, tuple(top.tolist())),
         t("logits.col_id"): top, t("logits.col_logit"): tr.last_logits[top].round(3), t("logits.col_prob"): p1[top].round(4),
     }), hide_index=True, width="stretch")
-    ui.badge("model", ui.token_label(tr.tokens, tr.n_tokens - 1))
+    ui.badge("model", position_label(tr.tokens, tr.n_tokens - 1))
 
     st.subheader(t("logits.h_controls"))
     c = st.columns(4)
@@ -36,7 +38,7 @@ def render() -> None:
     cfg = sampling.SamplingConfig(temperature=temp, top_k=int(top_k), top_p=top_p, repetition_penalty=pen)
     steps = sampling.filter_steps(tr.last_logits, cfg, prev)
     order = np.argsort(-steps["scaled"], kind="stable")[:30]
-    texts = cached_stream.token_texts(spec, tuple(order.tolist()))
+    texts = cache.token_texts(spec, tuple(order.tolist()))
     st.plotly_chart(ps.fig_candidates(steps, texts, order, lang), width="stretch")
     m = st.columns(3)
     m[0].metric(t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
@@ -48,7 +50,7 @@ def render() -> None:
     seed = int(st.number_input(t("logits.seed"), 0, 2**31 - 1, 0, key="logits_seed"))
     greedy_id = sampling.choose(tr.last_logits, sampling.SamplingConfig(greedy=True, repetition_penalty=pen), prev)
     drawn_id = sampling.choose(tr.last_logits, sampling.SamplingConfig(temp, int(top_k), top_p, pen, seed=seed), prev)
-    g_txt, d_txt = cached_stream.token_texts(spec, (greedy_id, drawn_id))
+    g_txt, d_txt = cache.token_texts(spec, (greedy_id, drawn_id))
     d = st.columns(2)
     d[0].metric(t("logits.greedy"), f"«{g_txt}»", f"id {greedy_id} · p = {steps['probs'][greedy_id]:.3f}", delta_color="off", delta_arrow="off")
     d[1].metric(t("logits.sampled", seed=seed), f"«{d_txt}»", f"id {drawn_id} · p = {steps['probs'][drawn_id]:.3f}", delta_color="off", delta_arrow="off")
@@ -58,7 +60,7 @@ def render() -> None:
     st.subheader(t("logits.h_lens"))
     st.caption(t("logits.lens_note"))
     try:
-        ids, probs, cells = cached_stream.get_lens(spec, ui.prompt(), ui.chat())
+        ids, probs, cells = cache.get_lens(spec, ui.prompt(), ui.chat())
     except Exception as e:  # e.g. a model without a findable final norm
         st.info(t("logits.lens_fail", msg=str(e)))
         return
@@ -74,4 +76,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("sampling")
+presenter.sources("sampling")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import attention as A, ui_presenter
-from core import plots_maths as P, ui
+from core.engine.tokens import position_label
+from core.maths import attention as A
+from core.maths import figures as P
+from core.web import presenter, ui
 
 TABS = ("causal", "padding", "causal_padding", "bidirectional", "cross", "sliding", "real")
 
@@ -44,7 +46,7 @@ def render() -> None:
             return
         layer, head = ui.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
         pattern = tr.attn_pattern[layer, head]  # [T, T] float16, straight from the trace
-        labels = [ui.token_label(tr.tokens, i) for i in range(tr.n_tokens)]
+        labels = [position_label(tr.tokens, i) for i in range(tr.n_tokens)]
         st.plotly_chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
                         width="stretch", key="masks_fig_real_pattern")
         ui.badge("model")
@@ -60,4 +62,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("attention")
+presenter.sources("attention")

@@ -6,16 +6,19 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import attention as A, ui_presenter
-from core import cached_maths, plots_maths as P, ui
+from core.engine.tokens import position_label
+from core.engine.types import HeadGeometry
+from core.maths import attention as A
+from core.maths import figures as P
+from core.web import cache, presenter, ui
 
 BYTES = {2: "fp16 / bf16", 4: "fp32", 1: "int8"}
 
 
-def _configs() -> list[A.HeadConfig]:
+def _configs() -> list[HeadGeometry]:
     """The loaded model first (when it loads), then the tutorials' models."""
     loaded = ui.loaded_model()
-    own = [A.head_config_from_facts(loaded.facts)] if loaded is not None else []
+    own = [loaded.facts.geometry] if loaded is not None else []
     return own + [c for c in A.HEAD_CONFIGS if not own or c.name.split()[0] not in own[0].name]
 
 
@@ -56,7 +59,7 @@ def render() -> None:
         return
     layer = ui.layer_slider("multihead_layer", tr.n_layers)
     try:
-        parts = cached_maths.recombine(ui.model_spec(), ui.prompt(), ui.chat(), layer)
+        parts = cache.recombine(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:
         st.info(ui.t("multihead.no_o_proj", msg=str(e)))
         return
@@ -65,7 +68,7 @@ def render() -> None:
     m2.metric(ui.t("multihead.concat"), str(list(parts["concat"].shape)))
     m3.metric(ui.t("multihead.diff"), f"{float(parts['max_diff']):.2e}")
     norms = (parts["per_head"] ** 2).sum(-1) ** 0.5  # [H, T]: how much each head writes at each position
-    labels = [ui.token_label(tr.tokens, i) for i in range(tr.n_tokens)]
+    labels = [position_label(tr.tokens, i) for i in range(tr.n_tokens)]
     st.plotly_chart(P.matrix_figure(norms, ui.t("multihead.fig_norms", l=layer), [f"h{h}" for h in range(tr.n_heads)], labels,
                                     lang, xlabel_key="ui.position", ylabel_key="ui.head"), width="stretch")
     st.caption(ui.t("multihead.diff_note"))
@@ -74,4 +77,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("multihead")
+presenter.sources("multihead")

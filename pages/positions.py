@@ -7,7 +7,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import cached_maths, plots_maths as P, positions as R, ui, ui_presenter
+from core.maths import figures as P
+from core.maths import positions as R
+from core.web import cache, nav, presenter, ui
+
 
 def _methods_table() -> pd.DataFrame:
     cols = [ui.t(f"positions.col_{c}") for c in ("method", "where", "relative", "examples")]
@@ -37,10 +40,7 @@ def render() -> None:
         st.dataframe(_methods_table(), hide_index=True, width="stretch")
         if loaded is not None:
             st.info(ui.t("positions.this_model", name=loaded.facts.name, kind=loaded.facts.position_type))
-        try:  # the toy page may not be installed; then the pointer stays plain text
-            st.page_link("pages/toy.py", label=ui.t("positions.toy_link"), icon="🧪")
-        except Exception:
-            st.caption(ui.t("positions.toy_link"))
+        nav.page_link("toy", label=ui.t("positions.toy_link"), icon="🧪")
     with tabs[2]:
         st.markdown(ui.t("positions.rope_intro", th=f"{theta:g}"))
         dh = loaded.facts.head_dim if loaded is not None else 64
@@ -69,7 +69,7 @@ def render() -> None:
             return
         layer = ui.layer_slider("positions_layer", tr.n_layers)
         try:
-            chk = cached_maths.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
+            chk = cache.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
         except (ValueError, AttributeError) as e:
             st.info(ui.t("positions.not_rope", kind=str(e)))
             return
@@ -81,4 +81,4 @@ def render() -> None:
 
 
 render()
-ui_presenter.sources("positions")
+presenter.sources("positions")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import i18n, quiz, ui, ui_presenter
+from core.engine import i18n
+from core.learn import quiz
+from core.web import nav, presenter, ui
 
 
 def _reset() -> None:
@@ -55,8 +57,8 @@ def render() -> None:
             else:
                 st.error(f"❌ {ui.t('quiz.wrong', answer=answer)}")
             st.markdown(ui.t(f"quiz.{q.id}.why"))
-            ui_presenter.page_link(q.page, label=f"{ui.t('ui.see_page')}: {ui.t(f'page.{q.page}')}")
-    if not ui_presenter.is_on():
+            nav.see_page(q.page)
+    if not presenter.is_on():
         table = pd.DataFrame({
             "#": list(range(1, result.total + 1)),
             ui.t("quiz.qn", i="").strip(): [ui.t(f"quiz.{q.id}.q") for q in quiz.QUESTIONS],

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import references, ui
+from core.learn import references
+from core.web import ui
 
 
 def render() -> None:

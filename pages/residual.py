@@ -3,15 +3,17 @@
 import numpy as np
 import streamlit as st
 
-from core import lens, ui, ui_presenter
-from core import plots_stream as ps
+from core.engine.tokens import position_label
+from core.stream import figures as ps
+from core.stream import lens
+from core.web import presenter, ui
 
 
 def _pick_token(tokens, key: str) -> int:
     """A position picker bound to the URL's ``pos`` (default: the last token)."""
     T = len(tokens)
     pos = st.selectbox(ui.t("residual.pick_token"), range(T), index=ui.qp_int("pos", T - 1, 0, T - 1),
-                       format_func=lambda i: ui.token_label(tokens, i), key=key)
+                       format_func=lambda i: position_label(tokens, i), key=key)
     ui.set_qp(pos=pos)
     return pos
 
@@ -36,7 +38,7 @@ def render() -> None:
     pos = _pick_token(list(tr.tokens), "residual_pos")
     one = st.toggle(t("residual.one_token"), value=False, key="residual_one")
     a, m = lens.sublayer_norms(tr, pos if one else None)
-    title = t("residual.fig_sub_tok", tok=ui.token_label(tr.tokens, pos)) if one else t("residual.fig_sub_mean")
+    title = t("residual.fig_sub_tok", tok=position_label(tr.tokens, pos)) if one else t("residual.fig_sub_mean")
     st.plotly_chart(ps.fig_sublayer_norms(a, m, lang, title), width="stretch")
     ui.badge("model")
 
@@ -55,7 +57,7 @@ def render() -> None:
         c2.metric(t("residual.rms_hat"), f"{ns.rms_normed:.4g}")
         c3.metric(t("residual.rms_out"), f"{ns.rms_out:.4g}")
         st.plotly_chart(ps.fig_norm_steps(ns, lang), width="stretch")
-        ui.badge("model", f"{t('ui.layer')} {layer} · {ui.token_label(tr.tokens, pos)}")
+        ui.badge("model", f"{t('ui.layer')} {layer} · {position_label(tr.tokens, pos)}")
 
     st.subheader(t("residual.h_mlp"))
     st.caption(t("residual.mlp_formula", ff=tr.meta.get("facts", {}).get("d_ff", "?")))
@@ -67,7 +69,7 @@ def render() -> None:
     if ms is not None:
         n_top = st.slider("n", 5, 50, 20, key="residual_ntop", label_visibility="collapsed")
         st.plotly_chart(ps.fig_mlp_neurons(ms, lang, n_top), width="stretch")
-        ui.badge("model", f"{t('ui.layer')} {layer} · {ui.token_label(tr.tokens, pos)}")
+        ui.badge("model", f"{t('ui.layer')} {layer} · {position_label(tr.tokens, pos)}")
         st.caption(t("residual.mlp_active", k=ms.n_for_mass(0.9), ff=len(ms.prod)))
         st.success(t("residual.mlp_check", diff=f"{ms.max_abs_diff:.2e}", scale=f"{np.abs(ms.traced).max():.3g}"))
 
@@ -84,4 +86,4 @@ def _facts(loaded) -> dict:
 
 
 render()
-ui_presenter.sources("transformer")
+presenter.sources("transformer")

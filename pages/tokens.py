@@ -6,7 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import cached_inside, embeddings, plots_inside, tracing, ui
+from core.engine import tokens
+from core.engine.tokens import position_label
+from core.inside import embeddings
+from core.inside import figures as inside_fig
+from core.web import cache, chips, ui
 
 SENTENCES = ("The cat sat on the mat.", "A kitten was resting on the rug.", "Stock prices fell sharply today.")
 
@@ -26,21 +30,21 @@ def render() -> None:
     lang, spec = ui.lang(), ui.model_spec()
 
     st.subheader(ui.t("tokens.chips_title"))
-    src = cached_inside.sources(spec, tr.prompt, tr.chat)[: tr.n_tokens] if loaded.kind == "hf" else ["user"] * tr.n_tokens
-    st.markdown(plots_inside.chips_html(tr.tokens, tr.token_ids, src, lang), unsafe_allow_html=True)
+    src = cache.sources(spec, tr.prompt, tr.chat)[: tr.n_tokens] if loaded.kind == "hf" else ["user"] * tr.n_tokens
+    chips.show(tr.tokens, tr.token_ids, kinds=src, titles=[ui.t(f"tokens.src_{s}") for s in src], positions=True)
     st.caption(ui.t("tokens.chips_legend", n=tr.n_tokens, user=src.count("user"), tpl=src.count("template"), special=src.count("special")))
     if tr.chat:
         st.info(ui.t("tokens.chat_note"))
     ui.badge("model")
 
     st.subheader(ui.t("tokens.lookup_title"))
-    pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: ui.token_label(tr.tokens, i), key="tokens_pos")
+    pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: position_label(tr.tokens, i), key="tokens_pos")
     tid, d = int(tr.token_ids[pos]), tr.d_model
     ndims = st.slider(ui.t("tokens.ndims"), 4, 32, 8, key="tokens_ndims")
     if loaded.kind != "hf":
         st.info(ui.t("tokens.needs_hf"))
         return
-    row = cached_inside.embedding_rows(spec, (tid,))[0]
+    row = cache.embedding_rows(spec, (tid,))[0]
     st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=d, tok=tr.tokens[pos]))
     df = pd.DataFrame({f"E[{tid}, :]": row[:ndims], f"trace.embeddings[{pos}, :]": tr.embeddings[pos, :ndims]}).T
     st.dataframe(df.style.format("{:+.4f}"), width="stretch")
@@ -48,27 +52,27 @@ def render() -> None:
     ui.badge("model")
 
     st.subheader(ui.t("tokens.iddist_title"))
-    s = cached_inside.id_study(spec)
-    st.plotly_chart(plots_inside.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
-    ta, tb = tracing.readable_tokens(loaded.tokenizer, [s.example[0], s.example[1]])
+    s = cache.id_study(spec)
+    st.plotly_chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
+    ta, tb = tokens.readable_tokens(loaded.tokenizer, [s.example[0], s.example[1]])
     st.markdown(ui.t("tokens.iddist_result", n=len(s.cosine), r=s.pearson, rho=s.spearman, rand=s.mean_random, adj=s.mean_adjacent,
                      a=s.example[0], b=s.example[1], ta=ta, tb=tb, c=s.example[2]))
     ui.badge("model", ui.t("tokens.iddist_badge", n=len(s.cosine)))
 
     st.subheader(ui.t("tokens.pca_title"))
     text = st.text_input(ui.t("tokens.pca_words"), ui.t("tokens.pca_default"), key="tokens_words", max_chars=600)
-    words, pieces, coords, expl = cached_inside.pca_words(spec, tuple(embeddings.parse_words(text)))
+    words, pieces, coords, expl = cache.pca_words(spec, tuple(embeddings.parse_words(text)))
     if len(words) < 2:
         st.info(ui.t("tokens.pca_need_two"))
     else:
-        st.plotly_chart(plots_inside.fig_pca(words, coords, expl, lang), width="stretch")
+        st.plotly_chart(inside_fig.fig_pca(words, coords, expl, lang), width="stretch")
         multi = [f"{w} → {p}" for w, p in zip(words, pieces) if " + " in p]
         st.caption(ui.t("tokens.pca_note") + (" " + ui.t("tokens.pca_multi", items="; ".join(multi)) if multi else ""))
         ui.badge("model")
 
     st.subheader(ui.t("tokens.cmp_title"))
     st.dataframe(_compare_table(), hide_index=True, width="stretch")
-    vecs = [cached_inside.sentence_vector(spec, s_) for s_ in SENTENCES]
+    vecs = [cache.sentence_vector(spec, s_) for s_ in SENTENCES]
     sims = [[embeddings.cosine(a, b) for b in vecs] for a in vecs]
     st.markdown(ui.t("tokens.rag_demo"))
     st.dataframe(pd.DataFrame(sims, index=list(SENTENCES), columns=list(SENTENCES)).style.format("{:.3f}"), width="stretch")

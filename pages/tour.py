@@ -5,7 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import i18n, plots_learn, tour, tracing, ui, ui_presenter
+from core.engine import i18n, tokens
+from core.learn import figures as learn_fig
+from core.learn import tour
+from core.web import chips, nav, presenter, ui
 
 
 def _go(step: int) -> None:
@@ -37,12 +40,12 @@ def render() -> None:
     if tr is None or loaded is None:
         return
     layer = 0
-    view = tour.stage_view(stage.key, tr, lambda ids: tracing.readable_tokens(loaded.tokenizer, ids))
+    view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids))
     if view.uses_layer:  # the layer lives in the URL too (?layer=), shared with the other pages
         layer = st.slider(ui.t("tour.layer_pick"), 0, tr.n_layers - 1, ui.qp_int("layer", tr.n_layers - 1, 0, tr.n_layers - 1),
                           key="tour_layer")
         ui.set_qp(layer=layer)
-        view = tour.stage_view(stage.key, tr, lambda ids: tracing.readable_tokens(loaded.tokenizer, ids), layer)
+        view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids), layer)
     st.markdown(ui.t(f"tour.{stage.key}.body", **view.fill))
 
     if stage.key == "text":
@@ -50,25 +53,24 @@ def render() -> None:
         st.code(tr.text[:3000], language=None, wrap_lines=True)
     if view.chips is not None:
         with st.container(key="tour_tokens"):
-            st.markdown(tour.chips_html(view.chips), unsafe_allow_html=True)
+            chips.show(view.chips, positions=True, limit=200)
     cols = st.columns(len(view.metrics))
     for col, (label, value) in zip(cols, view.metrics):
         col.metric(ui.t(label), value)
     if view.chart is not None:
-        fig = plots_learn.stage_figure(view.chart, lambda k: i18n.t(k, lang))
+        fig = learn_fig.stage_figure(view.chart, lambda k: i18n.t(k, lang))
         st.plotly_chart(fig, width="stretch", key="tour_chart")
-    if view.table is not None and not ui_presenter.is_on():
+    if view.table is not None and not presenter.is_on():
         st.dataframe(pd.DataFrame({ui.t(k): v for k, v in view.table.items()}), hide_index=True, key="tour_table")
     ui.badge("formula" if stage.key == "kv_cache" else "model")
 
-    links = [p for p in stage.pages if ui_presenter.page_exists(p)]
-    if links:
+    if stage.pages:
         st.markdown(f"**{ui.t('tour.deep')}**")
-        for p in links:
-            ui_presenter.page_link(p)
-    ui_presenter.sources(stage.concept)
+        for p in stage.pages:
+            nav.page_link(p)
+    presenter.sources(stage.concept)
     _nav(step, n, "bottom")
-    if not ui_presenter.is_on():
+    if not presenter.is_on():
         ui.download_trace("tour")
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core import cached, cached_toy, plots_toy, ui, ui_presenter
-from core.models import TOY_ID
+from core.engine.types import TOY_ID
+from core.toy import figures as toy_fig
+from core.web import cache, live, presenter, ui
 
 
 def _fmt(x: float) -> str:
@@ -15,8 +16,8 @@ def _fmt(x: float) -> str:
 
 def _site(tr, stage: str, layer: int, head: int, lang: str) -> None:
     """One site's heatmap, its shape and range, and the provenance badge."""
-    st.plotly_chart(plots_toy.fig_site(tr, stage, layer, head, lang), width="stretch")
-    arr = plots_toy.stage_array(tr, stage, layer, head)
+    st.plotly_chart(toy_fig.fig_site(tr, stage, layer, head, lang), width="stretch")
+    arr = toy_fig.stage_array(tr, stage, layer, head)
     fin = arr[np.isfinite(arr)]
     st.caption(ui.t("toy.shape", shape=list(arr.shape), lo=_fmt(fin.min()), hi=_fmt(fin.max())))
     ui.badge("toy")
@@ -26,18 +27,18 @@ def render() -> None:
     lang = ui.lang()
     ui.header("page.toy", "toy.intro")
     try:
-        loaded = cached.get_model(TOY_ID)
+        loaded = cache.get_model(TOY_ID)
     except Exception as e:  # e.g. assets/toy/ missing: say so, never a traceback
         return st.error(ui.t("err.model_load", msg=str(e)))
 
     st.subheader(ui.t("toy.sec_config"))
-    real = cached_toy.real_facts()
-    st.dataframe(plots_toy.facts_table(loaded.facts.to_dict(), real, lang), hide_index=True, width="stretch", height=610)
+    real = cache.real_facts()
+    st.dataframe(toy_fig.facts_table(loaded.facts.to_dict(), real, lang), hide_index=True, width="stretch", height=610)
     st.caption(ui.t("toy.config_caption") if real else ui.t("toy.real_missing"))
     ui.badge("toy", "SmolLM2: " + ui.t("badge.real") if real else None)
 
     st.subheader(ui.t("toy.sec_sites"))
-    tr, err = cached_toy.toy_trace(ui.prompt(), ui.chat())
+    tr, err = cache.toy_trace(ui.prompt(), ui.chat())
     if tr is None:
         (st.info if err.startswith("hint.") else st.error)(ui.t(err) if err.startswith("hint.") else ui.t("toy.trace_error", msg=err))
     else:
@@ -46,8 +47,8 @@ def render() -> None:
         st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
         layer, head = ui.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
         c1, c2 = st.columns(2)
-        a_stage = c1.selectbox(ui.t("toy.attn_stage"), plots_toy.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
-        mlp_stages = [s for s in plots_toy.MLP_STAGES if s in tr.extras or s in ("down",)]
+        a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
+        mlp_stages = [s for s in toy_fig.MLP_STAGES if s in tr.extras or s in ("down",)]
         m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), key="toy_mlp_stage")
         with c1:
             _site(tr, a_stage, layer, head, lang)
@@ -66,18 +67,18 @@ def render() -> None:
     a = c1.text_input(ui.t("toy.order_a"), "我喜欢你", max_chars=60, key="toy_order_a")
     b = c2.text_input(ui.t("toy.order_b"), "你喜欢我", max_chars=60, key="toy_order_b")
     try:
-        rows = cached_toy.word_order(a, b)
+        rows = cache.word_order(a, b)
     except ValueError:
         st.warning(ui.t("toy.order_bad"))
     else:
-        st.dataframe(plots_toy.word_order_table(rows, lang), hide_index=True, width="stretch")
-        st.plotly_chart(plots_toy.fig_word_order(rows, lang), width="stretch")
+        st.dataframe(toy_fig.word_order_table(rows, lang), hide_index=True, width="stretch")
+        st.plotly_chart(toy_fig.fig_word_order(rows, lang), width="stretch")
         ui.badge("toy")
 
     st.subheader(ui.t("toy.sec_train"))
-    curve = cached_toy.shipped_curve()
-    st.markdown(ui.t("toy.train_caption", steps=len(curve["loss"]), seconds=curve["seconds"], limit=int(cached_toy.LIVE_SECONDS)))
-    st.caption(plots_toy.report_text(curve["report"], lang))
+    curve = cache.shipped_curve()
+    st.markdown(ui.t("toy.train_caption", steps=len(curve["loss"]), seconds=curve["seconds"], limit=int(live.LIVE_SECONDS)))
+    st.caption(toy_fig.report_text(curve["report"], lang))
     c1, c2, c3 = st.columns([2, 1, 1])
     steps = c1.slider(ui.t("toy.train_steps"), 50, 800, 300, 50, key="toy_train_steps")
     seed = c2.number_input(ui.t("toy.train_seed"), 0, 9999, 0, key="toy_train_seed")
@@ -85,18 +86,18 @@ def render() -> None:
     bar, c_loss, c_pat = st.empty(), *st.columns(2)
     loss_slot, pat_slot = c_loss.empty(), c_pat.empty()
     if go:
-        st.session_state["toy_live"] = cached_toy.run_live(int(steps), int(seed), bar, loss_slot, pat_slot, lang)
+        st.session_state["toy_live"] = live.run_live(int(steps), int(seed), bar, loss_slot, pat_slot, lang)
     elif "toy_live" not in st.session_state:
-        loss_slot.plotly_chart(plots_toy.fig_loss(curve["loss"], lang), width="stretch")
-    live = st.session_state.get("toy_live")
-    if live:
-        rep = live["report"]
+        loss_slot.plotly_chart(toy_fig.fig_loss(curve["loss"], lang), width="stretch")
+    result = st.session_state.get("toy_live")
+    if result:
+        rep = result["report"]
         if not go:
-            loss_slot.plotly_chart(plots_toy.fig_loss(live["losses"], lang, curve["loss"][: len(live["losses"])]), width="stretch")
-        st.success(ui.t("toy.live_done", n=len(live["losses"]), seconds=f"{live['seconds']:.1f}",
+            loss_slot.plotly_chart(toy_fig.fig_loss(result["losses"], lang, curve["loss"][: len(result["losses"])]), width="stretch")
+        st.success(ui.t("toy.live_done", n=len(result["losses"]), seconds=f"{result['seconds']:.1f}",
                         first=_fmt(rep["loss_first_copy"]), second=_fmt(rep["loss_second_copy"])))
     ui.badge("measured")
 
 
 render()
-ui_presenter.sources("transformer")
+presenter.sources("transformer")

@@ -4,13 +4,11 @@ configs (saved as local folders, so they go through the same loader as a user's 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -20,7 +18,7 @@ TINY_ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 @pytest.fixture(scope="session")
 def smol():
     """The embedded SmolLM2-135M-Instruct, shared by the whole session (read-only!)."""
-    from core.models import load_model
+    from core.backends import load_model
 
     return load_model(None)
 
@@ -49,7 +47,8 @@ def build_tiny(arch: str, folder: Path, seed: int = 0) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from core.models import _converted_dir, embedded_gguf_path, load_model
+    from core.backends import load_model
+    from core.engine.hf import _converted_dir, embedded_gguf_path
 
     load_model(None)  # make sure the converted tokenizer exists
     tok = AutoTokenizer.from_pretrained(str(_converted_dir(embedded_gguf_path())))
@@ -76,7 +75,7 @@ def tiny_dirs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_dirs):
     """{arch: LoadedModel} loaded through core.models.load_model."""
-    from core.models import load_model
+    from core.backends import load_model
 
     return {a: load_model(str(d)) for a, d in tiny_dirs.items()}
 

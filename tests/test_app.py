@@ -3,25 +3,20 @@ and looking at another layer reads the cached trace instead of running the model
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
-from core import i18n, tracing
+from core import backends
+from core.engine import i18n
+from core.web.nav import STEMS
 
 APP = str(ROOT / "app.py")
 
 
 def registered_pages() -> list[str]:
-    """Page stems from app.PAGES (parsed, not imported: importing runs the app) whose file exists."""
-    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PAGES" for t in node.targets):
-            stems = [elt.elts[1].value for elt in node.value.elts]
-            return [s for s in stems if (ROOT / "pages" / f"{s}.py").exists()]
-    raise AssertionError("app.py has no PAGES list")
+    """Every page stem the router registers (core.web.nav.PAGES)."""
+    return list(STEMS)
 
 
 def test_every_string_has_both_languages():
@@ -76,23 +71,23 @@ def test_journey_shows_the_real_trace_in_both_languages():
 def test_choosing_a_layer_never_runs_the_model_again():
     at = AppTest.from_file(APP, default_timeout=240)
     at.run()
-    before = tracing.FORWARD_PASSES
+    before = backends.FORWARD_PASSES
     slider = at.slider(key="journey_layer")
     for layer in (0, 7, 29):
         slider.set_value(layer).run()
         assert not at.exception
         assert any(f"resid[{layer}]" in c.value for c in at.code)
-    assert tracing.FORWARD_PASSES == before
+    assert before == backends.FORWARD_PASSES
 
 
 def test_empty_prompt_gives_a_hint_and_no_model_call():
     at = AppTest.from_file(APP, default_timeout=240)
     at.run()
-    before = tracing.FORWARD_PASSES
+    before = backends.FORWARD_PASSES
     at.text_area(key="prompt").set_value("   ").run()
     assert not at.exception
     assert any("prompt" in i.value.lower() for i in at.info)
-    assert tracing.FORWARD_PASSES == before
+    assert before == backends.FORWARD_PASSES
 
 
 def test_wrong_model_folder_keeps_the_previous_model(tmp_path):

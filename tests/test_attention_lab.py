@@ -11,9 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import attention as A
-from core import plots_maths as PM
-from core import positions as R
+from core import backends
+from core.engine.types import kv_bytes
+from core.maths import attention as A
+from core.maths import figures as PM
+from core.maths import positions as R
 
 PROMPT = "苹果很好吃。苹果发布了新系统。"
 
@@ -86,9 +88,8 @@ def test_fully_masked_row_gives_zeros_not_nan():
 
 @pytest.fixture(scope="module")
 def smol_trace(smol):
-    from core import tracing
 
-    return tracing.trace(smol, PROMPT)
+    return backends.trace(smol, PROMPT)
 
 
 @pytest.mark.parametrize("layer,head", [(0, 0), (7, 4), (29, 8)])
@@ -112,7 +113,7 @@ def test_rope_rotate_reproduces_real_q(smol, smol_trace):
 
 
 def test_recombine_heads_gives_attn_out(smol, smol_trace):
-    from core.tracing import find_sites
+    from core.engine.roles import find_sites
 
     layer = 3
     o = find_sites(smol.model).attns[layer].o_proj.weight.detach().numpy()
@@ -207,10 +208,10 @@ def test_gqa_grouping_and_kv_bytes():
     assert A.kv_sharing_matrix(9, 3).sum(axis=1).tolist() == [3, 3, 3]
     assert A.kv_sharing_matrix(8, 1).all()
     # SmolLM2: 2 × 30 × 3 × 64 × 2 bytes = 23,040 B per token; same as ModelFacts at fp16
-    assert A.kv_cache_bytes(30, 3, 64, 1, 2) == 23_040 == 2 * 30 * 3 * 64 * 2
-    assert A.kv_cache_bytes(24, 2, 64, 1000, 2) == 2 * 24 * 2 * 64 * 2 * 1000
+    assert kv_bytes(30, 3, 64, 1, 2) == 23_040 == 2 * 30 * 3 * 64 * 2
+    assert kv_bytes(24, 2, 64, 1000, 2) == 2 * 24 * 2 * 64 * 2 * 1000
     smol = A.HEAD_CONFIGS[0]
-    assert (smol.dh, smol.group, smol.kind) == (64, 3, "GQA")
+    assert (smol.dh, smol.group_size, smol.kind) == (64, 3, "GQA")
     big = A.HEAD_CONFIGS[2]
     assert (big.dh, big.kind) == (128, "MHA")
     assert A.multihead_shapes(smol, 7)[-2] == ("concat", "[7, 9 × 64 = 576]")

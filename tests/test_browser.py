@@ -12,7 +12,6 @@ Skipped only when no Chromium is installed.
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import socket
@@ -25,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from core import i18n
+from core.engine import i18n
+from core.web.nav import STEMS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "screenshots"
@@ -41,12 +41,7 @@ BENIGN_404 = ("/_stcore/health", "/_stcore/host-config", "/favicon.ico", "/favic
 
 
 def existing_stems() -> list[str]:
-    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PAGES" for t in node.targets):
-            stems = [elt.elts[1].value for elt in node.value.elts]
-            return [s for s in stems if (ROOT / "pages" / f"{s}.py").exists()]
-    raise AssertionError("app.py has no PAGES list")
+    return list(STEMS)
 
 
 def url_path(stem: str) -> str:
@@ -67,9 +62,9 @@ def server():
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     SHOTS.mkdir(exist_ok=True)
-    log = open(SHOTS / "server.log", "w")
+    log = open(SHOTS / "server.log", "w")  # noqa: SIM115 - held open for the server's lifetime, closed at teardown
     proc = subprocess.Popen(
-        [sys.executable, "-m", "core.ui_server", "--server.port", str(port), "--server.headless", "true",
+        [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
          "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -233,8 +228,6 @@ def _chart_data(page, index: int = 0) -> str:
 
 
 def test_heads_new_layer_redraws_heatmap(browser, server):
-    if not (ROOT / "pages" / "heads.py").exists():
-        pytest.skip("no heads page yet")
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(f"{server}/heads?lang=en&layer=0&head=0")
     settle(page)
@@ -252,8 +245,6 @@ def test_heads_new_layer_redraws_heatmap(browser, server):
 
 
 def test_generation_decode_step_grows_kv_plot(browser, server):
-    if not (ROOT / "pages" / "generation.py").exists():
-        pytest.skip("no generation page yet")
     title = i18n.t("generation.fig_kv", "en")
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     watch = Watch(page)
@@ -290,10 +281,10 @@ def test_eight_concurrent_sessions_see_only_their_own_prompt(browser, server):
             settle(page, timeout=180)
             # the chips arrive in the same script run as their container, but under load the
             # browser may paint the container first: wait for the chips themselves
-            page.wait_for_function("() => document.querySelectorAll('.st-key-tour_tokens span').length > 0", timeout=120_000)
-            # the chips, joined back into text (each chip: <sub>position</sub> piece, spaces shown as ␣)
-            text = page.evaluate("() => Array.from(document.querySelectorAll('.st-key-tour_tokens span'))"
-                                 ".map(s => s.lastChild.textContent.slice(1)).join('')").replace("␣", " ")
+            page.wait_for_function("() => document.querySelectorAll('.st-key-tour_tokens .xr-chip').length > 0", timeout=120_000)
+            # the chips, joined back into text (each chip carries its visible piece; spaces shown as ␣)
+            text = page.evaluate("() => Array.from(document.querySelectorAll('.st-key-tour_tokens .xr-chip'))"
+                                 ".map(s => s.dataset.piece).join('')").replace("␣", " ")
             assert text == f"Yesterday {name} counted {i + 2} zebras.", (name, text)
             assert not page.locator('[data-testid="stException"]').count()
         shoot(pages[0], "concurrent_tour_0")

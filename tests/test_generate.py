@@ -9,14 +9,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import chatfmt, generate, kvcalc, plots_gen, tracing
+from core import backends
+from core.engine import tokens
+from core.engine.numbers import human_bytes
+from core.engine.types import ConfigError, kv_bytes
+from core.gen import chat_template, generate, kvcalc
+from core.gen import figures as gen_fig
+from core.gen.sampling import SamplingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "Once upon a time"
 
 
 def _ids(loaded, prompt=PROMPT, chat=False):
-    return tracing.encode(loaded.tokenizer, prompt, chat=chat).ids
+    return tokens.encode(loaded.tokenizer, prompt, chat=chat).ids
 
 
 def _hf_greedy(loaded, ids, n):
@@ -26,7 +32,7 @@ def _hf_greedy(loaded, ids, n):
         out = loaded.model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                     pad_token_id=loaded.tokenizer.eos_token_id)
     new = out[0, len(ids):].tolist()
-    eos = generate.eos_ids(loaded)
+    eos = loaded.eos_ids()
     cut = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))  # HF pads after EOS
     return new[:cut]
 
@@ -67,9 +73,9 @@ def test_cache_size_and_bytes(smol):
     last = st.records[-1]
     assert generate.cache_length(st.cache) == last.kv_tokens == T + n
     expected = 2 * 30 * 3 * 64 * (T + n) * 4  # by hand: SmolLM2 float32
-    assert last.kv_bytes == expected == generate.kv_bytes_formula(f.n_layers, f.n_kv_heads, f.head_dim, T + n, 4)
+    assert last.kv_bytes == expected == kv_bytes(f.n_layers, f.n_kv_heads, f.head_dim, T + n, 4)
     assert last.kv_bytes_layers.shape == (30,) and set(last.kv_bytes_layers.tolist()) == {expected // 30}
-    toks, tot, per = st.kv_arrays()
+    toks, tot, _per = st.kv_arrays()
     assert toks.tolist() == list(range(T, T + n + 1))  # grows by one position per decode step
     assert np.all(np.diff(tot) == f.kv_bytes_per_token(4))
     k, v = st.cache_kv(0)
@@ -80,7 +86,7 @@ def test_prompt_kv_equal_trace(smol):
     ids = _ids(smol, "苹果很好吃。苹果发布了新系统。")
     st = generate.Stepper(smol, ids, None, max_steps=3)
     st.prefill()
-    tr = tracing.trace_ids(smol, ids)
+    tr = backends.trace_ids(smol, ids)
     for layer in (0, 13, 29):
         k, v = st.cache_kv(layer)
         np.testing.assert_allclose(k, tr.k[layer], atol=1e-5)
@@ -96,7 +102,7 @@ def test_decode_attention_row_equals_full_forward(smol):
     st.run(4)  # prefill + 3 decode steps
     rec = st.records[-1]
     fed = st.all_ids[: rec.kv_tokens]
-    tr = tracing.trace_ids(smol, fed)
+    tr = backends.trace_ids(smol, fed)
     assert rec.attn.shape == (30, 9, len(fed))
     np.testing.assert_allclose(rec.attn.astype(np.float32), tr.attn_pattern[:, :, -1, :].astype(np.float32), atol=2e-3)
     np.testing.assert_allclose(rec.attn.astype(np.float32).sum(-1), 1.0, atol=5e-3)
@@ -126,17 +132,16 @@ def test_stops_at_end_token(smol):
     assert st2.stop_reason == "max_steps" and len(st2.generated) == 3
 
 
-@pytest.mark.skipif(not generate.HAVE_SAMPLING, reason="core.sampling not available")
 def test_sampling_seed_reproducible_and_applied(smol):
     ids = _ids(smol)
-    cfg = generate.SamplingConfig(temperature=1.3, top_k=0, top_p=1.0, seed=7)
+    cfg = SamplingConfig(temperature=1.3, top_k=0, top_p=1.0, seed=7)
     a = generate.run_with_cache(smol, ids, 6, cfg).generated
     b = generate.run_with_cache(smol, ids, 6, cfg).generated
     assert a == b
-    others = [generate.run_with_cache(smol, ids, 6, generate.SamplingConfig(temperature=1.3, seed=s)).generated for s in (1, 2)]
+    others = [generate.run_with_cache(smol, ids, 6, SamplingConfig(temperature=1.3, seed=s)).generated for s in (1, 2)]
     assert any(o != a for o in others)  # the seed really drives the draw
     greedy = generate.run_with_cache(smol, ids, 6).generated
-    top1 = generate.run_with_cache(smol, ids, 6, generate.SamplingConfig(temperature=1.3, top_k=1, seed=5)).generated
+    top1 = generate.run_with_cache(smol, ids, 6, SamplingConfig(temperature=1.3, top_k=1, seed=5)).generated
     assert top1 == greedy  # top-k = 1 leaves only the argmax: the settings are applied
     # the same seed without the cache draws the same tokens
     assert generate.run_without_cache(smol, ids, 6, cfg).token_ids == a
@@ -191,28 +196,28 @@ def test_kvcalc_by_hand():
         p = presets[name]
         assert (p.n_layers, p.n_heads, p.n_kv_heads, p.head_dim) == shape
     assert any(p.n_heads == 28 and p.n_kv_heads == 4 and p.group_size == 7 for p in presets.values())
-    assert kvcalc.kv_cache_bytes(presets["Llama-3-8B"], 1, 2) == 2 * 32 * 8 * 128 * 2 == 131_072
-    assert kvcalc.kv_cache_bytes(presets["Llama-2-7B"], 4096, 2) == 2 * 2**30  # 2 GiB, the classic figure
-    assert kvcalc.kv_cache_bytes(presets["Qwen2.5-7B"], 1000, 1, requests=8) == 2 * 28 * 4 * 128 * 1000 * 8
-    assert presets["SmolLM2-135M"].bytes_per_token(4) == 46_080
+    assert presets["Llama-3-8B"].kv_bytes(1, 2) == 2 * 32 * 8 * 128 * 2 == 131_072
+    assert presets["Llama-2-7B"].kv_bytes(4096, 2) == 2 * 2**30  # 2 GiB, the classic figure
+    assert presets["Qwen2.5-7B"].kv_bytes(1000, 1, requests=8) == 2 * 28 * 4 * 128 * 1000 * 8
+    assert presets["SmolLM2-135M"].kv_bytes_per_token(4) == 46_080
     rows = kvcalc.variant_rows(presets["Qwen2.5-7B"], 1, 2)
     assert [(r["kind"], r["kv_heads"], r["bytes_per_token"]) for r in rows] == [
         ("MHA", 28, 2 * 28 * 28 * 128 * 2), ("GQA (4)", 4, 2 * 28 * 4 * 128 * 2), ("MQA", 1, 2 * 28 * 1 * 128 * 2)]
     assert rows[1]["vs_mha"] == pytest.approx(4 / 28)
     assert [r["kind"] for r in kvcalc.variant_rows(presets["Llama-2-7B"], 1, 2)] == ["MHA", "MQA"]
-    assert kvcalc.human_bytes(131_072) == "128 KiB" and kvcalc.human_bytes(2 * 2**30) == "2 GiB"
+    assert human_bytes(131_072) == "128 KiB" and human_bytes(2 * 2**30) == "2 GiB"
 
 
 def test_kvcalc_from_config(smol):
     s = kvcalc.from_config('{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}')
     assert (s.n_layers, s.n_kv_heads, s.head_dim) == (32, 8, 128)
     gpt2 = kvcalc.from_config({"n_layer": 12, "n_head": 12, "n_embd": 768})
-    assert gpt2.n_kv_heads == 12 and gpt2.head_dim == 64 and gpt2.attention_kind == "MHA"
+    assert gpt2.n_kv_heads == 12 and gpt2.head_dim == 64 and gpt2.kind == "MHA"
     # the embedded model's own config gives the same bytes as its facts and its real cache
     smol_cfg = smol.model.config.to_dict()
-    assert kvcalc.from_config(smol_cfg).bytes_per_token(4) == smol.facts.kv_bytes_per_token(4)
+    assert kvcalc.from_config(smol_cfg).kv_bytes_per_token(4) == smol.facts.kv_bytes_per_token(4)
     for bad in ("not json", "[1, 2]", '{"hidden_size": 64}', '{"num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 48}'):
-        with pytest.raises(kvcalc.ConfigError):
+        with pytest.raises(ConfigError):
             kvcalc.from_config(bad)
 
 
@@ -231,8 +236,8 @@ def test_simulate_by_hand():
 
 def test_chat_rendering(smol):
     tok = smol.tokenizer
-    r = chatfmt.render(tok, [{"role": "user", "content": "What is the capital of France?"}])
-    assert r.ids == tracing.encode(tok, "What is the capital of France?", chat=True).ids  # same as the tracer's chat mode
+    r = chat_template.render(tok, [{"role": "user", "content": "What is the capital of France?"}])
+    assert r.ids == tokens.encode(tok, "What is the capital of France?", chat=True).ids  # same as the tracer's chat mode
     assert r.generation_prompt == "<|im_start|>assistant\n"
     assert r.ids[-r.n_generation_prompt_tokens:] == tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
     assert r.end_token == "<|im_end|>" and r.end_token_id == 2
@@ -240,32 +245,32 @@ def test_chat_rendering(smol):
     assert "".join(s for s, _ in r.segments) == r.text
     assert [s for s, sp in r.segments if sp].count("<|im_end|>") == r.ids.count(2) == 2
     assert sum(r.special) == r.ids.count(1) + r.ids.count(2)  # <|im_start|> = 1, <|im_end|> = 2
-    r2 = chatfmt.render(tok, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], add_generation_prompt=False)
+    r2 = chat_template.render(tok, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], add_generation_prompt=False)
     assert not r2.system_added and r2.generation_prompt == "" and r2.ids[-2:] == [2, tok("\n", add_special_tokens=False)["input_ids"][0]]
     with pytest.raises(ValueError):
-        chatfmt.render(tok, [{"role": "narrator", "content": "x"}])
+        chat_template.render(tok, [{"role": "narrator", "content": "x"}])
 
 
 def test_chat_without_template():
     toy = pytest.importorskip("core.toy")
-    with pytest.raises(chatfmt.NoChatTemplateError):
-        chatfmt.render(toy.ByteTokenizer(), [{"role": "user", "content": "hi"}])
+    with pytest.raises(chat_template.NoChatTemplateError):
+        chat_template.render(toy.ByteTokenizer(), [{"role": "user", "content": "hi"}])
 
 
 def test_plot_specs_carry_the_numbers(smol):
     ids = _ids(smol)
     st = generate.Stepper(smol, ids, None, max_steps=4)
     st.run()
-    toks, tot, per = st.kv_arrays()
-    fig = plots_gen.kv_growth(toks, tot, "zh")
+    toks, tot, _per = st.kv_arrays()
+    fig = gen_fig.kv_growth(toks, tot, "zh")
     np.testing.assert_allclose(fig.data[0].y, tot / 1024)
     assert list(fig.data[1].y) == toks.tolist() and "KV Cache" in fig.layout.title.text
-    fig = plots_gen.timings([r.seconds for r in st.records], "en")
+    fig = gen_fig.timings([r.seconds for r in st.records], "en")
     np.testing.assert_allclose(fig.data[0].y, np.array([r.seconds for r in st.records]) * 1000)
     rec = st.records[-1]
-    fig = plots_gen.attention_row(rec.attn[5, 2], tracing.readable_tokens(smol.tokenizer, st.all_ids), len(ids), "t", "en")
+    fig = gen_fig.attention_row(rec.attn[5, 2], tokens.readable_tokens(smol.tokenizer, st.all_ids), len(ids), "t", "en")
     np.testing.assert_allclose(fig.data[0].y, rec.attn[5, 2].astype(np.float32))
-    fig = plots_gen.prefill_matrix(st.prefill_pattern[0, 0], tracing.readable_tokens(smol.tokenizer, ids), "t", "en")
+    fig = gen_fig.prefill_matrix(st.prefill_pattern[0, 0], tokens.readable_tokens(smol.tokenizer, ids), "t", "en")
     assert np.asarray(fig.data[0].z).shape == (len(ids), len(ids)) and np.triu(np.asarray(fig.data[0].z), 1).max() == 0
 
 

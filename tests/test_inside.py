@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from core import ablation, embeddings, heads, plots_inside, tracing
+from core import backends
+from core.engine import roles, tokens
+from core.inside import ablation, embeddings, heads
+from core.web import chips
 
 PAGES = ("tokens", "context", "heads", "ablation")
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +31,7 @@ def test_lookup_is_a_row_of_the_weight_matrix(smol):
     E = embeddings.embedding_matrix(smol)
     W = smol.model.get_input_embeddings().weight
     assert E.shape == (49152, 576) == tuple(W.shape)
-    tr = tracing.trace(smol, "苹果很好吃。")
+    tr = backends.trace(smol, "苹果很好吃。")
     rows = embeddings.lookup(E, tr.token_ids)
     for k, i in enumerate(tr.token_ids):
         np.testing.assert_array_equal(rows[k], W[int(i)].detach().numpy())
@@ -59,7 +62,7 @@ def test_pca_matches_torch_svd():
     X = rng.normal(size=(12, 40)) @ np.diag(np.linspace(3, 0.1, 40))
     p = embeddings.pca2(X)
     Xc = torch.from_numpy(X - X.mean(0))
-    U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
+    _U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     ref = (Xc @ Vh[:2].T).numpy()
     for j in range(2):  # principal axes are defined up to sign
         sign = np.sign(ref[:, j] @ p.coords[:, j])
@@ -81,18 +84,18 @@ def test_word_vectors_and_parse(smol):
 
 def test_token_sources_chat(smol):
     tok = smol.tokenizer
-    enc = tracing.encode(tok, "Hi there 苹果", chat=True)
+    enc = tokens.encode(tok, "Hi there 苹果", chat=True)
     src = embeddings.token_sources(tok, enc.text, "Hi there 苹果", enc.ids, chat=True)
     user = [i for i, s in zip(enc.ids, src) if s == "user"]
     assert tok.decode(user) == "Hi there 苹果"
     specials = [i for i, s in zip(enc.ids, src) if s == "special"]
     assert set(specials) == {1, 2} and src.count("template") > 5
-    plain = tracing.encode(tok, "Hi there", chat=False)
+    plain = tokens.encode(tok, "Hi there", chat=False)
     assert embeddings.token_sources(tok, plain.text, "Hi there", plain.ids, chat=False) == ["user"] * len(plain.ids)
 
 
 def test_chips_escape_html():
-    h = plots_inside.chips_html(["<script>", " a&b"], [5, 6], ["user", "special"], "en")
+    h = chips.chips_html(["<script>", " a&b"], [5, 6], kinds=["user", "special"])
     assert "<script>" not in h and "&lt;script&gt;" in h and "␣a&amp;b" in h
 
 
@@ -102,7 +105,7 @@ def test_chips_escape_html():
 
 def test_context_similarity_apple(smol):
     a, b, word = embeddings.CONTEXT_PAIRS["zh_ctx"]
-    ta, tb = tracing.trace(smol, a), tracing.trace(smol, b)
+    ta, tb = backends.trace(smol, a), backends.trace(smol, b)
     ia, ib = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(smol.tokenizer, word))
     assert (ia, ib) == (13, 12)  # not the 果 of 水果 at position 4
     assert ta.token_ids[ia] == tb.token_ids[ib] == 43774 and ta.tokens[ia] == "果"
@@ -113,7 +116,7 @@ def test_context_similarity_apple(smol):
     np.testing.assert_allclose(sim, ref.numpy(), atol=1e-12)
     assert sim[-1] < 0.99 and sim[1:].max() < 1.0
 
-    one = tracing.trace(smol, embeddings.CONTEXT_PAIRS["zh_one"][0])  # the tutorial's sentence, its two 苹果
+    one = backends.trace(smol, embeddings.CONTEXT_PAIRS["zh_one"][0])  # the tutorial's sentence, its two 苹果
     i, j = embeddings.default_positions(one.token_ids, one.token_ids, embeddings.word_ids(smol.tokenizer, "苹果"))
     assert (i, j) == (3, 14)
     s2 = embeddings.context_similarity(one.resid, i, one.resid, j)
@@ -122,7 +125,7 @@ def test_context_similarity_apple(smol):
 
 def test_context_identical_prefix_stays_identical(smol):
     a, b, word = embeddings.CONTEXT_PAIRS["zh_start"]
-    ta, tb = tracing.trace(smol, a), tracing.trace(smol, b)
+    ta, tb = backends.trace(smol, a), backends.trace(smol, b)
     ia, ib = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(smol.tokenizer, word))
     assert embeddings.same_prefix(ta.token_ids, ia, tb.token_ids, ib)
     sim = embeddings.context_similarity(ta.resid, ia, tb.resid, ib)
@@ -157,7 +160,7 @@ def test_drop_first_key_renormalises():
 
 
 def test_head_atlas_on_real_trace(smol):
-    tr = tracing.trace(smol, "The cat sat on the mat because it was tired.")
+    tr = backends.trace(smol, "The cat sat on the mat because it was tired.")
     at = heads.head_atlas(tr.attn_pattern)
     w = tr.attn_pattern.astype(np.float64)
     l, h, T = 5, 4, tr.n_tokens
@@ -183,16 +186,16 @@ def _no_hooks(model) -> bool:
 
 
 def test_ablating_nothing_changes_nothing(smol):
-    ids = tracing.encode(smol.tokenizer, "What is the capital of France?").ids
+    ids = tokens.encode(smol.tokenizer, "What is the capital of France?").ids
     p = ablation.next_token_probs(smol, ids, [])
     np.testing.assert_array_equal(p, _plain_probs(smol.model, ids))
     assert _no_hooks(smol.model)
 
 
 def test_ablated_head_slice_is_zero_and_others_untouched(smol):
-    ids = tracing.encode(smol.tokenizer, "苹果很好吃。").ids
+    ids = tokens.encode(smol.tokenizer, "苹果很好吃。").ids
     layer, head, dh = 3, 4, 64
-    o = tracing.find_sites(smol.model).attns[layer].o_proj
+    o = roles.find_sites(smol.model).attns[layer].o_proj
     seen = {}
 
     def grab(name):
@@ -225,11 +228,11 @@ def test_ablated_head_slice_is_zero_and_others_untouched(smol):
 def test_ablation_equals_model_with_zeroed_output_columns(tiny_loaded, arch):
     """Independent recomputation: a copy of the model whose output projection ignores the head."""
     loaded = tiny_loaded[arch]
-    ids = tracing.encode(loaded.tokenizer, "I ate an apple pie.").ids
+    ids = tokens.encode(loaded.tokenizer, "I ate an apple pie.").ids
     layer, head, dh = 1, 2, loaded.facts.head_dim
     got = ablation.next_token_probs(loaded, ids, [(layer, head)])
     twin = copy.deepcopy(loaded.model)
-    proj = ablation.out_proj(tracing.find_sites(twin).attns[layer])
+    proj = ablation.out_proj(roles.find_sites(twin).attns[layer])
     with torch.no_grad():
         if arch == "gpt2":  # Conv1D: weight [in, out]
             proj.weight[head * dh : (head + 1) * dh, :] = 0
@@ -247,7 +250,7 @@ def test_ablation_equals_model_with_zeroed_output_columns(tiny_loaded, arch):
 
 def test_sweep_equals_single_ablations_and_effect(tiny_loaded):
     loaded = tiny_loaded["llama"]
-    ids = tracing.encode(loaded.tokenizer, "The cat sat on the mat.").ids
+    ids = tokens.encode(loaded.tokenizer, "The cat sat on the mat.").ids
     sw = ablation.sweep_heads(loaded, ids, [0, 2], chunk=5)  # chunk 5 splits a layer: rows must still line up
     assert sw.shape == (2, loaded.facts.n_heads, loaded.facts.vocab_size)
     for li, layer in enumerate([0, 2]):
@@ -264,12 +267,11 @@ def test_sweep_equals_single_ablations_and_effect(tiny_loaded):
 
 def test_hooks_removed_on_error_and_thread_scoped(tiny_loaded):
     loaded = tiny_loaded["llama"]
-    ids = tracing.encode(loaded.tokenizer, "hello world").ids
+    ids = tokens.encode(loaded.tokenizer, "hello world").ids
     with pytest.raises(ValueError):
         ablation.next_token_probs(loaded, ids, [(99, 0)])
-    with pytest.raises(RuntimeError):
-        with ablation.zero_heads(loaded, [(0, 0)]):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), ablation.zero_heads(loaded, [(0, 0)]):
+        raise RuntimeError("boom")
     assert _no_hooks(loaded.model)
     plain = _plain_probs(loaded.model, ids)
     other = {}
@@ -345,7 +347,7 @@ def test_ablation_page_sweep_matches_core(smol):
     at = _app("ablation", "en")
     fig = _figs(at)[1]
     kl_page = _arr(fig["data"][0]["y"])
-    ids = tracing.encode(smol.tokenizer, "What is the capital of France?").ids
+    ids = tokens.encode(smol.tokenizer, "What is the capital of France?").ids
     before = ablation.next_token_probs(smol, ids)
     after = ablation.next_token_probs(smol, ids, [(0, 5)])
     assert kl_page[5] == pytest.approx(ablation.kl_divergence(before, after), rel=1e-4, abs=1e-9)

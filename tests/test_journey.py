@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core import journey, tracing
+from core import backends
+from core.learn import journey
+from core.web import chips
 
 
 def test_greedy_loop_equals_hf_generate(smol):
-    tr = tracing.trace(smol, "What is the capital of France?", chat=True)
+    tr = backends.trace(smol, "What is the capital of France?", chat=True)
     new, stopped = journey.greedy_continuation(smol, tr.token_ids.tolist(), max_new=20)
     with smol.lock, torch.inference_mode():
         ref = smol.model.generate(torch.from_numpy(tr.token_ids)[None], max_new_tokens=20, do_sample=False)[0, tr.n_tokens:]
@@ -24,7 +26,7 @@ def test_greedy_loop_stops_at_the_limit(smol):
 
 
 def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
-    tr = tracing.trace(smol, "The capital of France is")
+    tr = backends.trace(smol, "The capital of France is")
     with smol.lock, torch.inference_mode():
         logits = smol.model(torch.from_numpy(tr.token_ids)[None]).logits[0, -1].double()
     p = torch.softmax(logits, -1)
@@ -35,7 +37,7 @@ def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
 
 
 def test_norms_are_of_hf_hidden_states(smol):
-    tr = tracing.trace(smol, "苹果很好吃。")
+    tr = backends.trace(smol, "苹果很好吃。")
     with smol.lock, torch.inference_mode():
         hs = smol.model(torch.from_numpy(tr.token_ids)[None], output_hidden_states=True).hidden_states
     ref = [float(h[0, -1].norm()) for h in hs[:-1]]  # hs[-1] is after the final norm
@@ -43,6 +45,6 @@ def test_norms_are_of_hf_hidden_states(smol):
 
 
 def test_chips_escape_text_and_mark_specials():
-    html = journey.token_chips_html(["<b>x</b>", " a\n"], [5, 6], [True, False])
+    html = chips.chips_html(["<b>x</b>", " a\n"], [5, 6], kinds=chips.kinds_from_special([True, False]))
     assert "<b>x" not in html and "&lt;b&gt;" in html and "␣a⏎" in html
     assert html.count("dashed") == 1

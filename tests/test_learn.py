@@ -6,32 +6,33 @@ The tour's numbers are checked against an independent computation with the HF mo
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core import i18n, quiz, references, tour, tracing
+from core import backends
+from core.engine import i18n, tokens
+from core.engine.tokens import visible
+from core.engine.types import kv_bytes
+from core.learn import quiz, references, tour
+from core.web import chips
+from core.web.nav import STEMS as NAV_STEMS
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 
 
 def app_page_stems() -> list[str]:
-    """The stems in app.py's PAGES list, read with ast (importing app.py would run Streamlit)."""
-    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PAGES" for t in node.targets):
-            return [elt.elts[1].value for elt in node.value.elts]
-    raise AssertionError("app.py has no PAGES list")
+    """The stems the router registers (core.web.nav.PAGES)."""
+    return list(NAV_STEMS)
 
 
 STEMS = app_page_stems()
 
 
 def _decode(loaded):
-    return lambda ids: tracing.readable_tokens(loaded.tokenizer, ids)
+    return lambda ids: tokens.readable_tokens(loaded.tokenizer, ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,10 +102,10 @@ def test_references_data_and_cite():
 
 
 def test_visible_and_chips_escape():
-    assert tour.visible("a b\n\x00\x07") == "a␣b⏎␀␇"
-    h = tour.chips_html(["<script>", "x"])
+    assert visible("a b\n\x00\x07") == "a␣b⏎␀␇"
+    h = chips.chips_html(["<script>", "x"], positions=True)
     assert "&lt;script&gt;" in h and "<script>" not in h
-    assert tour.chips_html(["t"] * 5, limit=2).endswith("… +3")
+    assert chips.chips_html(["t"] * 5, positions=True, limit=2).endswith("… +3")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def smol_ref(smol):
     import torch
 
     prompt = "小明把书交给小红，因为她明天要考试。"
-    tr = tracing.trace(smol, prompt)
+    tr = backends.trace(smol, prompt)
     ids = torch.tensor([tr.token_ids.tolist()])
     with smol.lock, torch.inference_mode():
         out = smol.model(input_ids=ids, output_hidden_states=True, use_cache=True)
@@ -154,7 +155,7 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     ids, pieces, _, p = tour.top_next(tr, dec)
     assert ids == ref_i.tolist()
     np.testing.assert_allclose(p, ref_p.numpy(), atol=1e-5)
-    assert pieces[0] == tour.visible(smol.tokenizer.decode([ids[0]]))
+    assert pieces[0] == visible(smol.tokenizer.decode([ids[0]]))
     # sampling: temperature 0.5 sharpens, 1.5 flattens — checked against softmax(logits / T)
     v = tour.stage_view("sampling", tr, dec)
     p_t = v.table["tour.col.p_top"]
@@ -163,20 +164,20 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     assert p_t[0] > p_t[1] > p_t[2]
     # KV cache: the formula equals the bytes of HF's own cache (float32) and the trace's k/v
     hf_bytes = sum(lay.keys.numel() * 4 + lay.values.numel() * 4 for lay in out.past_key_values.layers)
-    assert tour.kv_cache_bytes(L, smol.facts.n_kv_heads, smol.facts.head_dim, T) == hf_bytes == tr.k.nbytes + tr.v.nbytes
+    assert kv_bytes(L, smol.facts.n_kv_heads, smol.facts.head_dim, T, 4) == hf_bytes == tr.k.nbytes + tr.v.nbytes
     v = tour.stage_view("kv_cache", tr, dec)
     assert dict(v.metrics)["tour.m.kv_total"] == f"{hf_bytes:,} B"
     assert dict(v.metrics)["tour.m.kv_per_token"] == f"{2 * 30 * 3 * 64 * 4:,} B"  # SmolLM2: 46,080 B per token
     # next token: greedy = argmax of HF's logits
     v = tour.stage_view("next_token", tr, dec)
-    assert dict(v.metrics)["tour.m.next"] == tour.visible(smol.tokenizer.decode([int(out.logits[0, -1].argmax())]))
+    assert dict(v.metrics)["tour.m.next"] == visible(smol.tokenizer.decode([int(out.logits[0, -1].argmax())]))
     assert dict(v.metrics)["tour.m.new_len"] == str(T + 1)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_tour_every_stage_on_tiny_models(tiny_loaded, arch):
     loaded = tiny_loaded[arch]
-    tr = tracing.trace(loaded, "Hello `world` $x$ <b>")
+    tr = backends.trace(loaded, "Hello `world` $x$ <b>")
     for key in tour.STAGE_KEYS:
         v = tour.stage_view(key, tr, _decode(loaded), layer=99)  # an out-of-range layer is clamped
         assert v.metrics

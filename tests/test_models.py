@@ -8,7 +8,9 @@ import time
 import pytest
 import torch
 
-from core.models import ModelLoadError, embedded_gguf_path, load_model
+from core.backends import load_model
+from core.engine.hf import embedded_gguf_path
+from core.engine.types import ModelLoadError
 
 
 def test_embedded_model_file_is_found_without_importing_the_package():

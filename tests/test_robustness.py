@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from core import tracing
-from core.models import EMBEDDED_ID
+from core import backends
+from core.engine.trace import MAX_TOKENS
+from core.engine.types import EMBEDDED_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -24,13 +25,13 @@ APP = str(ROOT / "app.py")
 def forward_count(monkeypatch):
     """How many real forward passes ran (each cache miss of a trace is one)."""
     calls = {"n": 0}
-    real = tracing.trace_ids
+    real = backends.trace_ids
 
     def counting(*a, **kw):
         calls["n"] += 1
         return real(*a, **kw)
 
-    monkeypatch.setattr(tracing, "trace_ids", counting)
+    monkeypatch.setattr(backends, "trace_ids", counting)
     return calls
 
 
@@ -63,8 +64,8 @@ def test_huge_prompt_is_truncated_with_a_notice(forward_count):
     assert len(prompt) == 10_000
     at = _tour(prompt)
     assert not at.exception
-    assert at.warning and str(tracing.MAX_TOKENS) in at.warning[0].value, _messages(at)
-    assert at.metric[0].value == str(tracing.MAX_TOKENS)  # the tokens stage shows the traced length
+    assert at.warning and str(MAX_TOKENS) in at.warning[0].value, _messages(at)
+    assert at.metric[0].value == str(MAX_TOKENS)  # the tokens stage shows the traced length
     assert forward_count["n"] == 1
 
 
@@ -151,24 +152,24 @@ def _trace_cache_entries() -> int:
     total = 0
     for caches in cache_data_api._data_caches._function_caches.values():
         for cache in caches.values():
-            if cache.display_name.endswith("cached.get_trace"):
+            if cache.display_name.endswith("cache.get_trace"):
                 total += len(cache.storage._mem_cache)
     return total
 
 
 def test_trace_cache_stays_bounded_after_50_prompts(tiny_dirs, forward_count):
-    from core import cached
+    from core.web import cache
 
     spec = str(tiny_dirs["llama"])
     for i in range(50):
-        tr = cached.get_trace(spec, f"prompt number {i}: {'x' * i}", False)
+        tr = cache.get_trace(spec, f"prompt number {i}: {'x' * i}", False)
         assert tr.prompt.startswith(f"prompt number {i}:")
     assert forward_count["n"] == 50  # 50 different prompts, 50 forward passes
     n = _trace_cache_entries()
-    assert 1 <= n <= cached.MAX_TRACES, n
-    cached.get_trace(spec, "prompt number 49: " + "x" * 49, False)  # the newest is still cached
+    assert 1 <= n <= cache.MAX_TRACES, n
+    cache.get_trace(spec, "prompt number 49: " + "x" * 49, False)  # the newest is still cached
     assert forward_count["n"] == 50
-    cached.get_trace(spec, "prompt number 0: ", False)  # the oldest was evicted: traced again
+    cache.get_trace(spec, "prompt number 0: ", False)  # the oldest was evicted: traced again
     assert forward_count["n"] == 51
     # the model itself is not re-tokenised by the cache key: the config in the folder is intact
     assert json.loads((Path(spec) / "config.json").read_text())["model_type"] == "llama"

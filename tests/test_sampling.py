@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.sampling import (
+from core.gen.sampling import (
     SamplingConfig,
     apply_repetition_penalty,
     choose,
@@ -128,7 +128,7 @@ def test_greedy_and_seeded_choice():
 
 
 def test_entropy_bits():
-    from core.sampling import entropy_bits
+    from core.gen.sampling import entropy_bits
 
     assert entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
     assert entropy_bits(np.array([1.0, 0.0, 0.0])) == 0.0

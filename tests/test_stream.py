@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from core import anatomy, cached_stream, lens, plots_stream, tracing
-from core.sampling import SamplingConfig, filter_steps
+from core import backends
+from core.engine import tokens
+from core.engine.roles import find_sites
+from core.engine.types import UnsupportedArchitectureError
+from core.gen.sampling import SamplingConfig, filter_steps
+from core.stream import anatomy, lens
+from core.stream import figures as stream_fig
 
 PROMPT = "What is the capital of France?"
 GATED = ("llama", "qwen2", "mistral")
@@ -17,7 +22,7 @@ GATED = ("llama", "qwen2", "mistral")
 
 @pytest.fixture(scope="module")
 def smol_trace(smol):
-    return tracing.trace(smol, PROMPT)
+    return backends.trace(smol, PROMPT)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -34,7 +39,7 @@ def test_logit_lens_last_layer_is_the_model(smol, smol_trace):
     ids, probs = lens.logit_lens(smol, smol_trace)
     L, T = smol.facts.n_layers, smol_trace.n_tokens
     assert ids.shape == probs.shape == (L + 1, T)
-    ref = _softmax(tracing.full_logits(smol, smol_trace))  # [T, V] from HF's LM head on final_hidden
+    ref = _softmax(backends.full_logits(smol, smol_trace))  # [T, V] from HF's LM head on final_hidden
     np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
     np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4, atol=1e-6)
     # and the stored top-1 of the trace (HF's own logits of the traced forward pass)
@@ -62,9 +67,9 @@ def test_logit_lens_row_by_hand(smol, smol_trace):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "gpt2"])
 def test_logit_lens_tiny(tiny_loaded, arch):
     loaded = tiny_loaded[arch]
-    tr = tracing.trace(loaded, "Hello there, tiny model")
+    tr = backends.trace(loaded, "Hello there, tiny model")
     ids, probs = lens.logit_lens(loaded, tr)
-    ref = _softmax(tracing.full_logits(loaded, tr))
+    ref = _softmax(backends.full_logits(loaded, tr))
     np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
     np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4)
 
@@ -81,7 +86,7 @@ def test_stream_and_sublayer_norms(smol_trace):
     a, m = lens.sublayer_norms(tr)
     assert a.shape == m.shape == (tr.n_layers,)
     assert a[5] == pytest.approx(np.mean([np.linalg.norm(tr.attn_out[5, t].astype(np.float64)) for t in range(tr.n_tokens)]))
-    a1, m1 = lens.sublayer_norms(tr, 4)
+    _a1, m1 = lens.sublayer_norms(tr, 4)
     assert m1[7] == pytest.approx(np.linalg.norm(tr.mlp_out[7, 4].astype(np.float64)))
     # SmolLM2 parks a huge vector on its first token (an attention sink): > 20× the others by mid-depth
     assert n[15, 0] > 20 * n[15, 1:].max()
@@ -95,7 +100,7 @@ def test_stream_and_sublayer_norms(smol_trace):
 def test_rmsnorm_matches_module(smol, smol_trace, which):
     for layer, pos in ((0, 0), (7, 3), (29, 6)):
         s = lens.block_norm_steps(smol, smol_trace, layer, pos, which)
-        module = lens.block_norm(smol.model, layer, which)
+        module = find_sites(smol.model).block_norm(layer, which)
         x = smol_trace.resid[layer, pos] + (smol_trace.attn_out[layer, pos] if which == "mlp" else 0)
         with torch.no_grad():
             ref = module(torch.tensor(x, dtype=torch.float32)).numpy()
@@ -107,9 +112,9 @@ def test_rmsnorm_matches_module(smol, smol_trace, which):
 
 def test_layernorm_matches_module(tiny_loaded):
     loaded = tiny_loaded["gpt2"]
-    tr = tracing.trace(loaded, "Layer norm, please")
+    tr = backends.trace(loaded, "Layer norm, please")
     s = lens.block_norm_steps(loaded, tr, 1, 2, "attn")
-    module = lens.block_norm(loaded.model, 1, "attn")
+    module = find_sites(loaded.model).block_norm(1, "attn")
     with torch.no_grad():
         ref = module(torch.tensor(tr.resid[1, 2])).numpy()
     assert s.kind == "LayerNorm"
@@ -134,16 +139,16 @@ def test_swiglu_recomputation_equals_trace(smol, smol_trace):
 @pytest.mark.parametrize("arch", GATED)
 def test_swiglu_tiny(tiny_loaded, arch):
     loaded = tiny_loaded[arch]
-    tr = tracing.trace(loaded, "gate times up")
+    tr = backends.trace(loaded, "gate times up")
     s = lens.mlp_steps(loaded, tr, loaded.facts.n_layers - 1, tr.n_tokens - 1)
     assert s.max_abs_diff < 1e-4 * max(1.0, np.abs(s.traced).max())
 
 
 def test_ungated_mlp_is_refused(tiny_loaded):
     loaded = tiny_loaded["gpt2"]
-    tr = tracing.trace(loaded, "no gate here")
+    tr = backends.trace(loaded, "no gate here")
     assert not lens.is_gated(loaded)
-    with pytest.raises(tracing.UnsupportedArchitectureError):
+    with pytest.raises(UnsupportedArchitectureError):
         lens.mlp_steps(loaded, tr, 0, 0)
 
 
@@ -217,19 +222,19 @@ def test_classify_names():
 
 def test_figures(smol, smol_trace):
     tr = smol_trace
-    dot = plots_stream.block_dot(tr.meta["facts"], tr.n_tokens, "zh")
+    dot = stream_fig.block_dot(tr.meta["facts"], tr.n_tokens, "zh")
     assert "[7, 576]" in dot and "[9, 7, 64]" in dot and "[3, 7, 64]" in dot and "[7, 1536]" in dot and "残差" in dot
     steps = filter_steps(tr.last_logits, SamplingConfig(top_k=4))
     order = np.argsort(-steps["scaled"])[:30]
-    fig = plots_stream.fig_candidates(steps, [str(i) for i in order], order, "en")
+    fig = stream_fig.fig_candidates(steps, [str(i) for i in order], order, "en")
     colours = fig.data[1].marker.color
-    assert list(colours[:4]) == [plots_stream.KEPT] * 4 and set(colours[4:]) == {plots_stream.REMOVED}
+    assert list(colours[:4]) == [stream_fig.KEPT] * 4 and set(colours[4:]) == {stream_fig.REMOVED}
     np.testing.assert_allclose(fig.data[1].y[:4].sum(), 1.0)
     ids, probs = lens.logit_lens(smol, tr)
-    f = plots_stream.fig_logit_lens(ids[:, 2:], probs[:, 2:], ["x"] * ids[:, 2:].size, list(tr.tokens[2:]), "en", offset=2)
+    f = stream_fig.fig_logit_lens(ids[:, 2:], probs[:, 2:], ["x"] * ids[:, 2:].size, list(tr.tokens[2:]), "en", offset=2)
     np.testing.assert_array_equal(np.asarray(f.data[0].z), probs[:, 2:])
-    assert list(f.data[0].x)[0] == 2 and f.layout.xaxis.ticktext[0].startswith("2·")
-    fp = plots_stream.fig_params(anatomy.param_breakdown(smol.model), "zh")
+    assert next(iter(f.data[0].x)) == 2 and f.layout.xaxis.ticktext[0].startswith("2·")
+    fp = stream_fig.fig_params(anatomy.param_breakdown(smol.model), "zh")
     assert sum(fp.data[0].x) == smol.model.num_parameters() and "参数" in fp.layout.title.text
 
 
@@ -255,9 +260,9 @@ def test_residual_page(lang):
     assert at.success and ("1e-" in at.success[0].value or "e-0" in at.success[0].value)
     rms = float(at.metric[1].value)
     assert rms == pytest.approx(1.0, abs=1e-2)  # x / rms(x) has rms ≈ 1
-    passes = tracing.FORWARD_PASSES
+    passes = backends.FORWARD_PASSES
     at.slider(key="residual_layer").set_value(12).run()  # choosing a layer never re-runs the model
-    assert not at.exception and tracing.FORWARD_PASSES == passes
+    assert not at.exception and passes == backends.FORWARD_PASSES
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -267,11 +272,11 @@ def test_logits_page(lang, smol, smol_trace):
     assert not at.exception
     greedy = at.metric[3].value
     best = int(np.argmax(smol_trace.last_logits))
-    assert greedy == f"«{cached_stream.shown(tracing.readable_tokens(smol.tokenizer, [best])[0])}»"
-    passes = tracing.FORWARD_PASSES
+    assert greedy == f"«{tokens.visible(tokens.readable_tokens(smol.tokenizer, [best])[0])}»"
+    passes = backends.FORWARD_PASSES
     at.number_input(key="logits_topk").set_value(5).run()
     assert not at.exception and at.metric[0].value == "5"
-    assert tracing.FORWARD_PASSES == passes  # sampling controls read the cached trace
+    assert passes == backends.FORWARD_PASSES  # sampling controls read the cached trace
     a = at.metric[4].value
     at.number_input(key="logits_seed").set_value(0).run()
     assert at.metric[4].value == a  # same seed, same token
@@ -300,9 +305,9 @@ def test_toy_models(kw):
 
     torch.manual_seed(0)
     loaded = toy.wrap(toy.ToyTransformer(toy.ToyConfig(**kw)), "test")
-    tr = tracing.trace(loaded, "hello toy")
+    tr = backends.trace(loaded, "hello toy")
     ids, probs = lens.logit_lens(loaded, tr)
-    ref = _softmax(tracing.full_logits(loaded, tr))
+    ref = _softmax(backends.full_logits(loaded, tr))
     np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
     np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4)
     parts = anatomy.param_breakdown(loaded.model)
@@ -310,10 +315,10 @@ def test_toy_models(kw):
     report = anatomy.analyse_config(anatomy.config_of(loaded))
     assert report.norm_placement == loaded.facts.norm_placement
     if kw.get("norm_placement") == "post":
-        with pytest.raises(tracing.UnsupportedArchitectureError):
+        with pytest.raises(UnsupportedArchitectureError):
             lens.block_norm_steps(loaded, tr, 0, 0)
     elif kw.get("ffn") == "gelu":
-        with pytest.raises(tracing.UnsupportedArchitectureError):
+        with pytest.raises(UnsupportedArchitectureError):
             lens.mlp_steps(loaded, tr, 1, 2)
     else:
         s = lens.mlp_steps(loaded, tr, 1, 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def test_config_is_validated():
                 dict(norm_placement="middle"), dict(ffn="relu"), dict(d_model=20, n_heads=4, position="rope")):
         with pytest.raises(ValueError):
             ToyConfig(**bad)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         ToyConfig().d_model = 8  # frozen
 
 
@@ -122,7 +123,7 @@ def test_tokenizer_handles_any_text():
         ids = tok(s)["input_ids"]
         assert ids[0] == tok.bos_token_id and len(ids) == 1 + len(s.encode("utf-8"))
         assert tok.decode(ids, skip_special_tokens=True) == s
-    from core.tracing import readable_tokens
+    from core.engine.tokens import readable_tokens
 
     assert readable_tokens(tok, tok("我a")["input_ids"]) == ["<bos>", "⟨E6⟩", "⟨88⟩", "⟨91⟩", "a"]
     assert len(tok) == 259 and tok.chat_template is None and tok.eos_token_id == 257
@@ -134,14 +135,14 @@ def test_tokenizer_handles_any_text():
 
 @pytest.fixture(scope="module")
 def trained():
-    from core.models import load_model
+    from core.backends import load_model
 
     return load_model("toy")
 
 
 @pytest.fixture(scope="module")
 def tr(trained):
-    from core.tracing import trace
+    from core.backends import trace
 
     return trace(trained, "小明把书交给小红。The cat sat on the mat, the cat sat.")
 
@@ -155,7 +156,7 @@ def test_trained_toy_loads_with_facts(trained):
 
 def test_trace_fields_and_shapes(trained, tr):
     L, H, Hkv, dh, d, T = 2, 4, 4, 32, 64, tr.n_tokens
-    assert T == 1 + len("小明把书交给小红。The cat sat on the mat, the cat sat.".encode())
+    assert 1 + len("小明把书交给小红。The cat sat on the mat, the cat sat.".encode()) == T
     assert tr.q.shape == (L, H, T, dh) and tr.k.shape == (L, Hkv, T, dh) and tr.resid.shape == (L + 1, T, d)
     assert tr.attn_pattern.dtype == np.float16 and tr.meta["model_kind"] == "toy" and tr.meta["facts"]["n_heads"] == H
     assert tr.extras["scores_raw"].shape == (L, H, T, T) and tr.extras["act"].shape == (L, T, 128) and tr.extras["mask"].shape == (T, T)
@@ -197,7 +198,7 @@ def test_extras_are_consistent(trained, tr):
 
 
 def test_tracing_changes_no_logit(trained, tr):
-    from core.tracing import full_logits
+    from core.backends import full_logits
 
     with torch.no_grad():
         ref, _ = trained.model(torch.tensor([tr.token_ids.tolist()]))
@@ -210,7 +211,8 @@ def test_tracing_changes_no_logit(trained, tr):
 
 
 def test_bad_prompts(trained):
-    from core.tracing import EmptyPromptError, trace
+    from core.backends import trace
+    from core.engine.types import EmptyPromptError
 
     with pytest.raises(EmptyPromptError):
         trace(trained, "   ")
@@ -249,7 +251,7 @@ def test_word_order_demo():
 
 def test_trained_toy_copies_from_context(trained):
     """The shipped toy has a previous-token head in layer 0 and an induction head in layer 1, at any segment length."""
-    from core.train_toy import induction_report
+    from core.toy.train import induction_report
 
     for seg_len in (10, 20, 40):
         rep = induction_report(trained.model, seg_len=seg_len, seed=7)
@@ -262,11 +264,11 @@ def test_trained_toy_copies_from_context(trained):
 
 
 def test_train_reduces_loss_and_callback_can_stop():
-    from core.train_toy import train
+    from core.toy.train import train
 
     seen = []
     cfg = ToyConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32)
-    model, losses = train(cfg, steps=40, seed=0, callback=lambda s, loss, m: seen.append(s) or True, batch=8, seq_len=32)
+    _model, losses = train(cfg, steps=40, seed=0, callback=lambda s, loss, m: seen.append(s) or True, batch=8, seq_len=32)
     assert seen == list(range(40)) and np.mean(losses[-5:]) < losses[0] - 1.0
     _, short = train(cfg, steps=40, seed=0, callback=lambda s, loss, m: s < 4, batch=8, seq_len=32)
     assert len(short) == 5 and short == losses[:5]  # seeded: the same first steps
@@ -277,21 +279,21 @@ def test_train_reduces_loss_and_callback_can_stop():
 
 
 def test_site_figure_spec(tr):
-    from core import plots_toy
+    from core.toy import figures as toy_fig
 
-    fig = plots_toy.fig_site(tr, "mask", 0, 0, "zh")
+    fig = toy_fig.fig_site(tr, "mask", 0, 0, "zh")
     z = np.asarray(fig.data[0].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == 0.0 and fig.data[0].text[0][1] == "−∞"
     assert "因果" in fig.layout.title.text and fig.layout.yaxis.ticktext[1] == "1·⟨E5⟩"
-    fig = plots_toy.fig_site(tr, "weights", 1, 2, "en")
+    fig = toy_fig.fig_site(tr, "weights", 1, 2, "en")
     np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), tr.attn_pattern[1, 2].astype(np.float32))
-    assert plots_toy.stage_array(tr, "act", 1, 0).shape == (tr.n_tokens, 128)
+    assert toy_fig.stage_array(tr, "act", 1, 0).shape == (tr.n_tokens, 128)
 
 
 def test_facts_table(trained):
-    from core import plots_toy
+    from core.toy import figures as toy_fig
 
-    df = plots_toy.facts_table(trained.facts.to_dict(), {"name": "SmolLM2", "n_layers": 30, "n_heads": 9, "n_params": 134515008}, "en")
+    df = toy_fig.facts_table(trained.facts.to_dict(), {"name": "SmolLM2", "n_layers": 30, "n_heads": 9, "n_params": 134515008}, "en")
     assert list(df.columns) == ["Field", "Toy", "SmolLM2"]
     row = df[df["Field"] == "query heads"].iloc[0]
     assert row["Toy"] == "4" and row["SmolLM2"] == "9"

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY_ARCHS
-from core import tracing, xray_attention
-from core.trace import load_npz
+from core import backends
+from core.engine import xray
+from core.engine.trace import load_npz
+from core.engine.types import EmptyPromptError, UnsupportedArchitectureError
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and 苹果很好吃。"
 
@@ -29,7 +31,7 @@ def _eager_reference(folder):
 @pytest.fixture(scope="module")
 def cases(tiny_loaded, tiny_dirs, smol):
     """(name, loaded, trace, HF eager outputs of an independent model instance)."""
-    from core.models import _converted_dir, embedded_gguf_path
+    from core.engine.hf import _converted_dir, embedded_gguf_path
 
     out = []
     folders = dict(tiny_dirs)
@@ -38,7 +40,7 @@ def cases(tiny_loaded, tiny_dirs, smol):
     loadeds["smollm2"] = smol
     for name in (*TINY_ARCHS, "smollm2"):
         loaded = loadeds[name]
-        tr = tracing.trace(loaded, PROMPT)
+        tr = backends.trace(loaded, PROMPT)
         ref = _eager_reference(folders[name])
         with torch.inference_mode():
             o = ref(torch.tensor(tr.token_ids)[None], output_hidden_states=True, output_attentions=True, use_cache=True)
@@ -65,7 +67,7 @@ def test_tracing_changes_no_logit(cases):
     """The traced model's logits equal an untouched eager HF model's, at every position."""
     for name, loaded, tr, o in cases:
         ref = o.logits[0].numpy()
-        torch.testing.assert_close(torch.from_numpy(tracing.full_logits(loaded, tr)), torch.from_numpy(ref), rtol=1e-5, atol=1e-4, msg=name)
+        torch.testing.assert_close(torch.from_numpy(backends.full_logits(loaded, tr)), torch.from_numpy(ref), rtol=1e-5, atol=1e-4, msg=name)
         np.testing.assert_allclose(tr.last_logits, ref[-1], rtol=1e-5, atol=1e-4, err_msg=name)
         # the stored top-K and log-sum-exp give exact probabilities at every position
         lse = torch.logsumexp(torch.from_numpy(ref), -1).numpy()
@@ -89,7 +91,7 @@ def test_attention_rows_sum_to_one_and_are_causal(cases):
 
 def test_attention_recomputed_from_traced_q_and_k(cases):
     """softmax(q·kᵀ/√dh + causal mask), query head h reading KV head h // (H/Hkv)."""
-    for name, loaded, tr, _ in cases:
+    for name, _loaded, tr, _ in cases:
         H, Hkv, dh, T = tr.n_heads, tr.n_kv_heads, tr.head_dim, tr.n_tokens
         mask = np.triu(np.full((T, T), -np.inf), 1)
         for layer in range(tr.n_layers):
@@ -140,17 +142,17 @@ def test_no_hook_flag_or_record_is_left_on_the_model(cases):
     for name, loaded, _, _ in cases:
         before = _hook_state(loaded.model)
         config_before = loaded.model.config.to_json_string()
-        tracing.trace(loaded, "Another prompt, to trace once more.")
+        backends.trace(loaded, "Another prompt, to trace once more.")
         assert _hook_state(loaded.model) == before, name
         assert loaded.model.config.to_json_string() == config_before
-        assert loaded.model.config._attn_implementation == xray_attention.NAME
-    assert getattr(xray_attention._local, "record", None) is None
+        assert loaded.model.config._attn_implementation == xray.NAME
+    assert getattr(xray._local, "record", None) is None
 
 
 def test_eight_threads_each_get_their_own_trace(smol):
     prompts = [f"Prompt number {i}: {w}" for i, w in enumerate(
         ["apples", "苹果很好吃。", "the capital of France", "成都今天适合跑步吗", "小明把书交给小红", "KV cache", "RoPE rotates", "🙂 emoji"])]
-    alone = {p: tracing.trace(smol, p) for p in prompts}
+    alone = {p: backends.trace(smol, p) for p in prompts}
     together: dict[str, object] = {}
     errors: list[BaseException] = []
     barrier = threading.Barrier(len(prompts))
@@ -158,7 +160,7 @@ def test_eight_threads_each_get_their_own_trace(smol):
     def work(p):
         try:
             barrier.wait()
-            together[p] = tracing.trace(smol, p)
+            together[p] = backends.trace(smol, p)
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -177,7 +179,7 @@ def test_eight_threads_each_get_their_own_trace(smol):
 def _save_tiny(cfg, cls, folder):
     from transformers import AutoTokenizer
 
-    from core.models import _converted_dir, embedded_gguf_path
+    from core.engine.hf import _converted_dir, embedded_gguf_path
 
     tok = AutoTokenizer.from_pretrained(str(_converted_dir(embedded_gguf_path())))
     torch.manual_seed(0)
@@ -191,40 +193,40 @@ def test_unsupported_architectures_are_refused_with_a_reason(tmp_path):
     OPT's blocks have no mlp sub-module: both are refused, naming why, never drawn wrongly."""
     from transformers import Gemma2Config, Gemma2ForCausalLM, OPTConfig, OPTForCausalLM
 
-    from core.models import load_model
+    from core.backends import load_model
 
     g = Gemma2Config(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=8, architectures=["Gemma2ForCausalLM"])
     loaded = load_model(str(_save_tiny(g, Gemma2ForCausalLM, tmp_path / "gemma2")))
-    with pytest.raises(tracing.UnsupportedArchitectureError, match="not pre-norm residual"):
-        tracing.trace(loaded, "hello world")
+    with pytest.raises(UnsupportedArchitectureError, match="not pre-norm residual"):
+        backends.trace(loaded, "hello world")
     o = OPTConfig(vocab_size=49152, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
                   word_embed_proj_dim=32, architectures=["OPTForCausalLM"])
     loaded = load_model(str(_save_tiny(o, OPTForCausalLM, tmp_path / "opt")))
-    with pytest.raises(tracing.UnsupportedArchitectureError, match="no attention .* or MLP"):
-        tracing.trace(loaded, "hello world")
+    with pytest.raises(UnsupportedArchitectureError, match=r"no attention .* or MLP"):
+        backends.trace(loaded, "hello world")
     for mod in loaded.model.modules():  # a refused trace leaves nothing behind either
         assert not mod._forward_hooks and not mod._forward_pre_hooks
 
 
 def test_empty_prompt_and_truncation(smol):
-    with pytest.raises(tracing.EmptyPromptError):
-        tracing.trace(smol, "   \n ")
-    tr = tracing.trace(smol, "word " * 700, max_tokens=64)
+    with pytest.raises(EmptyPromptError):
+        backends.trace(smol, "   \n ")
+    tr = backends.trace(smol, "word " * 700, max_tokens=64)
     assert tr.n_tokens == 64 and tr.truncated_from and tr.truncated_from > 64
     assert any("64" in n for n in tr.notes)
 
 
 def test_chat_template_tokens(smol):
-    tr = tracing.trace(smol, "What is the capital of France?", chat=True)
+    tr = backends.trace(smol, "What is the capital of France?", chat=True)
     assert "<|im_start|>" in list(tr.tokens) and tr.text.endswith("<|im_start|>assistant\n")
     assert smol.tokenizer.decode(int(tr.top_ids[-1, 0])).strip() == "The"
 
 
 def test_export_npz_has_exactly_the_contract_keys(smol, tmp_path):
-    tr = tracing.trace(smol, "Paris is the capital of")
+    tr = backends.trace(smol, "Paris is the capital of")
     p = tmp_path / "t.npz"
-    tracing.export_npz(smol, tr, p)
+    backends.export_npz(smol, tr, p)
     z = load_npz(p)
     assert set(z) == {"tokens", "token_ids", "embeddings", "resid", "attn_out", "mlp_out", "q", "k", "v",
                       "attn_pattern", "final_hidden", "logits", "meta"}
@@ -248,6 +250,6 @@ def test_cli_trace_writes_the_npz(tmp_path):
 def test_trace_memory_budget(smol):
     """A 256-token SmolLM2 trace stays within 128 MB (see the storage notes in core/trace.py)."""
     ids = (smol.tokenizer("The history of the transformer architecture begins in 2017. " * 40)["input_ids"])[:256]
-    tr = tracing.trace_ids(smol, ids)
+    tr = backends.trace_ids(smol, ids)
     assert tr.n_tokens == 256
     assert tr.nbytes < 128e6, tr.nbytes

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from core import generate, tracing  # noqa: E402
-from core.models import load_model  # noqa: E402
+from core.backends import load_model
+from core.engine import tokens
+from core.gen import generate
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived an old fisherman who"
 
@@ -55,7 +51,7 @@ def main() -> int:
     ap.add_argument("--model", default=None)
     a = ap.parse_args()
     loaded = load_model(a.model)
-    ids = tracing.encode(loaded.tokenizer, PROMPT).ids
+    ids = tokens.encode(loaded.tokenizer, PROMPT).ids
     n = a.new
     print(f"model {loaded.facts.name}, prompt {len(ids)} tokens, {n} new tokens, torch threads {torch.get_num_threads()}")
     hf_seconds(loaded, ids, 4)  # warm-up

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from core import tracing  # noqa: E402
-from core.models import _converted_dir, embedded_gguf_path, load_model  # noqa: E402
+from core import backends
+from core.backends import load_model
+from core.engine.hf import _converted_dir, embedded_gguf_path
 
 TEXT = (
     "The transformer reads every token of its context at once. Each block lets positions exchange "
@@ -57,7 +53,7 @@ def main() -> None:
         x = torch.tensor([ids])
         with torch.inference_mode():
             plain(input_ids=x, use_cache=False)  # warm-up both paths
-        tracing.trace_ids(loaded, ids)
+        backends.trace_ids(loaded, ids)
         t_plain, t_trace = [], []
         for _ in range(a.reps):
             t0 = time.perf_counter()
@@ -65,7 +61,7 @@ def main() -> None:
                 plain(input_ids=x, use_cache=False)
             t_plain.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            tr = tracing.trace_ids(loaded, ids)
+            tr = backends.trace_ids(loaded, ids)
             t_trace.append(time.perf_counter() - t0)
         mp, mt = statistics.median(t_plain), statistics.median(t_trace)
         mb = tr.nbytes / 1e6

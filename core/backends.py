@@ -1,0 +1,167 @@
+"""The one place that tells the toy from a Hugging Face model.
+
+Everything above this module (generation, the pages' areas, the web layer) asks here to load a
+model, trace a prompt, recompute the full logits, or run one forward step of generation, and never
+checks ``loaded.kind`` itself. Below it, ``core.engine`` (HF) and ``core.toy`` each know only
+their own kind.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from core.engine import hf, hf_trace, xray
+from core.engine.tokens import encode
+from core.engine.trace import MAX_TOKENS, Trace
+from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
+from core.toy import run as toy_run
+
+ProgressFn = hf.ProgressFn
+
+# How many traced forward passes this process has run: tests use it to prove that choosing what
+# to look at (a layer, a head, a colour) reads the cached trace and never runs the model again.
+FORWARD_PASSES = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def load_model(spec: str | None = None, progress: ProgressFn | None = None) -> LoadedModel:
+    """Load a model for the app.
+
+    ``None`` (or ``"SmolLM2-135M-Instruct"``) → the embedded SmolLM2; ``"toy"`` → the trained toy
+    transformer from ``assets/``; anything else → a local folder or an id already in the HF cache.
+    Raises ``ModelLoadError`` with a message fit for the page.
+    """
+    spec = (spec or "").strip()
+    if spec in ("", EMBEDDED_ID):
+        return hf.load_embedded(progress or hf.noop)
+    if spec == TOY_ID:
+        return toy_run.load_trained(progress=progress)
+    return hf.load_local(spec, progress or hf.noop)
+
+
+# ---------------------------------------------------------------------------------------------
+# tracing
+
+
+def _count() -> None:
+    global FORWARD_PASSES
+    FORWARD_PASSES += 1
+
+
+def trace(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Trace:
+    """One forward pass of ``loaded`` on ``prompt``, recorded. See ``core.engine.trace.Trace``."""
+    if loaded.is_toy:
+        _count()
+        return toy_run.trace_toy(loaded, prompt, chat=chat, max_tokens=max_tokens)
+    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=max_tokens)
+    return trace_ids(loaded, enc.ids, prompt=prompt, text=enc.text, chat=chat, truncated_from=enc.truncated_from,
+                     notes=list(enc.notes))
+
+
+def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
+    """A traced forward pass of an HF model on token ids (``what``: prompt, text, chat, truncated_from, notes)."""
+    _count()
+    return hf_trace.trace_ids(loaded, ids, **what)
+
+
+def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
+    """The whole [T, V] logits matrix, recomputed from ``final_hidden`` by the LM head."""
+    return toy_run.full_logits(loaded, tr) if loaded.is_toy else hf_trace.full_logits(loaded, tr)
+
+
+def export_npz(loaded: LoadedModel, tr: Trace, path: str | Path | BinaryIO) -> None:
+    tr.to_npz(path, logits=full_logits(loaded, tr))
+
+
+def export_npz_bytes(loaded: LoadedModel, tr: Trace) -> bytes:
+    return tr.to_npz_bytes(logits=full_logits(loaded, tr))
+
+
+# ---------------------------------------------------------------------------------------------
+# one forward step of generation (prefill, decode, or a no-cache pass)
+
+
+@dataclass
+class Step:
+    last_logits: np.ndarray  # [V] float32: scores for the next token
+    attn: torch.Tensor | None  # [L, H, Tnew, Tk]: the fed tokens' attention over the cache, if recorded
+    cache: Any  # the updated KV cache (HF DynamicCache, or the toy's list of (K, V)); None without cache
+    seconds: float  # wall time of the forward pass, inside the lock (not the wait for another session)
+
+
+_PARAMS: dict[type, frozenset[str]] = {}
+
+
+def _forward_params(model: Any) -> frozenset[str]:
+    key = type(model)
+    if key not in _PARAMS:
+        _PARAMS[key] = frozenset(inspect.signature(model.forward).parameters)
+    return _PARAMS[key]
+
+
+def _hf_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """transformers 5.x names the cache argument ``cache`` (``past_key_values`` is deprecated), and
+    ``logits_to_keep=1`` computes the LM head for the last position only, as HF ``generate`` does."""
+    params = _forward_params(model)
+    kw: dict[str, Any] = {}
+    if cache is not None:
+        kw["cache" if "cache" in params else "past_key_values"] = cache
+    if "logits_to_keep" in params:
+        kw["logits_to_keep"] = 1
+    return kw
+
+
+def _toy_forward(loaded: LoadedModel, x: torch.Tensor, cache: Any, use_cache: bool, record: bool) -> tuple[torch.Tensor, Any, Any]:
+    probes: dict[str, Any] | None = {} if record else None
+    logits, new_cache = loaded.model(x, past_kv=cache, use_cache=use_cache, probes=probes)
+    # the toy's own probes: per layer weights [H, Tnew, Tk] → [L, H, Tnew, Tk]
+    attn = torch.stack([p["weights"] for p in probes["layers"]]) if probes else None
+    return logits, new_cache, attn
+
+
+def _hf_forward(loaded: LoadedModel, x: torch.Tensor, cache: Any, use_cache: bool, record: bool) -> tuple[torch.Tensor, Any, Any]:
+    if use_cache and cache is None:
+        cache = DynamicCache(config=loaded.model.config)
+    kw = _hf_kwargs(loaded.model, cache if use_cache else None)
+    if not record:
+        return loaded.model(input_ids=x, use_cache=use_cache, **kw).logits, cache, None
+    with xray.recording() as rec:
+        out = loaded.model(input_ids=x, use_cache=use_cache, **kw)
+    ok = rec.calls and rec.calls[0]["weights"] is not None
+    attn = torch.stack([c["weights"][0] for c in rec.calls]) if ok else None  # per layer [1, H, Tnew, Tk] → [L, H, Tnew, Tk]
+    # the DynamicCache was updated in place: it stays the caller's, never stored on the model
+    return out.logits, cache, attn
+
+
+def forward_step(loaded: LoadedModel, new_ids: Sequence[int], cache: Any = None, *, use_cache: bool = True,
+                 record_attention: bool = False) -> Step:
+    """Feed ``new_ids`` after what ``cache`` holds (nothing, for a prefill or a no-cache pass)."""
+    x = torch.tensor([list(new_ids)], dtype=torch.long)  # [1, Tnew]
+    run = _toy_forward if loaded.is_toy else _hf_forward
+    with loaded.lock, torch.inference_mode():
+        t0 = time.perf_counter()
+        logits, cache, attn = run(loaded, x, cache, use_cache, record_attention)
+        last = logits[0, -1].float().numpy()  # [V]
+        seconds = time.perf_counter() - t0
+    return Step(last, attn, cache if use_cache else None, seconds)
+
+
+def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(K, V) per layer, each [1, Hkv, T, dh], from either kind of cache."""
+    if cache is None:
+        return []
+    if isinstance(cache, (list, tuple)):  # the toy's list of (K, V)
+        return [(kv[0], kv[1]) for kv in cache]
+    return [(layer.keys, layer.values) for layer in cache.layers]  # transformers 5.x DynamicCache

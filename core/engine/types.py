@@ -1,0 +1,234 @@
+"""The engine's vocabulary: what a loaded model is, what its attention looks like, and the errors
+every layer above may raise. Pure Python: no torch, no transformers, no Streamlit.
+
+* ``HeadGeometry`` is the ONE description of a model's attention shape (MHA / GQA / MQA, the
+  query → KV head map, and what its KV cache weighs). The maths pages, the KV calculator, the
+  generation stepper and the config reader all use it.
+* ``ModelFacts`` is what a learner reads off a loaded model; its ``geometry`` is a ``HeadGeometry``.
+* ``LoadedModel`` is one model shared by every browser session.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+EMBEDDED_ID = "SmolLM2-135M-Instruct"
+TOY_ID = "toy"
+
+# Bytes of one stored value, by dtype name (torch's spelling, without "torch.").
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# errors (each message is meant for the page, as is)
+
+
+class ModelLoadError(Exception):
+    """A model could not be loaded."""
+
+
+class EmptyPromptError(ValueError):
+    """The prompt has nothing to trace."""
+
+
+class UnsupportedArchitectureError(RuntimeError):
+    """The tracer cannot follow this architecture; the message names what is unsupported."""
+
+
+class ConfigError(ValueError):
+    """A config that cannot be read. ``code`` picks the page's message, ``detail`` fills it.
+
+    code: "json" (not valid JSON) | "not_object" | "missing" (a field is absent: detail names it)
+    | "bad_value" (a field has an impossible value: detail says which and why)."""
+
+    def __init__(self, code: str, detail: str = "") -> None:
+        super().__init__(f"{code}: {detail}" if detail else code)
+        self.code = code
+        self.detail = detail
+
+
+# ---------------------------------------------------------------------------------------------
+# attention geometry
+
+
+def attention_kind(n_heads: int, n_kv_heads: int) -> str:
+    """MHA (one KV head per query head), MQA (one KV head in all) or GQA (in between)."""
+    if n_kv_heads == n_heads:
+        return "MHA"
+    return "MQA" if n_kv_heads == 1 else "GQA"
+
+
+def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, tokens: int = 1, bytes_per_value: int = 4,
+             requests: int = 1) -> int:
+    """The KV-cache formula, written once: 2 (K and V) × layers × KV heads × head_dim × bytes per
+    value × tokens × concurrent requests. Query heads do not appear: that is why GQA/MQA shrink it."""
+    if tokens < 0 or requests < 0:
+        raise ValueError("tokens and requests must be ≥ 0")
+    return 2 * int(n_layers) * int(n_kv_heads) * int(head_dim) * int(bytes_per_value) * int(tokens) * int(requests)
+
+
+@dataclass(frozen=True)
+class HeadGeometry:
+    """The attention shape of one model: enough to draw its heads and size its KV cache."""
+
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int = 0  # 0 → d_model // n_heads
+    d_model: int | None = None
+    max_positions: int | None = None
+    source: str = ""
+    bytes_per_value: int = 2  # the width of one cached value when none is given (fp16/bf16 serving)
+
+    def __post_init__(self) -> None:
+        for f in ("n_layers", "n_heads", "n_kv_heads"):
+            if int(getattr(self, f)) <= 0:
+                raise ConfigError("bad_value", f"{f} must be a positive integer (got {getattr(self, f)})")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError("bad_value", f"query heads ({self.n_heads}) must be a multiple of KV heads ({self.n_kv_heads})")
+        if self.dh <= 0:
+            raise ConfigError("bad_value", "head_dim must be positive (or d_model given)")
+
+    @property
+    def dh(self) -> int:
+        return int(self.head_dim or (self.d_model or 0) // self.n_heads)
+
+    @property
+    def kind(self) -> str:
+        return attention_kind(self.n_heads, self.n_kv_heads)
+
+    @property
+    def group_size(self) -> int:
+        """How many query heads read one KV head: query head h reads KV head h // group_size."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head_of(self, h: int) -> int:
+        return h // self.group_size
+
+    def kv_bytes_per_token(self, bytes_per_value: int | None = None) -> int:
+        """One position, every layer, K and V."""
+        return kv_bytes(self.n_layers, self.n_kv_heads, self.dh, 1, self.bytes_per_value if bytes_per_value is None else bytes_per_value)
+
+    def kv_bytes(self, tokens: int, bytes_per_value: int | None = None, requests: int = 1) -> int:
+        bpv = self.bytes_per_value if bytes_per_value is None else bytes_per_value
+        return kv_bytes(self.n_layers, self.n_kv_heads, self.dh, tokens, bpv, requests)
+
+    def with_kv_heads(self, n_kv: int) -> HeadGeometry:
+        return replace(self, n_kv_heads=int(n_kv))
+
+
+# ---------------------------------------------------------------------------------------------
+# a loaded model
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a learner reads off a model's config, plus the parameter count."""
+
+    name: str
+    model_type: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+    d_ff: int
+    vocab_size: int
+    norm_type: str  # "RMSNorm" | "LayerNorm"
+    norm_placement: str  # "pre-norm" | "post-norm"
+    position_type: str  # "RoPE" | "learned" | "sinusoidal" | "none"
+    activation: str
+    ffn_type: str  # "SwiGLU" | "MLP"
+    tied_embeddings: bool
+    n_params: int
+    max_positions: int
+    rope_theta: float | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.n_heads <= 0 or self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
+            raise ValueError(f"query heads ({self.n_heads}) must be a multiple of KV heads ({self.n_kv_heads})")
+        if self.n_layers <= 0 or self.head_dim <= 0 or self.d_model <= 0:
+            raise ValueError("layers, head_dim and d_model must be positive")
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of one value in the model's own dtype (what its KV cache stores)."""
+        return DTYPE_BYTES.get(self.dtype, 4)
+
+    @property
+    def geometry(self) -> HeadGeometry:
+        return HeadGeometry(self.name, self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim, self.d_model,
+                            self.max_positions or None, bytes_per_value=self.value_bytes)
+
+    @property
+    def attention_kind(self) -> str:
+        return attention_kind(self.n_heads, self.n_kv_heads)
+
+    @property
+    def group_size(self) -> int:
+        return self.geometry.group_size
+
+    def kv_bytes_per_token(self, bytes_per_value: int | None = None) -> int:
+        """K and V, every layer, every KV head; the byte width defaults to the model's dtype."""
+        return self.geometry.kv_bytes_per_token(bytes_per_value)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["eos_token_ids"] = list(self.eos_token_ids)
+        d["attention_kind"] = self.attention_kind
+        return d
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.n_layers} layers, {self.n_heads} query heads / {self.n_kv_heads} KV heads "
+            f"({self.attention_kind}), d_model {self.d_model}, head_dim {self.head_dim}, vocab {self.vocab_size:,}, "
+            f"{self.n_params:,} parameters"
+        )
+
+
+class Tokenizer(Protocol):
+    """What the app asks of a tokenizer (HF's, or the toy's byte tokenizer)."""
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> Any: ...
+    def decode(self, ids: Any) -> str: ...
+    def convert_ids_to_tokens(self, ids: Any) -> Any: ...
+
+
+@dataclass
+class LoadedModel:
+    """One loaded model shared by every browser session. Nothing per-request lives here."""
+
+    model: Any  # a transformers PreTrainedModel, or core.toy.ToyTransformer (kind says which)
+    tokenizer: Any  # a transformers tokenizer, or core.toy.ByteTokenizer
+    facts: ModelFacts
+    spec: str  # what the user chose: EMBEDDED_ID, TOY_ID or a path / cache id
+    kind: str  # "hf" | "toy"
+    source: str  # where the weights came from, for the provenance badge
+    # Serialises forward passes on the shared model. Torch already uses both cores inside one
+    # forward, so running two at once buys nothing, and one lock makes "each session gets exactly
+    # the trace it gets alone" true by construction.
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def model_id(self) -> str:
+        return self.spec
+
+    @property
+    def is_toy(self) -> bool:
+        return self.kind == "toy"
+
+    def eos_ids(self) -> frozenset[int]:
+        """Every id that ends generation: the config's eos ids and the tokenizer's eos token."""
+        ids = {int(i) for i in self.facts.eos_token_ids}
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        if tok_eos is not None:
+            ids.add(int(tok_eos))
+        return frozenset(ids)
+
+    def __hash__(self) -> int:  # lets st.cache_data hash a LoadedModel argument cheaply
+        return hash((self.spec, self.source))

@@ -1,0 +1,409 @@
+"""Generation step by step: one prefill, then one decode step per new token, with a KV cache.
+
+A ``Stepper`` belongs to one browser session (or one CLI run). The model is shared by every
+session, so nothing per-request lives on it: the KV cache lives in the Stepper, every forward pass
+holds ``loaded.lock``, and attention is read through the per-thread ``xray.recording()``.
+
+* ``prefill()`` runs the whole prompt once: every layer writes the K/V of every prompt position
+  into the cache, and the last position's logits choose the first new token. Its wall time is the
+  TTFT (time to first token).
+* ``step()`` feeds ONE token — the one chosen last — through the model. Only that token's q/k/v
+  are computed; its K/V are appended to the cache, and its query attends over every cached
+  position. Each step's wall time is one TPOT (time per output token).
+
+Times are measured with ``time.perf_counter`` *inside* the lock, so they count the computation,
+not the wait for another session's forward pass.
+
+``run_without_cache`` produces the same tokens by re-running the whole prefix for every token —
+the cost the cache saves. ``generate_record`` / ``cli_main`` serve ``python -m core generate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core import backends
+from core.engine.numbers import softmax, top_k
+from core.engine.tokens import encode, readable_tokens
+from core.engine.trace import MAX_TOKENS
+from core.engine.types import EmptyPromptError, LoadedModel, ModelLoadError
+from core.gen.sampling import SamplingConfig, choose, next_token_distribution
+
+TOP_K = 10  # candidates kept per step
+MAX_PROMPT_TOKENS = MAX_TOKENS  # same limit as the tracer
+MAX_PREFILL_PATTERN = 256  # keep the prefill's [L, H, T, T] weights only up to this many tokens (≈ 35 MB on SmolLM2)
+
+
+def greedy_config() -> SamplingConfig:
+    return SamplingConfig(greedy=True)
+
+
+def _pick(logits: np.ndarray, cfg: SamplingConfig | None, previous: Sequence[int], rng: np.random.Generator) -> int:
+    """The next token id, by the sampler (greedy = argmax after any repetition penalty)."""
+    if cfg is None:
+        return int(np.argmax(logits))
+    return int(choose(logits, cfg, previous_ids=tuple(previous), rng=rng))
+
+
+def _rng(cfg: SamplingConfig) -> np.random.Generator:
+    return np.random.default_rng(None if cfg.seed is None else int(cfg.seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass
+class StepRecord:
+    """What one forward pass of the generation loop did (index 0 is the prefill)."""
+
+    index: int
+    phase: str  # "prefill" | "decode"
+    n_input: int  # tokens fed through the model in this pass (T for prefill, 1 for decode)
+    token_id: int  # the token chosen from this pass's last logits
+    token: str
+    top_ids: np.ndarray  # [K] highest model probabilities
+    top_probs: np.ndarray  # [K] the model's softmax probabilities (temperature 1)
+    top_sample_probs: np.ndarray  # [K] the same ids under the sampling settings
+    attn: np.ndarray | None  # [L, H, T_total] float16: the fed token's attention over the cache (prefill: last row)
+    kv_tokens: int  # positions held in the cache after this pass
+    kv_bytes_layers: np.ndarray  # [L] bytes of K and V per layer, from the cache tensors
+    kv_bytes: int  # total over layers
+    seconds: float  # wall time of this pass (forward + choice)
+
+
+class Stepper:
+    """Prefill once, then decode one token at a time with a KV cache held here (per session)."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        prompt_ids: Sequence[int],
+        sampling_cfg: SamplingConfig | None = None,
+        max_steps: int = 32,
+        *,
+        record_attention: bool = True,
+        stop_at_eos: bool = True,
+    ) -> None:
+        ids = [int(i) for i in prompt_ids]
+        if not ids:
+            raise ValueError("The prompt has no tokens.")
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self.loaded = loaded
+        self.prompt_ids = ids
+        self.cfg = sampling_cfg if sampling_cfg is not None else greedy_config()
+        self.max_steps = int(max_steps)  # new tokens at most, the prefill's included
+        self.record_attention = record_attention
+        self.stop_at_eos = stop_at_eos
+        self.eos = loaded.eos_ids()
+        self.rng = _rng(self.cfg)
+        self.cache: Any = None  # DynamicCache (HF) or list of (K, V) (toy): see backends.cache_layers
+        self.records: list[StepRecord] = []
+        self.generated: list[int] = []
+        self.prefill_pattern: np.ndarray | None = None  # [L, H, T, T] float16
+        self.stop_reason: str | None = None  # None while running | "eos" | "max_steps" | "context"
+        max_pos = int(loaded.facts.max_positions or 0)
+        self.max_positions = max_pos if max_pos > 0 else 1 << 30
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return bool(self.records)
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.generated
+
+    @property
+    def ttft(self) -> float | None:
+        return self.records[0].seconds if self.records else None
+
+    @property
+    def tpots(self) -> list[float]:
+        return [r.seconds for r in self.records[1:]]
+
+    # -- the model call ---------------------------------------------------------------------
+    def _forward(self, new_ids: list[int]) -> backends.Step:
+        step = backends.forward_step(self.loaded, new_ids, self.cache, record_attention=self.record_attention)
+        self.cache = step.cache  # the KV cache stays ours (per session), never on the shared model
+        return step
+
+    def _record(self, phase: str, n_input: int, fw: backends.Step) -> StepRecord:
+        t0 = time.perf_counter()
+        tok = _pick(fw.last_logits, self.cfg, self.all_ids, self.rng)
+        choose_s = time.perf_counter() - t0  # choosing the token is part of the step's cost
+        top = top_k(fw.last_logits, TOP_K)
+        probs = softmax(fw.last_logits).astype(np.float32)
+        sample = np.asarray(next_token_distribution(fw.last_logits, self.cfg, tuple(self.all_ids)), dtype=np.float32)  # [V] after the settings
+        attn_row = None
+        if fw.attn is not None:
+            attn_row = fw.attn[:, :, -1, :].to(dtype=torch.float16).numpy()  # [L, H, Tk]
+        per_layer = kv_bytes_per_layer(self.cache)
+        rec = StepRecord(
+            index=len(self.records),
+            phase=phase,
+            n_input=n_input,
+            token_id=tok,
+            token=readable_tokens(self.loaded.tokenizer, [tok])[0],
+            top_ids=top,
+            top_probs=probs[top],
+            top_sample_probs=sample[top],
+            attn=attn_row,
+            kv_tokens=cache_length(self.cache),
+            kv_bytes_layers=per_layer,
+            kv_bytes=int(per_layer.sum()),
+            seconds=fw.seconds + choose_s,
+        )
+        self.records.append(rec)
+        self.generated.append(tok)
+        if self.stop_at_eos and tok in self.eos:
+            self.stop_reason = "eos"
+        elif len(self.generated) >= self.max_steps:
+            self.stop_reason = "max_steps"
+        elif len(self.all_ids) >= self.max_positions:
+            self.stop_reason = "context"
+        return rec
+
+    # -- the two phases ---------------------------------------------------------------------
+    def prefill(self) -> StepRecord:
+        """Run the whole prompt once, fill the cache, choose the first new token."""
+        if self.started:
+            raise RuntimeError("prefill() was already run; reset() first")
+        fw = self._forward(self.prompt_ids)
+        if fw.attn is not None and len(self.prompt_ids) <= MAX_PREFILL_PATTERN:
+            self.prefill_pattern = fw.attn.to(dtype=torch.float16).numpy()  # [L, H, T, T]
+        return self._record("prefill", len(self.prompt_ids), fw)
+
+    def step(self) -> StepRecord | None:
+        """Feed the last chosen token through the model with the cache; None once stopped."""
+        if not self.started:
+            return self.prefill()
+        if self.done:
+            return None
+        fw = self._forward([self.generated[-1]])
+        return self._record("decode", 1, fw)
+
+    def run(self, n: int | None = None) -> list[StepRecord]:
+        """Up to ``n`` more passes (prefill included if not yet run), or until it stops."""
+        out = []
+        while not self.done and (n is None or len(out) < n):
+            r = self.step()
+            if r is None:
+                break
+            out.append(r)
+        return out
+
+    def reset(self) -> None:
+        self.__init__(self.loaded, self.prompt_ids, self.cfg, self.max_steps,  # type: ignore[misc]
+                      record_attention=self.record_attention, stop_at_eos=self.stop_at_eos)
+
+    # -- views ------------------------------------------------------------------------------
+    def kv_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per pass: cache positions [n], total bytes [n], bytes per layer [n, L]."""
+        if not self.records:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 0), np.int64)
+        toks = np.array([r.kv_tokens for r in self.records], dtype=np.int64)
+        tot = np.array([r.kv_bytes for r in self.records], dtype=np.int64)
+        per = np.stack([r.kv_bytes_layers for r in self.records]).astype(np.int64)
+        return toks, tot, per
+
+    def cache_kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The cached K and V of one layer as numpy, [Hkv, T, dh] each."""
+        k, v = backends.cache_layers(self.cache)[layer]
+        return k[0].float().numpy(), v[0].float().numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the cache holds, read off its real tensors
+
+
+def cache_length(cache: Any) -> int:
+    kv = backends.cache_layers(cache)
+    return int(kv[0][0].shape[-2]) if kv and kv[0][0] is not None else 0
+
+
+def kv_bytes_per_layer(cache: Any) -> np.ndarray:
+    """Bytes held per layer, read off the real tensors: numel × element size, K plus V.  # [L]"""
+    return np.array(
+        [int(k.numel() * k.element_size() + v.numel() * v.element_size()) for k, v in backends.cache_layers(cache)],
+        dtype=np.int64,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Without the cache: the same tokens, by recomputing the whole prefix every time
+
+
+@dataclass
+class NoCacheRun:
+    token_ids: list[int]
+    seconds: list[float]  # per pass; pass i processes len(prompt) + i tokens
+    lengths: list[int]  # tokens processed per pass
+
+
+def run_without_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: int,
+                      cfg: SamplingConfig | None = None) -> NoCacheRun:
+    """``n_steps`` new tokens, each by a full forward pass over prompt + everything generated so far."""
+    cfg = cfg if cfg is not None else greedy_config()
+    rng = _rng(cfg)
+    eos = loaded.eos_ids()
+    ids = [int(i) for i in prompt_ids]
+    out, secs, lens = [], [], []
+    for _ in range(int(n_steps)):
+        step = backends.forward_step(loaded, ids, use_cache=False)  # the whole prefix, [1, T + i]
+        t0 = time.perf_counter()
+        tok = _pick(step.last_logits, cfg, ids, rng)
+        secs.append(step.seconds + time.perf_counter() - t0)  # choosing the token is part of the pass
+        lens.append(len(ids))
+        out.append(tok)
+        ids.append(tok)
+        if tok in eos:
+            break
+    return NoCacheRun(out, secs, lens)
+
+
+def extend_ids(ids: Sequence[int], min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
+    """The prompt repeated until it holds at least ``min_len`` tokens (cut at ``max_len``): the cache's
+    saving only shows once the prefix that would be recomputed is long."""
+    ids = [int(i) for i in ids]
+    if not ids:
+        return ids
+    out = list(ids)
+    while len(out) < min_len:
+        out += ids
+    return out[: max(min_len, len(ids))][:max_len]
+
+
+def run_with_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: int, cfg: SamplingConfig | None = None,
+                   *, record_attention: bool = False) -> Stepper:
+    """The cached counterpart of ``run_without_cache``: prefill + decode steps, ``n_steps`` tokens."""
+    st = Stepper(loaded, prompt_ids, cfg, max_steps=n_steps, record_attention=record_attention)
+    st.run()
+    return st
+
+
+# ---------------------------------------------------------------------------------------------
+# Record for the CLI / notebooks
+
+
+def warm_up(loaded: LoadedModel) -> None:
+    """A tiny untimed generation: the first forward pass of a process pays one-off costs (memory
+    pools, kernel selection) that would otherwise be reported as the prefill's time."""
+    ids = loaded.tokenizer("Hello world, hello", add_special_tokens=False)["input_ids"] or [0]
+    run_with_cache(loaded, ids, 3, record_attention=True)
+
+
+def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingConfig | None = None, *, chat: bool = False,
+                    warmup: bool = True) -> dict[str, Any]:
+    """Run prefill + decode and return plain arrays (the CLI writes them to an .npz).
+
+    Every per-pass array has one entry per generated token; entry 0 is the prefill, so
+    ``step_seconds[0] == prefill_seconds`` and ``step_seconds[1:]`` are the TPOTs.
+    """
+    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=MAX_PROMPT_TOKENS)
+    if warmup:
+        warm_up(loaded)
+    st = Stepper(loaded, enc.ids, cfg, max_steps=steps, record_attention=False)
+    st.run()
+    toks, tot, per = st.kv_arrays()
+    cfg_d = asdict(st.cfg)
+    meta = {
+        "model": loaded.facts.name,
+        "model_kind": loaded.kind,
+        "facts": loaded.facts.to_dict(),
+        "prompt": prompt,
+        "chat": chat,
+        "text": enc.text,
+        "sampling": cfg_d,
+        "stop_reason": st.stop_reason,
+        "eos_token_ids": sorted(st.eos),
+        "notes": list(enc.notes),
+        "warmed_up": warmup,
+        "layout": "entry 0 of every per-pass array is the prefill; the rest are decode steps",
+    }
+    return {
+        "prompt_ids": np.asarray(enc.ids, dtype=np.int64),
+        "prompt_tokens": np.asarray(readable_tokens(loaded.tokenizer, enc.ids), dtype=str),
+        "token_ids": np.asarray(st.generated, dtype=np.int64),
+        "tokens": np.asarray([r.token for r in st.records], dtype=str),
+        "text": np.asarray(loaded.tokenizer.decode(st.generated)),
+        "kv_tokens": toks,
+        "kv_bytes": tot,
+        "kv_bytes_layers": per,
+        "step_seconds": np.array([r.seconds for r in st.records], dtype=np.float64),
+        "prefill_seconds": np.float64(st.ttft or 0.0),
+        "meta": np.asarray(json.dumps(meta, ensure_ascii=False, default=str)),
+    }
+
+
+def cli_main(argv: list[str]) -> int:
+    """``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] …``"""
+    p = argparse.ArgumentParser(prog="python -m core generate", description="Prefill + decode with a KV cache, timed step by step.")
+    p.add_argument("prompt")
+    p.add_argument("--steps", type=int, default=16, help="new tokens at most (the prefill's included)")
+    p.add_argument("-o", "--output", default="gen.npz")
+    p.add_argument("--model", default=None, help="local model folder (default: the embedded SmolLM2)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt with the chat template")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    a = p.parse_args(argv)
+    if a.steps < 1:
+        p.error("--steps must be at least 1")
+    greedy = a.temperature is None or a.temperature <= 0
+    if greedy:
+        cfg = greedy_config()
+    else:
+        cfg = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+    try:
+        loaded = backends.load_model(a.model)
+        rec = generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat)
+    except (ModelLoadError, EmptyPromptError, ValueError) as e:
+        print(f"error: {e}")
+        return 2
+    np.savez(a.output, **rec)
+    n = len(rec["token_ids"])
+    tp = rec["step_seconds"][1:]
+    print(f"{n} tokens, stop: {json.loads(str(rec['meta']))['stop_reason']}; TTFT {rec['prefill_seconds'] * 1e3:.1f} ms"
+          + (f", median TPOT {np.median(tp) * 1e3:.1f} ms" if len(tp) else ""))
+    print(f"KV cache at the end: {int(rec['kv_tokens'][-1])} positions, {int(rec['kv_bytes'][-1]):,} bytes")
+    print(f"text: {str(rec['text'])!r}")
+    print(f"wrote {a.output}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-token costs for the request-shape simulation (core.kvcalc.simulate)
+
+
+def measure_costs(loaded: LoadedModel, n_prefill: int = 256, n_decode: int = 16, repeats: int = 2) -> tuple[float, float]:
+    """(prefill seconds per prompt token, decode seconds per new token), measured here.
+
+    The prompt is ``n_prefill`` tokens of ordinary text (a sentence repeated); each figure is the
+    best of ``repeats`` runs, so a one-off stall from another process does not count as the cost.
+    """
+    tok = loaded.tokenizer
+    base = tok("The quick brown fox jumps over the lazy dog. 小明把书交给小红。", add_special_tokens=False)["input_ids"]
+    ids = (base * (n_prefill // max(1, len(base)) + 1))[:n_prefill]  # [n_prefill]
+    best_prefill, best_decode = float("inf"), float("inf")
+    for _ in range(max(1, repeats)):
+        st = Stepper(loaded, ids, greedy_config(), max_steps=n_decode + 1, record_attention=False, stop_at_eos=False)
+        st.run()
+        best_prefill = min(best_prefill, st.records[0].seconds / len(ids))
+        if st.tpots:
+            best_decode = min(best_decode, float(np.median(st.tpots)))
+    return best_prefill, best_decode

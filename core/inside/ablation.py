@@ -1,0 +1,155 @@
+"""Zero-ablation of attention heads: does the next-token distribution care about a head?
+
+A head's contribution to the residual stream is its slice of the output projection's input:
+``attn_out = o_proj(concat(head_0, …, head_{H-1}))``, head h occupying columns h·dh … (h+1)·dh.
+Zeroing that slice removes exactly that head's write (and nothing else). Zeroing the whole input
+removes the layer's attention (GPT-2's ``c_proj`` bias, if any, still gets added: it belongs to no head).
+
+The hook is a forward *pre*-hook on the output projection, registered inside a ``with`` block and
+removed in ``finally``; it acts only for the thread that registered it, and the forward pass runs
+under ``loaded.lock`` with ``torch.inference_mode()``, so other sessions sharing the model never see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.engine import roles, tokens
+from core.engine.hooks import scoped_hooks
+from core.engine.types import EmptyPromptError, LoadedModel, UnsupportedArchitectureError
+
+OUT_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense")
+
+Ablation = Sequence[tuple[int, int | None]]  # (layer, head) or (layer, None) = the whole layer
+
+
+def out_proj(attn: Any) -> Any:
+    """The attention module's output projection (Llama/Qwen/Mistral ``o_proj``, GPT-2 ``c_proj``)."""
+    for n in OUT_PROJ_NAMES:
+        m = getattr(attn, n, None)
+        if m is not None:
+            return m
+    raise UnsupportedArchitectureError(f"{type(attn).__name__} has no output projection ({'/'.join(OUT_PROJ_NAMES)}).")
+
+
+def _per_layer(ablate: Ablation, n_layers: int, n_heads: int) -> dict[int, list[int | None]]:
+    out: dict[int, list[int | None]] = {}
+    for layer, head in ablate:
+        if not 0 <= int(layer) < n_layers:
+            raise ValueError(f"layer {layer} is out of range 0 … {n_layers - 1}")
+        if head is not None and not 0 <= int(head) < n_heads:
+            raise ValueError(f"head {head} is out of range 0 … {n_heads - 1}")
+        out.setdefault(int(layer), []).append(None if head is None else int(head))
+    return out
+
+
+@contextlib.contextmanager
+def zero_heads(loaded: LoadedModel, ablate: Ablation, per_example: list[Ablation] | None = None) -> Iterator[None]:
+    """Zero heads' slices of the output projection's input, for this thread, inside the block.
+
+    ``ablate`` applies to every batch row; ``per_example[b]`` (optional) adds ablations for batch
+    row b only, so a sweep over many heads can run as one batched forward pass.
+    """
+    sites = roles.find_sites(loaded.model)
+    H, dh = loaded.facts.n_heads, loaded.facts.head_dim
+    L = len(sites.attns)
+    common = _per_layer(ablate, L, H)
+    rows = [_per_layer(a, L, H) for a in (per_example or [])]
+
+    def zero(x: torch.Tensor, heads: list[int | None]) -> None:  # x [..., T, H*dh], edited in place
+        for h in heads:
+            if h is None:
+                x[..., :] = 0
+            else:
+                x[..., h * dh : (h + 1) * dh] = 0
+
+    def pre_for(layer: int) -> Any:
+        def pre(_m: Any, args: tuple) -> tuple:
+            x = args[0].clone()  # [B, T, H*dh]: never edit the caller's tensor
+            zero(x, common.get(layer, []))
+            for b, r in enumerate(rows):
+                if layer in r:
+                    zero(x[b], r[layer])
+            return (x, *args[1:])
+
+        return pre
+
+    layers = sorted(set(common) | {layer for r in rows for layer in r})
+    with scoped_hooks((out_proj(sites.attns[layer]), "pre", pre_for(layer)) for layer in layers):
+        yield
+
+
+def _softmax_last(logits: torch.Tensor) -> np.ndarray:
+    return torch.softmax(logits[:, -1, :].double(), dim=-1).numpy()  # [B, V] float64, torch's own softmax
+
+
+def next_token_probs(loaded: LoadedModel, ids: Sequence[int], ablate: Ablation = ()) -> np.ndarray:
+    """The next-token distribution [V] (float64) after the last of ``ids``, with ``ablate`` zeroed."""
+    if not ids:
+        raise EmptyPromptError("no tokens")
+    x = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
+    with loaded.lock, torch.inference_mode(), zero_heads(loaded, ablate):
+        logits = loaded.model(input_ids=x, use_cache=False).logits  # [1, T, V]
+    return _softmax_last(logits)[0]
+
+
+def sweep_heads(loaded: LoadedModel, ids: Sequence[int], layers: Sequence[int], chunk: int = 32) -> np.ndarray:
+    """Next-token distributions with each head of ``layers`` ablated alone: [len(layers), H, V].
+
+    Batched: row b of a forward pass ablates one head, so a whole layer costs one pass.
+    """
+    H = loaded.facts.n_heads
+    jobs = [(layer, h) for layer in layers for h in range(H)]
+    out = []
+    for s in range(0, len(jobs), chunk):
+        part = jobs[s : s + chunk]
+        x = torch.tensor([list(ids)] * len(part), dtype=torch.long)  # [B, T]
+        with loaded.lock, torch.inference_mode(), zero_heads(loaded, (), per_example=[[j] for j in part]):
+            logits = loaded.model(input_ids=x, use_cache=False).logits  # [B, T, V]
+        out.append(_softmax_last(logits))
+    V = out[0].shape[-1]
+    return np.concatenate(out).reshape(len(layers), H, V)
+
+
+@dataclass(frozen=True)
+class Effect:
+    kl: float  # KL(before ‖ after) in nats
+    top_id: int  # the original most likely next token
+    p_before: float  # its probability before …
+    p_after: float  # … and after the ablation
+    new_top_id: int  # the most likely token after the ablation
+
+    @property
+    def delta(self) -> float:
+        return self.p_after - self.p_before
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """KL(p ‖ q) = Σ p log(p/q), in nats; terms with p = 0 contribute nothing."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    m = p > 0
+    return float(np.sum(p[m] * (np.log(p[m]) - np.log(np.maximum(q[m], 1e-300)))))
+
+
+def effect(before: np.ndarray, after: np.ndarray) -> Effect:
+    top = int(np.argmax(before))
+    return Effect(kl_divergence(before, after), top, float(before[top]), float(after[top]), int(np.argmax(after)))
+
+
+def top_table(tokenizer: Any, before: np.ndarray, after: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
+    """Rows for a table: the k most likely tokens before and after, with both probabilities."""
+    ids = list(dict.fromkeys([*np.argsort(-before)[:k].tolist(), *np.argsort(-after)[:k].tolist()]))
+    names = tokens.readable_tokens(tokenizer, ids)
+    rows = [
+        {"id": int(i), "token": n, "p_before": float(before[i]), "p_after": float(after[i]), "delta": float(after[i] - before[i])}
+        for i, n in zip(ids, names)
+    ]
+    rows.sort(key=lambda r: -r["p_before"])
+    return rows

@@ -1,0 +1,275 @@
+"""Token embeddings, read straight off the model: the lookup, ID distance vs similarity, a PCA map,
+where each token of the (templated) prompt came from, and a crude sentence vector for contrast.
+
+Pure functions over numpy (the model is touched only to read its embedding matrix or run one
+forward pass through ``core.tracing``); no Streamlit here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.engine import tokens
+from core.engine.types import LoadedModel
+
+
+def embedding_matrix(loaded: LoadedModel) -> np.ndarray:
+    """The input embedding matrix E, [V, d], as a numpy view of the model's weights (no copy).
+
+    Row i is what the model starts from for token ID i: the lookup *is* ``E[i]``.
+    """
+    w = loaded.model.get_input_embeddings().weight
+    with torch.no_grad():
+        return w.detach().to("cpu").float().numpy()  # [V, d]
+
+
+def lookup(E: np.ndarray, ids: np.ndarray | list[int]) -> np.ndarray:
+    """Rows of E for the given IDs, [T, d]: the embedding layer is an index, not a computation."""
+    return E[np.asarray(ids, dtype=np.int64)]
+
+
+def cosine_rows(E: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of E[a[k]] and E[b[k]] for every pair k, [N] float64."""
+    x = E[a].astype(np.float64)  # [N, d]
+    y = E[b].astype(np.float64)  # [N, d]
+    num = (x * y).sum(axis=1)
+    den = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+    return num / np.maximum(den, 1e-12)
+
+
+@dataclass(frozen=True)
+class IdDistanceStudy:
+    """Random token pairs: how far apart their IDs are vs how similar their embedding rows are."""
+
+    id_a: np.ndarray  # [N] int64
+    id_b: np.ndarray  # [N] int64
+    distance: np.ndarray  # [N] |id_a − id_b|
+    cosine: np.ndarray  # [N]
+    pearson: float  # correlation of distance and cosine over the random pairs
+    spearman: float  # rank correlation (robust to the long tail of distances)
+    mean_random: float  # mean cosine of the random pairs
+    mean_adjacent: float  # mean cosine of pairs whose IDs differ by exactly 1
+    example: tuple[int, int, float]  # the tutorial's pair, e.g. (1023, 1024, cos)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    # Average ranks are not needed for a sanity figure; ties among 2000 random distances are rare.
+    r = np.empty(len(x), dtype=np.float64)
+    r[np.argsort(x, kind="stable")] = np.arange(len(x), dtype=np.float64)
+    return r
+
+
+def id_distance_study(E: np.ndarray, n_pairs: int = 2000, seed: int = 0, example: tuple[int, int] = (1023, 1024)) -> IdDistanceStudy:
+    """Sample ``n_pairs`` random distinct pairs and ``n_pairs`` adjacent pairs (i, i+1) of token IDs."""
+    V = E.shape[0]
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, V, n_pairs)
+    b = rng.integers(0, V, n_pairs)
+    b = np.where(a == b, (b + 1) % V, b)  # a token with itself would be a trivial 1.0
+    cos = cosine_rows(E, a, b)
+    dist = np.abs(a - b).astype(np.int64)
+    adj = rng.integers(0, V - 1, n_pairs)
+    cos_adj = cosine_rows(E, adj, adj + 1)
+    ea, eb = (min(example[0], V - 1), min(example[1], V - 1))
+    ex = float(cosine_rows(E, np.array([ea]), np.array([eb]))[0])
+    return IdDistanceStudy(
+        id_a=a.astype(np.int64),
+        id_b=b.astype(np.int64),
+        distance=dist,
+        cosine=cos,
+        pearson=float(np.corrcoef(dist, cos)[0, 1]),
+        spearman=float(np.corrcoef(_ranks(dist), _ranks(cos))[0, 1]),
+        mean_random=float(cos.mean()),
+        mean_adjacent=float(cos_adj.mean()),
+        example=(ea, eb, ex),
+    )
+
+
+@dataclass(frozen=True)
+class Pca2:
+    coords: np.ndarray  # [N, 2] projections on the first two principal axes
+    explained: np.ndarray  # [2] share of the total variance each axis explains
+    components: np.ndarray  # [2, d] the axes themselves (unit vectors)
+
+
+def pca2(X: np.ndarray) -> Pca2:
+    """A 2-D PCA by SVD of the centred rows (numpy only). Signs are fixed so that the largest
+    |loading| of each axis is positive, which makes the map stable between runs."""
+    X = np.asarray(X, dtype=np.float64)
+    Xc = X - X.mean(axis=0, keepdims=True)  # [N, d]
+    _U, S, Vt = np.linalg.svd(Xc, full_matrices=False)  # Xc = U diag(S) Vt
+    k = min(2, Vt.shape[0])
+    comps = Vt[:k].copy()  # [k, d]
+    for j in range(k):
+        if comps[j, np.argmax(np.abs(comps[j]))] < 0:
+            comps[j] *= -1
+    coords = Xc @ comps.T  # [N, k]
+    total = float((S**2).sum())
+    explained = (S[:k] ** 2) / total if total > 0 else np.zeros(k)
+    if k < 2:  # fewer than two distinct rows: pad, so callers always get two columns
+        coords = np.pad(coords, ((0, 0), (0, 2 - k)))
+        explained = np.pad(explained, (0, 2 - k))
+        comps = np.pad(comps, ((0, 2 - k), (0, 0)))
+    return Pca2(coords, explained, comps)
+
+
+@dataclass(frozen=True)
+class WordVector:
+    word: str
+    ids: tuple[int, ...]
+    pieces: tuple[str, ...]
+    vector: np.ndarray  # [d]: the row itself, or the mean of the rows when the word is several tokens
+
+
+def word_vectors(loaded: LoadedModel, E: np.ndarray, words: list[str]) -> list[WordVector]:
+    """Each word's embedding. A word split into several tokens gets the mean of its rows (said in
+    the UI): the model itself never sees such a mean, it sees the rows one by one."""
+    out = []
+    for w in words:
+        if not w.strip():
+            continue
+        ids = loaded.tokenizer(w, add_special_tokens=False)["input_ids"]
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        if not ids:
+            continue
+        ids = [int(i) for i in ids if 0 <= int(i) < E.shape[0]]
+        pieces = tokens.readable_tokens(loaded.tokenizer, ids)
+        out.append(WordVector(w, tuple(ids), tuple(pieces), E[ids].astype(np.float64).mean(axis=0)))
+    return out
+
+
+def parse_words(text: str, limit: int = 40) -> list[str]:
+    """Comma/newline-separated words; a leading space is kept when the user typed one (' cat' and
+    'cat' are different tokens), surrounding newlines and empty items are dropped."""
+    items = [w.strip("\n\r\t") for chunk in text.split("\n") for w in chunk.split(",")]
+    seen: list[str] = []
+    for w in items:
+        w = w if w.strip() else ""
+        if w and w not in seen:
+            seen.append(w)
+    return seen[:limit]
+
+
+def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: bool) -> list[str]:
+    """For each token: "special" (a special token such as <|im_start|>), "user" (its characters lie
+    inside the user's prompt) or "template" (added by the chat template).
+
+    Uses the tokenizer's character offsets of ``text`` (the exact string that was tokenised); when
+    the template is off every non-special token is the user's.
+    """
+    special = {int(i) for i in getattr(tokenizer, "all_special_ids", []) or []}
+    if not chat:
+        return ["special" if i in special else "user" for i in ids]
+    start = text.rfind(prompt)  # the user's message sits after the system preamble
+    end = start + len(prompt)
+    try:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        offsets = enc["offset_mapping"]
+        if offsets and isinstance(offsets[0], list) and offsets[0] and isinstance(offsets[0][0], (list, tuple)):
+            offsets = offsets[0]
+    except Exception:  # a slow tokenizer has no offsets: we cannot tell, so say "template" for none
+        offsets = None
+    out = []
+    for k, i in enumerate(ids):
+        if i in special:
+            out.append("special")
+        elif offsets is None or start < 0 or k >= len(offsets):
+            out.append("user")
+        else:
+            s, e = offsets[k]
+            out.append("user" if (s >= start and e <= end and e > s) else "template")
+    return out
+
+
+def mean_pooled(hidden: np.ndarray) -> np.ndarray:
+    """A sentence vector the crude way: the mean of the final hidden states over positions, [d].
+
+    Real retrieval (RAG) embedding models are trained for this with contrastive objectives; a
+    decoder's mean pool only illustrates the *granularity*: one vector per text, not per token.
+    """
+    return np.asarray(hidden, dtype=np.float64).mean(axis=0)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
+
+
+def find_subsequence(ids: list[int] | np.ndarray, sub: list[int]) -> list[int]:
+    """End positions (index of the last token) of every occurrence of ``sub`` in ``ids``."""
+    ids = [int(i) for i in ids]
+    n = len(sub)
+    if n == 0:
+        return []
+    return [k + n - 1 for k in range(len(ids) - n + 1) if ids[k : k + n] == list(sub)]
+
+
+def context_similarity(resid_a: np.ndarray, pos_a: int, resid_b: np.ndarray, pos_b: int) -> np.ndarray:
+    """Cosine similarity, layer by layer, of one position's residual stream in two traces.
+
+    resid_* : [L+1, T, d] → [L+1]. Entry 0 compares the embedding rows: exactly 1.0 when the two
+    positions hold the same token ID (same row of E, and RoPE adds nothing to the stream).
+    """
+    x = resid_a[:, pos_a, :].astype(np.float64)  # [L+1, d]
+    y = resid_b[:, pos_b, :].astype(np.float64)  # [L+1, d]
+    num = (x * y).sum(axis=1)
+    den = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+    return num / np.maximum(den, 1e-12)
+
+
+def context_baseline(resid_a: np.ndarray, pos_a: int, resid_b: np.ndarray, skip_b: int) -> np.ndarray:
+    """For scale: the mean cosine, per layer, of position ``pos_a`` in A with every *other*
+    position of B (other tokens). Residual streams share large common directions, so raw cosines
+    are high everywhere; this curve says what "unrelated" looks like. [L+1], NaN if B has one token."""
+    x = resid_a[:, pos_a, :].astype(np.float64)  # [L+1, d]
+    others = [j for j in range(resid_b.shape[1]) if j != skip_b]
+    if not others:
+        return np.full(resid_a.shape[0], np.nan)
+    y = resid_b[:, others, :].astype(np.float64)  # [L+1, T', d]
+    num = np.einsum("ld,ltd->lt", x, y)
+    den = np.linalg.norm(x, axis=1)[:, None] * np.linalg.norm(y, axis=2)
+    return (num / np.maximum(den, 1e-12)).mean(axis=1)
+
+
+# Example pairs for the context page: (prompt A, prompt B, the shared word). The word is located in
+# A (first occurrence) and B (last occurrence) by its token IDs, ending on its LAST token: 苹 is three
+# byte tokens in SmolLM2, and 果 is the piece that has seen the whole word.
+CONTEXT_PAIRS: dict[str, tuple[str, str, str]] = {
+    "zh_one": ("苹果很好吃。苹果发布了新系统。", "苹果很好吃。苹果发布了新系统。", "苹果"),
+    "zh_ctx": ("在水果店里，苹果很好吃。", "在发布会上，苹果发布了新系统。", "苹果"),
+    "zh_start": ("苹果很好吃。", "苹果发布了新系统。", "苹果"),
+    "en": ("I ate an apple pie.", "I bought an apple phone.", " apple"),
+}
+
+
+def word_ids(tokenizer: Any, word: str) -> list[int]:
+    """The word's token IDs; [] when this tokenizer cannot say (the caller then falls back)."""
+    try:
+        ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    except Exception:  # e.g. a toy tokenizer without the HF call signature
+        return []
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def default_positions(ids_a: Any, ids_b: Any, word: list[int]) -> tuple[int, int]:
+    """Where to compare by default: the word's first occurrence in A and its last in B (so one
+    prompt containing the word twice compares its two occurrences), each at the word's last token.
+    Falls back to the last position of each prompt when the word is not found."""
+    ends_a = find_subsequence(ids_a, word)
+    ends_b = find_subsequence(ids_b, word)
+    a = ends_a[0] if ends_a else len(ids_a) - 1
+    b = ends_b[-1] if ends_b else len(ids_b) - 1
+    return int(a), int(b)
+
+
+def same_prefix(ids_a: Any, pos_a: int, ids_b: Any, pos_b: int) -> bool:
+    """True when both positions see exactly the same tokens (causal attention: positions 0 … pos)."""
+    return pos_a == pos_b and [int(i) for i in ids_a[: pos_a + 1]] == [int(i) for i in ids_b[: pos_b + 1]]

@@ -1,0 +1,120 @@
+"""Figures (and the token-chip HTML) for the "inside the real model" pages: tokens, context, heads,
+ablation. Pure functions: numpy in, plotly Figure (or an HTML string) out; every label is
+translated through ``core.i18n`` with the ``lang`` passed in. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.engine import i18n
+from core.engine.tokens import position_label, visible
+
+
+def _t(key: str, lang: str, **kw: Any) -> str:
+    return i18n.t(key, lang, **kw)
+
+
+def fig_id_distance(distance: np.ndarray, cosine: np.ndarray, example: tuple[int, int, float], lang: str) -> go.Figure:
+    """|id_a − id_b| (log axis) vs the cosine similarity of the two embedding rows."""
+    fig = go.Figure()
+    fig.add_trace(go.Scattergl(x=np.maximum(distance, 1), y=cosine, mode="markers", name=_t("tokens.pairs_random", lang),
+                               marker=dict(size=4, opacity=0.45, color="#2563eb")))
+    a, b, c = example
+    fig.add_trace(go.Scatter(x=[max(abs(b - a), 1)], y=[c], mode="markers+text", text=[f"{a} vs {b}"], textposition="top center",
+                             name=_t("tokens.pair_example", lang), marker=dict(size=12, color="#dc2626", symbol="star")))
+    fig.update_layout(title=_t("tokens.fig_iddist_title", lang), xaxis_title=_t("tokens.fig_iddist_x", lang),
+                      yaxis_title=_t("tokens.fig_iddist_y", lang), height=380, margin=dict(t=50, b=40))
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def fig_pca(words: Sequence[str], coords: np.ndarray, explained: np.ndarray, lang: str) -> go.Figure:
+    """Chosen words' embeddings projected on their first two principal axes."""
+    fig = go.Figure(go.Scatter(x=coords[:, 0], y=coords[:, 1], mode="markers+text", text=[visible(w) for w in words],
+                               textposition="top center", marker=dict(size=9, color="#7c3aed")))
+    fig.update_layout(title=_t("tokens.fig_pca_title", lang), height=420, margin=dict(t=50, b=40),
+                      xaxis_title=f"PC1 ({explained[0]:.0%})", yaxis_title=f"PC2 ({explained[1]:.0%})")
+    return fig
+
+
+def fig_context(sim: np.ndarray, baseline: np.ndarray, lang: str) -> go.Figure:
+    """Cosine similarity of the chosen token's residual stream in prompt A vs prompt B, per layer."""
+    x = np.arange(len(sim))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=_t("context.curve_same", lang), line=dict(width=3)))
+    fig.add_trace(go.Scatter(x=x, y=baseline, mode="lines", name=_t("context.curve_base", lang), line=dict(dash="dot", color="#94a3b8")))
+    fig.update_layout(title=_t("context.fig_title", lang), xaxis_title=_t("context.fig_x", lang),
+                      yaxis_title=_t("context.fig_y", lang), height=400, margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def _hover(tokens: Sequence[str], n: int, lang: str) -> list[list[str]]:
+    q, k = _t("heads.query", lang), _t("heads.key", lang)
+    return [[f"{q} {position_label(tokens, i)}<br>{k} {position_label(tokens, j)}" for j in range(n)] for i in range(n)]
+
+
+def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str], lang: str, cols: int = 3) -> go.Figure:
+    """Small multiples: maps [N, T, T] (queries × keys), one heatmap per panel, positions on the axes."""
+    n, T = maps.shape[0], maps.shape[1]
+    rows = int(np.ceil(n / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.04, vertical_spacing=0.08 if rows < 6 else 0.04)
+    hover = _hover(tokens, T, lang)
+    for k in range(n):
+        fig.add_trace(go.Heatmap(z=maps[k], coloraxis="coloraxis", customdata=hover,
+                                 hovertemplate="%{customdata}<br>w = %{z:.3f}<extra></extra>"), row=k // cols + 1, col=k % cols + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="w")), height=max(320, 240 * rows),
+                      margin=dict(t=40, b=20, l=20, r=20))
+    return fig
+
+
+def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang: str) -> go.Figure:
+    """One query position's weights over the keys it may see (0 … query)."""
+    n = query + 1
+    fig = go.Figure(go.Bar(x=list(range(n)), y=weights[:n], customdata=[position_label(tokens, j) for j in range(n)],
+                           hovertemplate="%{customdata}<br>w = %{y:.4f}<extra></extra>", marker_color="#0ea5e9"))
+    fig.update_layout(title=_t("heads.fig_query_title", lang, q=position_label(tokens, query)), xaxis_title=_t("heads.key_pos", lang),
+                      yaxis_title=_t("heads.weight", lang), height=340, margin=dict(t=50, b=40))
+    fig.update_xaxes(tickmode="array", tickvals=list(range(n)), ticktext=[position_label(tokens, j) for j in range(n)] if n <= 40 else None)
+    return fig
+
+
+def fig_atlas(values: np.ndarray, title: str, colorbar: str, lang: str, mark: tuple[int, int] | None = None) -> go.Figure:
+    """A [L, H] map of one head metric: layers down, heads across."""
+    L, H = values.shape
+    fig = go.Figure(go.Heatmap(z=values, x=list(range(H)), y=list(range(L)), colorscale="Viridis", colorbar=dict(title=colorbar),
+                               hovertemplate=f"{_t('ui.layer', lang)} %{{y}} · {_t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
+    if mark is not None:
+        fig.add_trace(go.Scatter(x=[mark[1]], y=[mark[0]], mode="markers", showlegend=False, hoverinfo="skip",
+                                 marker=dict(symbol="square-open", size=14, color="#ef4444", line=dict(width=3))))
+    fig.update_layout(title=title, xaxis_title=_t("ui.head", lang), yaxis_title=_t("ui.layer", lang), height=max(300, 16 * L + 120),
+                      margin=dict(t=50, b=40))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang: str) -> go.Figure:
+    """One head's full attention map [T, T]."""
+    T = weights.shape[0]
+    fig = go.Figure(go.Heatmap(z=weights, colorscale="Blues", zmin=0, zmax=1, customdata=_hover(tokens, T, lang),
+                               hovertemplate="%{customdata}<br>w = %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.query_pos", lang), height=420,
+                      margin=dict(t=50, b=40))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def fig_sweep(sharpness: np.ndarray, kl: np.ndarray, names: Sequence[str], chosen: int | None, lang: str) -> go.Figure:
+    """Each head: how sharp its attention is (x) vs how much the next token changes without it (y)."""
+    colors = ["#ef4444" if k == chosen else "#6366f1" for k in range(len(names))]
+    fig = go.Figure(go.Scatter(x=sharpness, y=kl, mode="markers+text" if len(names) <= 12 else "markers", text=list(names),
+                               textposition="top center", marker=dict(size=10 if len(names) <= 12 else 7, color=colors), hovertemplate="%{text}<br>x = %{x:.3f}<br>KL = %{y:.4g}<extra></extra>"))
+    fig.update_layout(title=_t("ablation.fig_sweep_title", lang), xaxis_title=_t("ablation.fig_sweep_x", lang),
+                      yaxis_title=_t("ablation.fig_sweep_y", lang), height=400, margin=dict(t=50, b=40))
+    return fig

@@ -1,0 +1,71 @@
+"""The self-check quiz: questions as data, and a pure scoring function.
+
+The questions come from the tutorials' checklists and their lists of common misconceptions
+(attention weights are not probabilities of being right, the KV cache holds only K and V,
+temperature adds no knowledge, …). Their wording lives in ``assets/i18n/learn.json`` under
+``quiz.<id>.q`` (the question), ``quiz.<id>.o<i>`` (the options) and ``quiz.<id>.why`` (the
+explanation); here each question has only its shape: how many options, which one is right, and
+which page of the app shows the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    n_options: int
+    correct: int  # index of the right option
+    page: str  # the app page (stem) that shows why
+    concept: str  # core.references concept
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.correct < self.n_options:
+            raise ValueError(f"question {self.id}: correct option {self.correct} is out of range")
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question("attn_prob", 3, 1, "heads", "attention"),
+    Question("kv_stores", 3, 2, "kv_cache", "kv_cache"),
+    Question("temperature", 3, 0, "logits", "sampling"),
+    Question("sees_prompt", 3, 1, "masks", "decoder_only"),
+    Question("just_attention", 3, 2, "anatomy", "transformer"),
+    Question("training_serial", 3, 0, "masks", "transformer"),
+    Question("positions", 3, 1, "positions", "positions"),
+    Question("more_layers", 3, 2, "anatomy", "model"),
+    Question("flash", 3, 0, "attention_lab", "flash_attention"),
+    Question("token_id", 3, 1, "tokens", "transformer"),
+    Question("rag_embedding", 3, 2, "tokens", "transformer"),
+    Question("streaming", 3, 0, "generation", "kv_cache"),
+    Question("same_token", 3, 1, "context", "transformer"),
+    Question("search_data", 3, 2, "heads", "attention"),
+    Question("gqa_share", 3, 0, "multihead", "gqa"),
+)
+BY_ID = {q.id: q for q in QUESTIONS}
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: int
+    answered: int
+    total: int
+    verdicts: dict[str, bool | None]  # id → right / wrong / None when unanswered
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.correct / self.total if self.total else 0.0
+
+
+def score(answers: Mapping[str, int | None], questions: tuple[Question, ...] = QUESTIONS) -> Score:
+    """Grade ``answers`` (question id → chosen option index, or None). Unanswered questions count
+    as not correct; answers to unknown ids are ignored; an out-of-range index is simply wrong."""
+    verdicts: dict[str, bool | None] = {}
+    for q in questions:
+        a = answers.get(q.id)
+        verdicts[q.id] = None if a is None else (int(a) == q.correct)
+    right = sum(1 for v in verdicts.values() if v)
+    answered = sum(1 for v in verdicts.values() if v is not None)
+    return Score(right, answered, len(questions), verdicts)

@@ -1,0 +1,357 @@
+"""Scaled dot-product attention, one step at a time, plus the masks and head bookkeeping the
+maths pages teach.
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k + M) V
+
+Everything here is a pure numpy function (float64 inside, so a page's numbers are the exact
+maths, not a kernel's rounding). The only torch use is the seeds' ``torch.manual_seed(42)``
+example and the timing measurement, both imported lazily.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from core.engine import i18n
+from core.engine.numbers import softmax
+from core.engine.types import HeadGeometry
+
+STEP_NAMES = ("scores", "scaled", "masked", "weights", "output")
+
+
+# ---------------------------------------------------------------------------------------------
+# the five steps
+
+
+@dataclass(frozen=True)
+class AttentionSteps:
+    """Every intermediate of one attention computation, named as the tutorials name them."""
+
+    scores: np.ndarray  # [..., Tq, Tk]  Q Kᵀ
+    scaled: np.ndarray  # [..., Tq, Tk]  ÷ √d_k (or × the given scale)
+    masked: np.ndarray  # [..., Tq, Tk]  + additive mask (0 / −∞)
+    weights: np.ndarray  # [..., Tq, Tk]  softmax over keys
+    output: np.ndarray  # [..., Tq, dv]  weights × V
+    scale: float
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in STEP_NAMES}
+
+
+def additive_mask(visible: np.ndarray) -> np.ndarray:
+    """Boolean visibility (True = may attend) → the additive mask: 0 where visible, −∞ elsewhere."""
+    visible = np.asarray(visible, dtype=bool)
+    return np.where(visible, 0.0, -np.inf)
+
+
+def attention_steps(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, scale: float | None = None
+) -> AttentionSteps:
+    """The five steps of scaled dot-product attention.
+
+    q: [..., Tq, d_k], k: [..., Tk, d_k], v: [..., Tk, d_v] (any leading batch/head dims that
+    broadcast). ``mask``: boolean visibility (True = visible) or an additive float mask, broadcastable
+    to [..., Tq, Tk]. ``scale`` defaults to 1/√d_k; pass 1.0 to see attention without scaling.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same last dimension (d_k): {q.shape[-1]} ≠ {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v need the same number of positions: {k.shape[-2]} ≠ {v.shape[-2]}")
+    d_k = q.shape[-1]
+    s = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+    scores = q @ np.swapaxes(k, -1, -2)  # [..., Tq, Tk]
+    scaled = scores * s
+    if mask is None:
+        add = np.zeros(scores.shape[-2:])
+    else:
+        mask = np.asarray(mask)
+        add = additive_mask(mask) if mask.dtype == bool else mask.astype(np.float64)
+    masked = scaled + add  # −∞ stays −∞: softmax turns it into exactly 0
+    weights = softmax(masked, axis=-1)
+    output = weights @ v  # [..., Tq, d_v]
+    return AttentionSteps(scores, scaled, masked, weights, output, s)
+
+
+# ---------------------------------------------------------------------------------------------
+# the seeds' examples
+
+
+def worked_example(unmask_third: bool = False) -> dict[str, np.ndarray]:
+    """The tutorial's hand calculation: query [1, 0]; keys [1, 0], [0, 1]; values [2, 0], [0, 3]
+    → weights ≈ [0.67, 0.33], output ≈ [1.34, 0.99]. A third position carries a huge value
+    [100, 100]; while the mask hides it, it changes nothing — unmask it and the output jumps."""
+    return {
+        "q": np.array([[1.0, 0.0]]),  # [Tq=1, d_k=2]
+        "k": np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),  # [Tk=3, 2]
+        "v": np.array([[2.0, 0.0], [0.0, 3.0], [100.0, 100.0]]),  # [Tk=3, d_v=2]
+        "mask": np.array([[True, True, bool(unmask_third)]]),  # [1, 3]
+    }
+
+
+def seed42_example(seq_len: int = 4, head_dim: int = 8) -> dict[str, np.ndarray]:
+    """The tutorial's PyTorch example: manual_seed(42); q, k, v = randn(1, 4, 8) in that order;
+    causal mask. Returned with its batch dimension, [1, T, dh]."""
+    gen = torch.Generator().manual_seed(42)  # same stream as torch.manual_seed(42), without global state
+    q = torch.randn(1, seq_len, head_dim, generator=gen)
+    k = torch.randn(1, seq_len, head_dim, generator=gen)
+    v = torch.randn(1, seq_len, head_dim, generator=gen)
+    return {"q": q.numpy(), "k": k.numpy(), "v": v.numpy(), "mask": causal_visibility(seq_len)}
+
+
+def real_row(tr: Any, layer: int, head: int, pos: int) -> dict[str, np.ndarray]:
+    """One query row of the traced model: q of (layer, head, pos) after RoPE, the keys and values
+    of the KV head that query head reads (h // group), the causal mask row, and the model's own
+    weights for comparison."""
+    kv = tr.kv_head_of(head)
+    T = tr.n_tokens
+    return {
+        "q": tr.q[layer, head, pos : pos + 1].astype(np.float64),  # [1, dh]
+        "k": tr.k[layer, kv].astype(np.float64),  # [T, dh]
+        "v": tr.v[layer, kv].astype(np.float64),  # [T, dh]
+        "mask": (np.arange(T) <= pos)[None, :],  # [1, T] causal: keys 0…pos
+        "reference": tr.attn_pattern[layer, head, pos].astype(np.float64),  # [T]
+        "kv_head": np.array(kv),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# why divide by √d_k
+
+
+def scale_experiment(d_values: Iterable[int], n_keys: int = 16, n_trials: int = 400, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random q, k with unit-variance components: q·k has std √d_k, so unscaled softmax
+    saturates (one weight → 1) as d_k grows, while q·k/√d_k keeps std 1.
+
+    Returns arrays over ``d_values``: measured dot std, mean max weight and mean entropy (nats)
+    of a softmax over ``n_keys`` keys, unscaled and scaled, averaged over ``n_trials`` draws.
+    """
+    rng = np.random.default_rng(seed)
+    ds = np.asarray(list(d_values), dtype=int)
+    out = {k: np.zeros(len(ds)) for k in ("dot_std", "max_unscaled", "max_scaled", "ent_unscaled", "ent_scaled")}
+    for i, d in enumerate(ds):
+        q = rng.standard_normal((n_trials, 1, d))  # [N, 1, d]
+        k = rng.standard_normal((n_trials, n_keys, d))  # [N, n, d]
+        dots = (q @ np.swapaxes(k, -1, -2))[:, 0, :]  # [N, n]
+        out["dot_std"][i] = dots.std()
+        for tag, z in (("unscaled", dots), ("scaled", dots / math.sqrt(d))):
+            w = softmax(z, axis=-1)
+            out[f"max_{tag}"][i] = w.max(axis=-1).mean()
+            out[f"ent_{tag}"][i] = (-(w * np.log(np.clip(w, 1e-300, None))).sum(axis=-1)).mean()
+    out["d"] = ds.astype(float)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the mask gallery (True = the query row may read the key column)
+
+
+def causal_visibility(T: int) -> np.ndarray:
+    """[T, T] lower triangle: position i sees 0…i."""
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+def padding_visibility(lengths: Iterable[int], T: int | None = None) -> np.ndarray:
+    """[B, T, T] for a right-padded batch: every query may read key j only if j is a real token
+    (j < length). Rows of PAD queries are kept (their outputs are simply ignored later)."""
+    lengths = [int(n) for n in lengths]
+    T = max(lengths) if T is None else T
+    real = np.arange(T)[None, :] < np.asarray(lengths)[:, None]  # [B, T] key is not PAD
+    return np.broadcast_to(real[:, None, :], (len(lengths), T, T)).copy()
+
+
+def causal_padding_visibility(lengths: Iterable[int], T: int | None = None) -> np.ndarray:
+    """[B, T, T]: causal AND not PAD — what a decoder batch really uses."""
+    pad = padding_visibility(lengths, T)
+    return pad & causal_visibility(pad.shape[-1])[None]
+
+
+def bidirectional_visibility(T: int) -> np.ndarray:
+    """[T, T] all visible: an encoder (BERT-like) reads both sides."""
+    return np.ones((T, T), dtype=bool)
+
+
+def cross_visibility(T_dec: int, T_enc: int) -> np.ndarray:
+    """[T_dec, T_enc] rectangular: every decoder query may read every encoder output."""
+    return np.ones((T_dec, T_enc), dtype=bool)
+
+
+def sliding_window_visibility(T: int, window: int) -> np.ndarray:
+    """[T, T] causal and local: i sees j when 0 ≤ i − j < window (itself and window−1 before)."""
+    i = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    return (j <= i) & (i - j < window)
+
+
+def pattern_support(pattern: np.ndarray, tol: float = 0.0) -> np.ndarray:
+    """Where a real attention pattern is non-zero: the mask the model actually applied."""
+    return np.asarray(pattern, dtype=np.float64) > tol
+
+
+def additive_text(visible: np.ndarray) -> np.ndarray:
+    """The additive mask as display strings, '0' and '−∞'."""
+    return np.where(np.asarray(visible, dtype=bool), "0", "−∞")
+
+
+# ---------------------------------------------------------------------------------------------
+# multi-head, GQA, MQA
+
+
+# Facts: SmolLM2 from its config; the 4096/32 split and the 28 q / 4 KV grouping from the
+# tutorials (configs: Llama-2-7B has 32 layers; Qwen2.5-7B 3584 wide, 28 layers, head_dim 128);
+# Qwen2.5-0.5B from the tutorial's config print (24 layers, head_dim 64).
+HEAD_CONFIGS = (
+    HeadGeometry("SmolLM2-135M", n_layers=30, n_heads=9, n_kv_heads=3, d_model=576),
+    HeadGeometry("Qwen2.5-0.5B", n_layers=24, n_heads=14, n_kv_heads=2, d_model=896),
+    HeadGeometry("4096 · 32 heads (Llama-2-7B)", n_layers=32, n_heads=32, n_kv_heads=32, d_model=4096),
+    HeadGeometry("Qwen2.5-7B (28 q / 4 KV)", n_layers=28, n_heads=28, n_kv_heads=4, d_model=3584),
+)
+
+
+def kv_group_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """[H] the KV head each query head reads: h // (H / Hkv)."""
+    if n_heads % n_kv_heads:
+        raise ValueError("query heads must be a multiple of KV heads")
+    return np.arange(n_heads) // (n_heads // n_kv_heads)
+
+
+def kv_sharing_matrix(n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """[Hkv, H] boolean: KV head g is read by query head h."""
+    g = kv_group_map(n_heads, n_kv_heads)
+    return np.arange(n_kv_heads)[:, None] == g[None, :]
+
+
+def multihead_shapes(cfg: HeadGeometry, T: int) -> list[tuple[str, str]]:
+    """(stage, shape) rows of one multi-head attention sub-layer, for T tokens."""
+    H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.dh, cfg.d_model
+    return [
+        ("X", f"[{T}, {d}]"),
+        ("Q = X·W_Q", f"[{T}, {H * dh}] → [{H}, {T}, {dh}]"),
+        ("K = X·W_K, V = X·W_V", f"[{T}, {Hkv * dh}] → [{Hkv}, {T}, {dh}]"),
+        ("QKᵀ/√d_k (+mask)", f"[{H}, {T}, {T}]"),
+        ("softmax · V", f"[{H}, {T}, {dh}]"),
+        ("concat", f"[{T}, {H} × {dh} = {H * dh}]"),
+        ("· W_O", f"[{H * dh}, {d}] → [{T}, {d}]"),
+    ]
+
+
+def recombine_heads(weights: np.ndarray, v: np.ndarray, o_weight: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-head outputs → concat → W_O, from a trace's own arrays.
+
+    weights: [H, T, T] attention pattern, v: [Hkv, T, dh], o_weight: [d, H·dh] (nn.Linear layout,
+    y = x Wᵀ). Returns per_head [H, T, dh], concat [T, H·dh] and out [T, d].
+    """
+    H, Hkv = weights.shape[0], v.shape[0]
+    v_per_q = v[kv_group_map(H, Hkv)]  # [H, T, dh]: each query head reads its group's V
+    per_head = weights.astype(np.float64) @ v_per_q.astype(np.float64)  # [H, T, dh]
+    concat = np.transpose(per_head, (1, 0, 2)).reshape(per_head.shape[1], -1)  # [T, H·dh], head-major
+    out = concat @ o_weight.astype(np.float64).T  # [T, d]
+    return {"per_head": per_head, "concat": concat, "out": out}
+
+
+# ---------------------------------------------------------------------------------------------
+# cost
+
+
+def score_elements(n: int) -> int:
+    """Entries of one head's n × n score matrix: the O(n²) of full attention."""
+    return int(n) * int(n)
+
+
+def time_attention(lengths: Iterable[int], n_heads: int = 9, head_dim: int = 64, repeats: int = 3, seed: int = 0) -> dict[str, np.ndarray]:
+    """Measured wall time (ms, best of ``repeats``) of causal attention on this machine with
+    torch's scaled_dot_product_attention, random q, k, v of shape [1, H, n, dh]."""
+    gen = torch.Generator().manual_seed(seed)
+    lens = np.asarray(list(lengths), dtype=int)
+    ms = np.zeros(len(lens))
+    for i, n in enumerate(lens):
+        q, k, v = (torch.randn(1, n_heads, int(n), head_dim, generator=gen) for _ in range(3))
+        with torch.inference_mode():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)  # warm-up
+            best = math.inf
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                best = min(best, time.perf_counter() - t0)
+        ms[i] = best * 1000.0
+    return {"n": lens.astype(float), "ms": ms, "elements": lens.astype(float) ** 2}
+
+
+def cost_table(lengths: Iterable[int], elements_label: str = "n²", ratio_label: str = "×"):
+    """DataFrame: context length n, score entries n², and the growth factor from the row above
+    (×4 whenever n doubles)."""
+    ns = [int(n) for n in lengths]
+    el = [score_elements(n) for n in ns]
+    ratio = [np.nan] + [b / a for a, b in itertools.pairwise(el)]
+    return pd.DataFrame({"n": ns, elements_label: el, ratio_label: ratio})
+
+
+@dataclass(frozen=True)
+class MaskPanel:
+    """One matrix of the gallery, with its axis labels (the page translates ``key``)."""
+
+    key: str  # i18n suffix: which mask this is
+    visible: np.ndarray  # [Tq, Tk] bool
+    rows: list[str]
+    cols: list[str]
+
+
+def mask_gallery(T: int = 4, lengths: tuple[int, int] = (4, 2), window: int = 2, T_enc: int = 5) -> dict[str, list[MaskPanel]]:
+    """Every mask of the gallery, grouped by tab: causal, padding (sentence A and B of a
+    right-padded batch), causal + padding, bidirectional, cross-attention, sliding window."""
+    # The seeds' four-token example (我 喜欢 人工 智能) labels the square masks when it fits.
+    seed_words = ("我", "喜欢", "人工", "智能")
+    num = [f"{i}·{seed_words[i]}" if len(seed_words) >= T else str(i) for i in range(T)]
+    Tb = max(lengths)
+    pad = [[f"{i}·{'PAD' if i >= n else 'tok'}" for i in range(Tb)] for n in lengths]
+    p, cp = padding_visibility(lengths, Tb), causal_padding_visibility(lengths, Tb)
+    return {
+        "causal": [MaskPanel("causal", causal_visibility(T), num, num)],
+        "padding": [MaskPanel(f"padding_{s}", p[b], pad[b], pad[b]) for b, s in enumerate("ab")],
+        "causal_padding": [MaskPanel(f"causal_padding_{s}", cp[b], pad[b], pad[b]) for b, s in enumerate("ab")],
+        "bidirectional": [MaskPanel("bidirectional", bidirectional_visibility(T), num, num)],
+        "cross": [MaskPanel("cross", cross_visibility(T, T_enc), [f"dec{i}" for i in range(T)], [f"enc{j}" for j in range(T_enc)])],
+        "sliding": [MaskPanel("sliding", sliding_window_visibility(T, window), num, num)],
+    }
+
+
+def support_summary(pattern: np.ndarray) -> dict[str, int]:
+    """How a real [T, T] pattern's non-zeros sit against the causal triangle: entries above the
+    diagonal that are non-zero (must be 0), and non-zeros on/below it (float16 may round a tiny
+    weight down to 0, so this can fall short of the triangle's size)."""
+    nz = pattern_support(pattern)
+    T = nz.shape[-1]
+    tri = causal_visibility(T)
+    return {"above_nonzero": int((nz & ~tri).sum()), "above_total": int((~tri).sum()),
+            "below_nonzero": int((nz & tri).sum()), "below_total": int(tri.sum())}
+
+
+def divisors(n: int) -> list[int]:
+    """The KV-head counts a model with n query heads could use: 1 (MQA) … n (MHA)."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def kv_table(configs: Iterable[HeadGeometry], n_tokens: int, bytes_per_value: int = 2, lang: str = "en"):
+    """DataFrame: per model, the KV-cache bytes per token (2 × layers × Hkv × head_dim × bytes)
+    and for ``n_tokens`` tokens, next to what full MHA would need. Column names in ``lang``."""
+    rows = []
+    for c in configs:
+        per = c.kv_bytes_per_token(bytes_per_value)
+        mha = c.with_kv_heads(c.n_heads).kv_bytes_per_token(bytes_per_value)
+        rows.append([c.name, c.kind, c.n_layers, c.n_heads, c.n_kv_heads, c.dh, per,
+                     per * n_tokens / 2**20, mha * n_tokens / 2**20])
+    cols = [i18n.t(f"multihead.col_{k}", lang, n=f"{n_tokens:,}")
+            for k in ("model", "kind", "layers", "h", "hkv", "dh", "per_token", "mib", "mib_mha")]
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,199 @@
+"""Figures for the maths pages (attention calculator, masks, multi-head, positions).
+
+Pure functions: arrays + ``lang`` in, a plotly Figure out; no Streamlit here. Axes carry
+positions (so repeated tokens never merge); token text goes in the tick labels and hover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.engine import i18n
+from core.engine.types import HeadGeometry
+from core.maths.attention import kv_sharing_matrix
+
+_BLUES = "Blues"
+_MASK_COLOURS = [[0.0, "#f3d6d6"], [1.0, "#cfe8cf"]]  # hidden = pale red, visible = pale green
+
+
+def _t(key: str, lang: str, **kw: object) -> str:
+    return i18n.t(key, lang, **kw)
+
+
+def _fmt(x: float) -> str:
+    if np.isneginf(x):
+        return "−∞"
+    if np.isposinf(x):
+        return "∞"
+    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
+
+
+def matrix_figure(
+    values: np.ndarray, title: str, row_labels: Sequence[str], col_labels: Sequence[str], lang: str,
+    *, xlabel_key: str = "maths.key_pos", ylabel_key: str = "maths.query_pos", zmid: float | None = None,
+) -> go.Figure:
+    """A heatmap with every value written in its cell; −∞ cells are grey and say −∞."""
+    z = np.asarray(values, dtype=np.float64)
+    z = np.atleast_2d(z)
+    shown = np.where(np.isfinite(z), z, np.nan)  # −∞ has no colour: left blank (grey background)
+    text = [[_fmt(x) for x in row] for row in z]
+    cols = list(range(z.shape[1]))
+    rows = list(range(z.shape[0]))
+    fig = go.Figure(
+        go.Heatmap(
+            z=shown, x=cols, y=rows, text=text, texttemplate="%{text}" if z.size <= 400 else None,
+            colorscale="RdBu" if zmid is not None else _BLUES, zmid=zmid, reversescale=zmid is not None,
+            hovertemplate="%{y} → %{x}: %{text}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title=_t(xlabel_key, lang), tickmode="array", tickvals=cols, ticktext=list(col_labels), side="top")
+    fig.update_yaxes(title=_t(ylabel_key, lang), tickmode="array", tickvals=rows, ticktext=list(row_labels), autorange="reversed")
+    fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(200, 120 + 34 * z.shape[0])),
+                      margin=dict(l=10, r=10, t=105, b=10),
+                      plot_bgcolor="#e5e5e5")
+    return fig
+
+
+def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence[str], lang: str) -> go.Figure:
+    """One query row: the calculator's weights beside the model's own (bars)."""
+    x = list(range(len(mine)))
+    fig = go.Figure([
+        go.Bar(x=x, y=mine, name=_t("attention_lab.fig_mine", lang)),
+        go.Bar(x=x, y=model, name=_t("attention_lab.fig_model", lang)),
+    ])
+    fig.update_xaxes(title=_t("maths.key_pos", lang), tickmode="array", tickvals=x, ticktext=list(col_labels))
+    fig.update_yaxes(title=_t("attention_lab.fig_weight", lang), range=[0, 1.02])
+    fig.update_layout(barmode="group", title=_t("attention_lab.fig_compare", lang), height=320,
+                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=1.12))
+    return fig
+
+
+def scale_figure(res: dict[str, np.ndarray], lang: str) -> go.Figure:
+    """Left: measured std of q·k against √d_k. Right: mean largest softmax weight, unscaled vs scaled."""
+    d = res["d"]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("attention_lab.fig_std", lang), _t("attention_lab.fig_max", lang)))
+    fig.add_trace(go.Scatter(x=d, y=res["dot_std"], mode="markers+lines", name=_t("attention_lab.fig_std_meas", lang)), 1, 1)
+    fig.add_trace(go.Scatter(x=d, y=np.sqrt(d), mode="lines", line=dict(dash="dot"), name="√d_k"), 1, 1)
+    fig.add_trace(go.Scatter(x=d, y=res["max_unscaled"], mode="markers+lines", name=_t("attention_lab.fig_unscaled", lang)), 1, 2)
+    fig.add_trace(go.Scatter(x=d, y=res["max_scaled"], mode="markers+lines", name=_t("attention_lab.fig_scaled", lang)), 1, 2)
+    for c in (1, 2):
+        fig.update_xaxes(type="log", title="d_k", row=1, col=c)
+    fig.update_yaxes(range=[0, 1.02], row=1, col=2)
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def mask_figure(visible: np.ndarray, title: str, lang: str, *, additive: bool = False,
+                row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+                xlabel_key: str = "maths.key_pos", ylabel_key: str = "maths.query_pos") -> go.Figure:
+    """A visibility matrix as a ✓/× grid, or (additive=True) as the 0/−∞ matrix added to the scores."""
+    vis = np.asarray(visible, dtype=bool)
+    rows, cols = list(range(vis.shape[0])), list(range(vis.shape[1]))
+    text = np.where(vis, "0", "−∞") if additive else np.where(vis, "✓", "×")
+    fig = go.Figure(go.Heatmap(
+        z=vis.astype(float), x=cols, y=rows, text=text, texttemplate="%{text}" if vis.size <= 900 else None,
+        colorscale=_MASK_COLOURS, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
+        hovertemplate="%{y} → %{x}: %{text}<extra></extra>",
+    ))
+    fig.update_xaxes(title=_t(xlabel_key, lang), tickmode="array", tickvals=cols,
+                     ticktext=list(col_labels) if col_labels is not None else cols, side="top")
+    fig.update_yaxes(title=_t(ylabel_key, lang), tickmode="array", tickvals=rows,
+                     ticktext=list(row_labels) if row_labels is not None else rows, autorange="reversed")
+    size = max(200, min(560, 90 + 36 * vis.shape[0]))
+    fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=size + 20, margin=dict(l=10, r=10, t=110, b=10))
+    return fig
+
+
+def kv_sharing_figure(n_heads: int, n_kv_heads: int, lang: str) -> go.Figure:
+    """[Hkv × H] grid: which query heads read which KV head (one colour per group)."""
+    m = kv_sharing_matrix(n_heads, n_kv_heads)
+    z = np.where(m, np.arange(n_kv_heads)[:, None] + 1.0, np.nan)  # colour = group id
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n_heads)), y=list(range(n_kv_heads)), colorscale="Turbo", showscale=False, xgap=2, ygap=2,
+        hovertemplate=_t("multihead.fig_hover", lang) + "<extra></extra>",
+    ))
+    fig.update_xaxes(title=_t("multihead.fig_qheads", lang), dtick=1)
+    fig.update_yaxes(title=_t("multihead.fig_kvheads", lang), dtick=1, autorange="reversed")
+    fig.update_layout(title=_t("multihead.fig_sharing", lang, h=n_heads, kv=n_kv_heads, g=n_heads // n_kv_heads),
+                      height=max(180, 110 + 28 * n_kv_heads), margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="#f4f4f4")
+    return fig
+
+
+def kv_bytes_figure(configs: Sequence[HeadGeometry], n_tokens: int, bytes_per_value: int, lang: str) -> go.Figure:
+    """KV-cache size for ``n_tokens`` tokens, per model, as it is (MHA/GQA/MQA) and if it were MHA."""
+    names = [c.name for c in configs]
+    gib = 1024.0**3
+    real = [c.kv_bytes(n_tokens, bytes_per_value) / gib for c in configs]
+    mha = [c.with_kv_heads(c.n_heads).kv_bytes(n_tokens, bytes_per_value) / gib for c in configs]
+    fig = go.Figure([
+        go.Bar(x=names, y=real, name=_t("multihead.fig_actual", lang), text=[f"{x:.3g}" for x in real], textposition="outside"),
+        go.Bar(x=names, y=mha, name=_t("multihead.fig_if_mha", lang), text=[f"{x:.3g}" for x in mha], textposition="outside"),
+    ])
+    fig.update_yaxes(title="GiB")
+    fig.update_layout(barmode="group", title=_t("multihead.fig_bytes", lang, n=f"{n_tokens:,}"), height=380,
+                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=1.1))
+    return fig
+
+
+def sinusoidal_figure(pe: np.ndarray, lang: str) -> go.Figure:
+    """The sinusoidal encoding as a position × dimension heatmap."""
+    fig = go.Figure(go.Heatmap(z=pe, colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+                               hovertemplate=_t("positions.fig_pe_hover", lang) + "<extra></extra>"))
+    fig.update_xaxes(title=_t("positions.fig_dim", lang))
+    fig.update_yaxes(title=_t("ui.position", lang), autorange="reversed")
+    fig.update_layout(title=_t("positions.fig_pe", lang, t=pe.shape[0], d=pe.shape[1]), height=420, margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def rope_pair_figure(traj: np.ndarray, pos: int, theta_i: float, lang: str) -> go.Figure:
+    """One 2-D pair of q rotating with position: its path, and where it is at ``pos``."""
+    r = float(np.hypot(*traj[0]))
+    circle = np.linspace(0, 2 * np.pi, 200)
+    fig = go.Figure([
+        go.Scatter(x=r * np.cos(circle), y=r * np.sin(circle), mode="lines", line=dict(color="#ccc"), hoverinfo="skip", showlegend=False),
+        go.Scatter(x=traj[:, 0], y=traj[:, 1], mode="lines+markers+text", line=dict(color="#9ab", width=1), text=[str(i) for i in range(len(traj))],
+                   textposition="top center", marker=dict(size=6, color=np.arange(len(traj)), colorscale="Viridis"),
+                   name=_t("positions.fig_path", lang)),
+        go.Scatter(x=[0, traj[pos, 0]], y=[0, traj[pos, 1]], mode="lines+markers", line=dict(width=4, color="crimson"),
+                   name=_t("positions.fig_at", lang, p=pos, a=f"{pos * theta_i:.3f}")),
+    ])
+    lim = 1.25 * max(r, 1e-9)
+    fig.update_xaxes(range=[-lim, lim], zeroline=True, title="x₁")
+    fig.update_yaxes(range=[-lim, lim], zeroline=True, scaleanchor="x", title="x₂")
+    fig.update_layout(title=_t("positions.fig_pair", lang, th=f"{theta_i:.4g}"), height=460,
+                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def rope_offset_figure(table: np.ndarray, offsets: Sequence[int], shifts: Sequence[int], lang: str) -> go.Figure:
+    """Score of q·k against the shift s of both positions, one line per offset m − n: flat lines."""
+    fig = go.Figure([
+        go.Scatter(x=list(shifts), y=row, mode="lines+markers", name=f"m − n = {o}") for o, row in zip(offsets, table)
+    ])
+    fig.update_xaxes(title=_t("positions.fig_shift", lang))
+    fig.update_yaxes(title="q·k")
+    fig.update_layout(title=_t("positions.fig_offset", lang), height=360, margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def complexity_figure(n: np.ndarray, ms: np.ndarray, lang: str) -> go.Figure:
+    """Score-matrix entries n² (formula) beside the measured attention time, both against n."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("attention_lab.fig_elems", lang), _t("attention_lab.fig_time", lang)))
+    fig.add_trace(go.Scatter(x=n, y=n.astype(float) ** 2, mode="markers+lines", name="n²"), 1, 1)
+    fig.add_trace(go.Scatter(x=n, y=ms, mode="markers+lines", name=_t("attention_lab.fig_ms", lang)), 1, 2)
+    for c in (1, 2):
+        fig.update_xaxes(type="log", title=_t("attention_lab.fig_n", lang), row=1, col=c)
+        fig.update_yaxes(type="log", row=1, col=c)
+    fig.update_yaxes(title="ms", row=1, col=2)
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=60, b=10), showlegend=False)
+    return fig
+
+
+def matrix_frame(values: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str]):
+    """A 2-D array as a labelled DataFrame (for st.dataframe / st.data_editor)."""
+    return pd.DataFrame(np.atleast_2d(values), index=list(row_labels), columns=list(col_labels))

@@ -1,0 +1,119 @@
+"""Position information: the original sinusoidal encoding, and RoPE (rotary position embedding)
+as the real Llama-family models apply it.
+
+Self-attention alone is order-blind: permute the tokens and every position gets the same set of
+scores. The original Transformer *adds* a sinusoidal vector to each embedding; GPT-2 adds a
+*learned* one; Llama/Qwen/SmolLM2 instead *rotate* q and k inside attention, so that q·k depends on
+the relative offset m − n only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.engine.roles import find_sites
+from core.engine.types import LoadedModel
+
+
+def sinusoidal(T: int, d: int, base: float = 10000.0) -> np.ndarray:
+    """[T, d] the "Attention Is All You Need" encoding:
+    PE[pos, 2i] = sin(pos / base^(2i/d)), PE[pos, 2i+1] = cos(pos / base^(2i/d))."""
+    if T <= 0 or d <= 0 or d % 2:
+        raise ValueError("T must be positive and d a positive even number")
+    pos = np.arange(T, dtype=np.float64)[:, None]  # [T, 1]
+    two_i = np.arange(0, d, 2, dtype=np.float64)[None, :]  # [1, d/2]
+    angle = pos / base ** (two_i / d)  # [T, d/2]: low dimensions turn fast, high ones slowly
+    pe = np.empty((T, d))
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle)
+    return pe
+
+
+def rope_inv_freq(head_dim: int, theta: float = 10000.0) -> np.ndarray:
+    """[dh/2] θ_i = theta^(−2i/dh): the angle per position step of pair i (HF's inv_freq)."""
+    if head_dim % 2:
+        raise ValueError("RoPE needs an even head_dim")
+    return 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+def rope_angles(positions: np.ndarray, head_dim: int, theta: float = 10000.0) -> np.ndarray:
+    """[T, dh/2] the rotation angle pos·θ_i of every pair at every position."""
+    return np.asarray(positions, dtype=np.float64)[:, None] * rope_inv_freq(head_dim, theta)[None, :]
+
+
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """HF's Llama convention: pair i is (x[i], x[i + dh/2]), so rotating by 90° maps
+    (x1, x2) → (−x2, x1) with the halves concatenated."""
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def rope_rotate(x: np.ndarray, positions: Any, theta: float = 10000.0) -> np.ndarray:
+    """Apply RoPE to x [..., T, dh] at ``positions`` [T] (or one int for a single vector [dh]).
+
+    Each pair (x[i], x[i+dh/2]) turns by the angle pos·θ_i:
+    out = x·cos + rotate_half(x)·sin, with cos/sin repeated over both halves (as in
+    transformers' ``apply_rotary_pos_emb``)."""
+    x = np.asarray(x, dtype=np.float64)
+    single = np.ndim(positions) == 0
+    pos = np.atleast_1d(np.asarray(positions, dtype=np.float64))
+    ang = rope_angles(pos, x.shape[-1], theta)  # [T, dh/2]
+    ang = np.concatenate([ang, ang], axis=-1)  # [T, dh]: both halves of a pair share an angle
+    if single:
+        ang = ang[0]  # [dh]
+    return x * np.cos(ang) + rotate_half(x) * np.sin(ang)
+
+
+def rope_score(q: np.ndarray, k: np.ndarray, m: int, n: int, theta: float = 10000.0) -> float:
+    """q placed at position m, k at position n, both rotated: their dot product."""
+    return float(rope_rotate(q, m, theta) @ rope_rotate(k, n, theta))
+
+
+def relative_offset_table(q: np.ndarray, k: np.ndarray, offsets: list[int], shifts: list[int], theta: float = 10000.0) -> np.ndarray:
+    """[len(offsets), len(shifts)] score of q at m = s + offset and k at n = s, for every shift s:
+    each row is constant, because RoPE scores depend only on m − n."""
+    return np.array([[rope_score(q, k, s + o, s, theta) for s in shifts] for o in offsets])
+
+
+def pair_trajectory(pair: tuple[float, float], positions: np.ndarray, theta_i: float) -> np.ndarray:
+    """[T, 2] one 2-D pair (x1, x2) rotated by pos·θ_i at each position: a point on a circle."""
+    a = np.asarray(positions, dtype=np.float64) * theta_i
+    x1, x2 = pair
+    return np.stack([x1 * np.cos(a) - x2 * np.sin(a), x1 * np.sin(a) + x2 * np.cos(a)], axis=-1)
+
+
+def pre_rope_q(loaded: LoadedModel, resid_in: np.ndarray, layer: int) -> np.ndarray:
+    """[H, T, dh] the queries of ``layer`` *before* RoPE: q_proj(input_layernorm(resid)),
+    computed from the real model's weights and the traced residual stream entering the block.
+    Raises ValueError for a model without Llama-style ``input_layernorm`` / ``self_attn.q_proj``."""
+    block = find_sites(loaded.model).blocks[layer]
+    norm = getattr(block, "input_layernorm", None)
+    proj = getattr(getattr(block, "self_attn", None), "q_proj", None)
+    if norm is None or proj is None:
+        raise ValueError(f"{type(block).__name__} has no input_layernorm / self_attn.q_proj")
+    H, dh = loaded.facts.n_heads, loaded.facts.head_dim
+    with loaded.lock, torch.inference_mode():
+        x = torch.from_numpy(np.ascontiguousarray(resid_in, dtype=np.float32))[None]  # [1, T, d]
+        q = proj(norm(x))[0]  # [T, H·dh]
+    T = q.shape[0]
+    return q.reshape(T, H, dh).permute(1, 0, 2).float().numpy()  # [H, T, dh]
+
+
+def sinusoidal_entry(pos: int, i: int, d: int, base: float = 10000.0) -> tuple[float, float]:
+    """The formula itself for one pair, scalar maths (an independent check of ``sinusoidal``):
+    (sin(pos / base^(2i/d)), cos(pos / base^(2i/d)))."""
+    a = pos / base ** (2 * i / d)
+    return math.sin(a), math.cos(a)
+
+
+def relative_demo(head_dim: int = 64, theta: float = 10000.0, seed: int = 0,
+                  offsets: tuple[int, ...] = (0, 1, 4, 16), shifts: tuple[int, ...] = tuple(range(0, 101, 5))) -> dict[str, Any]:
+    """Seeded random q, k; the RoPE score for every offset m − n at every shift of both positions."""
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal(head_dim), rng.standard_normal(head_dim)
+    return {"q": q, "k": k, "offsets": list(offsets), "shifts": list(shifts),
+            "table": relative_offset_table(q, k, list(offsets), list(shifts), theta)}

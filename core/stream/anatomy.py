@@ -1,0 +1,277 @@
+"""Reading a model like the seeds' checklist: its config, where its parameters go, its block.
+
+Two sources, one vocabulary:
+
+* a *loaded* model: ``param_breakdown`` walks ``named_parameters()`` and sorts every tensor into
+  a role (embeddings, attention q/k/v/o, MLP, norms, LM head); the parts sum exactly to
+  ``model.num_parameters()`` (a tied LM head shares the embedding tensor, so it adds nothing);
+* a pasted ``config.json``: ``analyse_config`` reads the same checklist and ``estimate_params``
+  counts the parameters from the shapes alone (Llama-style and GPT-2-style blocks), e.g.
+  Qwen2.5-0.5B-Instruct → 494,032,768, its published count.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.engine import config as cfgread
+from core.engine.types import ConfigError, HeadGeometry, LoadedModel
+
+# The seeds' example model (tutorial 000, "实战三"), as its config.json reads.
+QWEN25_05B_CONFIG: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "sliding_window": 32768,
+    "use_sliding_window": False,
+}
+QWEN25_05B_PARAMS = 494_032_768  # published count, embeddings included
+
+# Model types whose MLP is the classic two-matrix one (no gate) and whose norms are LayerNorm.
+UNGATED_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "codegen", "starcoder2", "gpt_bigcode"}
+REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+
+# ---------------------------------------------------------------------------------------------
+# the parameter breakdown of a loaded model
+
+ROLES = ("embed", "pos_embed", "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_o", "mlp_gate", "mlp_up", "mlp_down", "norm", "lm_head", "other")
+
+
+def classify(name: str) -> str:
+    """The role of one parameter tensor, from its HF name (Llama and GPT-2 vocabularies)."""
+    leaf = name.split(".")
+    parts = set(leaf)
+    if parts & {"embed_tokens", "wte", "word_embeddings", "tok_embeddings"}:
+        return "embed"
+    if parts & {"wpe", "embed_positions", "position_embeddings"}:
+        return "pos_embed"
+    if "lm_head" in parts or "embed_out" in parts:
+        return "lm_head"
+    if any("norm" in p or p.startswith("ln") for p in leaf):
+        return "norm"
+    for key, role in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_o"),
+                      ("gate_proj", "mlp_gate"), ("up_proj", "mlp_up"), ("down_proj", "mlp_down"),
+                      ("c_attn", "attn_qkv"), ("query_key_value", "attn_qkv"), ("c_fc", "mlp_up")):
+        if key in parts:
+            return role
+    if "c_proj" in parts:  # GPT-2 uses one name for two roles: the parent module tells which
+        return "attn_o" if "attn" in parts else "mlp_down"
+    return "other"
+
+
+def param_breakdown(model: Any) -> dict[str, int]:
+    """Parameters per role, summing exactly to ``model.num_parameters()``.
+
+    ``named_parameters()`` yields a shared tensor once, as ``parameters()`` (and so
+    ``num_parameters()``) counts it: a tied LM head is counted under ``embed`` only.
+    """
+    out = dict.fromkeys(ROLES, 0)
+    for name, p in model.named_parameters():
+        out[classify(name)] += int(p.numel())
+    return {r: n for r, n in out.items() if n}
+
+
+def param_table(model: Any, layer_prefix: str | None = None) -> list[dict[str, Any]]:
+    """One row per tensor of one block (name, shape, count, role): the block's module tree in numbers."""
+    rows = []
+    for name, p in model.named_parameters():
+        if layer_prefix is None or name.startswith(layer_prefix):
+            short = name[len(layer_prefix):] if layer_prefix else name
+            rows.append({"name": short, "shape": list(p.shape), "params": int(p.numel()), "role": classify(name)})
+    return rows
+
+
+def first_block_prefix(model: Any) -> str:
+    """'model.layers.0.' (Llama) or 'transformer.h.0.' (GPT-2): the name prefix of block 0."""
+    for name, _ in model.named_parameters():
+        bits = name.split(".")
+        for i, b in enumerate(bits):
+            if b == "0" and i > 0:
+                return ".".join(bits[: i + 1]) + "."
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# a config.json, read like the checklist
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    """JSON text → dict, or ConfigError('json' | 'not_object') naming the problem."""
+    return cfgread.parse(text)
+
+
+@dataclass(frozen=True)
+class ConfigReport:
+    """The checklist's answers for one config."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    hidden_act: str
+    max_position_embeddings: int | None
+    rope_theta: float | None
+    rope_type: str | None
+    norm_type: str
+    norm_placement: str
+    tied_embeddings: bool
+    gated_mlp: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    sliding_window: int | None
+    n_experts: int | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def geometry(self) -> HeadGeometry:
+        return HeadGeometry(self.model_type, self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads,
+                            self.head_dim, self.hidden_size, self.max_position_embeddings)
+
+    @property
+    def attention_kind(self) -> str:
+        return self.geometry.kind
+
+    def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
+        """K and V for every layer and KV head: 2 × L × Hkv × head_dim × bytes."""
+        return self.geometry.kv_bytes_per_token(bytes_per_value)
+
+    def checklist(self) -> list[tuple[str, str]]:
+        """(item, value) in the seeds' order; the page adds a one-line explanation per item."""
+        g = self.num_attention_heads // self.num_key_value_heads
+        rope = "—" if self.rope_theta is None else f"θ = {self.rope_theta:,.0f}" + (f" ({self.rope_type})" if self.rope_type else "")
+        return [
+            ("vocab_size", f"{self.vocab_size:,}"),
+            ("hidden_size", f"{self.hidden_size:,}"),
+            ("num_hidden_layers", f"{self.num_hidden_layers}"),
+            ("num_attention_heads", f"{self.num_attention_heads}"),
+            ("num_key_value_heads", f"{self.num_key_value_heads} → {self.attention_kind}" + (f" ({g}:1)" if self.attention_kind == "GQA" else "")),
+            ("head_dim", f"{self.head_dim}"),
+            ("intermediate_size", f"{self.intermediate_size:,} ({self.intermediate_size / self.hidden_size:.2f} × hidden)"),
+            ("hidden_act", f"{self.hidden_act}" + (" (SwiGLU)" if self.gated_mlp and self.hidden_act in ("silu", "swish") else "")),
+            ("max_position_embeddings", "—" if self.max_position_embeddings is None else f"{self.max_position_embeddings:,}"),
+            ("rope", rope),
+            ("norm", f"{self.norm_type}, {self.norm_placement}"),
+            ("special", ", ".join(x for x in (
+                f"sliding window {self.sliding_window:,}" if self.sliding_window else "",
+                f"MoE × {self.n_experts}" if self.n_experts else "",
+            ) if x) or "—"),
+            ("tie_word_embeddings", "yes" if self.tied_embeddings else "no"),
+        ]
+
+
+def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
+    """Read a config dict; raises ConfigError('missing' | 'bad_value') naming the field."""
+    for key in REQUIRED:
+        if cfgread.get(cfg, key) is None:
+            raise ConfigError("missing", key)
+    mt = str(cfg.get("model_type", "?"))
+    d = cfgread.pos_int(cfg, "hidden_size")
+    H = cfgread.pos_int(cfg, "num_attention_heads")
+    Hkv = cfgread.pos_int(cfg, "num_key_value_heads", H)  # absent → one KV head per query head (MHA)
+    if H % Hkv:
+        raise ConfigError("bad_value", f"num_attention_heads ({H}) is not a multiple of num_key_value_heads ({Hkv})")
+    head_dim = cfgread.pos_int(cfg, "head_dim", d // H)
+    gated = bool(cfg.get("mlp_gated", mt not in UNGATED_TYPES and "n_embd" not in cfg))
+    ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
+    max_pos = cfgread.get(cfg, "max_position_embeddings")
+    theta, rope_type = cfgread.rope(cfg)
+    ln = mt in UNGATED_TYPES or any(k in cfg for k in ("layer_norm_epsilon", "layer_norm_eps", "layernorm_epsilon"))
+    use_sw = cfg.get("use_sliding_window", True)
+    sw = cfg.get("sliding_window") if use_sw else None
+    qkv_bias = bool(cfg.get("attention_bias", mt == "qwen2"))  # Qwen2 always has q/k/v biases
+    o_bias = bool(cfg.get("attention_bias", False)) and mt != "qwen2"
+    return ConfigReport(
+        model_type=mt,
+        vocab_size=cfgread.pos_int(cfg, "vocab_size"),
+        hidden_size=d,
+        num_hidden_layers=cfgread.pos_int(cfg, "num_hidden_layers"),
+        num_attention_heads=H,
+        num_key_value_heads=Hkv,
+        head_dim=head_dim,
+        intermediate_size=ff,
+        hidden_act=str(cfgread.get(cfg, "hidden_act", "?")),
+        max_position_embeddings=int(max_pos) if isinstance(max_pos, (int, float)) else None,
+        rope_theta=theta,
+        rope_type=rope_type,
+        norm_type="LayerNorm" if ln else "RMSNorm",
+        # every HF decoder-only family read here normalises before the sub-layer; the toy may not
+        norm_placement=str(cfg.get("norm_placement", "pre-norm")),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", mt in UNGATED_TYPES)),
+        gated_mlp=gated,
+        qkv_bias=qkv_bias,
+        o_bias=o_bias,
+        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        sliding_window=int(sw) if isinstance(sw, (int, float)) and sw else None,
+        n_experts=cfg.get("num_local_experts") or cfg.get("num_experts"),
+    )
+
+
+def estimate_params(r: ConfigReport, n_positions: int | None = None) -> dict[str, int]:
+    """Parameters per role from the config's shapes alone (no weights needed).
+
+    Llama-style: q/k/v/o (+ biases where the family has them), gate/up/down, two RMSNorm gains
+    per block and one final, an LM head unless tied. GPT-2-style (ungated): fused qkv with bias,
+    two-matrix MLP with biases, LayerNorm gain and bias, learned positions. MoE is not counted.
+    """
+    d, L, V, ff = r.hidden_size, r.num_hidden_layers, r.vocab_size, r.intermediate_size
+    q_out, kv_out = r.num_attention_heads * r.head_dim, r.num_key_value_heads * r.head_dim
+    norm_size = 2 * d if r.norm_type == "LayerNorm" else d  # LayerNorm has a bias too
+    out: dict[str, int] = {"embed": V * d}
+    if r.gated_mlp:
+        out["attn_q"] = L * (d * q_out + (q_out if r.qkv_bias else 0))
+        out["attn_k"] = L * (d * kv_out + (kv_out if r.qkv_bias else 0))
+        out["attn_v"] = L * (d * kv_out + (kv_out if r.qkv_bias else 0))
+        out["attn_o"] = L * (q_out * d + (d if r.o_bias else 0))
+        out["mlp_gate"] = L * (d * ff + (ff if r.mlp_bias else 0))
+        out["mlp_up"] = L * (d * ff + (ff if r.mlp_bias else 0))
+        out["mlp_down"] = L * (ff * d + (d if r.mlp_bias else 0))
+    else:
+        out["pos_embed"] = (n_positions or r.max_position_embeddings or 0) * d
+        out["attn_qkv"] = L * (d * (q_out + 2 * kv_out) + q_out + 2 * kv_out)
+        out["attn_o"] = L * (q_out * d + d)
+        out["mlp_up"] = L * (d * ff + ff)
+        out["mlp_down"] = L * (ff * d + d)
+    out["norm"] = (2 * L + 1) * norm_size
+    if not r.tied_embeddings:
+        out["lm_head"] = V * d
+    return out
+
+
+def config_of(loaded: LoadedModel) -> dict[str, Any]:
+    """The loaded model's config as a dict: HF's own, or one rebuilt from its facts (the toy)."""
+    cfg = getattr(loaded.model, "config", None)
+    if hasattr(cfg, "to_dict"):
+        return cfg.to_dict()
+    f = loaded.facts
+    return {
+        "model_type": f.model_type, "vocab_size": f.vocab_size, "hidden_size": f.d_model,
+        "num_hidden_layers": f.n_layers, "num_attention_heads": f.n_heads, "num_key_value_heads": f.n_kv_heads,
+        "head_dim": f.head_dim, "intermediate_size": f.d_ff, "hidden_act": f.activation,
+        "max_position_embeddings": f.max_positions, "rope_theta": f.rope_theta,
+        "tie_word_embeddings": f.tied_embeddings, "mlp_gated": f.ffn_type == "SwiGLU", "norm_placement": f.norm_placement,
+        **({"layer_norm_eps": 1e-5} if f.norm_type == "LayerNorm" else {"rms_norm_eps": 1e-6}),
+    }
+
+
+def config_text(cfg: dict[str, Any]) -> str:
+    """A config as indented JSON text, for the page's text area."""
+    return json.dumps(cfg, indent=2, default=str, ensure_ascii=False)

@@ -1,0 +1,204 @@
+"""Reading the residual stream: norms, the logit lens, and one block's norm and MLP redone by hand.
+
+Everything here starts from a cached ``Trace`` plus the model's *weights* (read, never changed).
+The only forward computation on the shared model is the logit lens, which runs the final norm and
+the LM head (not the blocks) under ``loaded.lock``; the cached wrapper is ``core.cached_stream``.
+
+The by-hand functions (``norm_steps``, ``mlp_steps``) are plain numpy on purpose: tests compare
+them with the model's own modules and with the traced ``mlp_out``, so the page's numbers are the
+model's numbers, not an illustration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.engine.roles import find_sites
+from core.engine.trace import Trace
+from core.engine.types import LoadedModel, UnsupportedArchitectureError
+
+# ---------------------------------------------------------------------------------------------
+# norms of the stream (pure, from the trace)
+
+
+def stream_norms(tr: Trace) -> np.ndarray:
+    """‖resid[l, t]‖₂ for every layer boundary and token: [L+1, T]."""
+    return np.linalg.norm(tr.resid.astype(np.float64), axis=-1)
+
+
+def sublayer_norms(tr: Trace, pos: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """‖attn_out‖ and ‖mlp_out‖ per layer ([L] each): at token ``pos``, or the mean over tokens."""
+    a = np.linalg.norm(tr.attn_out.astype(np.float64), axis=-1)  # [L, T]
+    m = np.linalg.norm(tr.mlp_out.astype(np.float64), axis=-1)  # [L, T]
+    if pos is None:
+        return a.mean(axis=1), m.mean(axis=1)
+    return a[:, pos], m[:, pos]
+
+
+def _check_pre_norm(loaded: LoadedModel) -> None:
+    # Only a pre-norm block reads resid[l] through its norms; post-norm puts the norm on the stream.
+    if loaded.facts.norm_placement != "pre-norm":
+        raise UnsupportedArchitectureError("this view follows pre-norm blocks; this model normalises after each addition (post-norm).")
+
+
+def _w(param: Any) -> np.ndarray | None:
+    """A weight as a read-only float32 numpy view (no copy for float32 CPU tensors)."""
+    if param is None:
+        return None
+    return param.detach().float().cpu().numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# the logit lens
+
+
+def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Read every layer's residual stream as if it were the last: final norm → LM head → softmax.
+
+    Returns ``top_ids`` [L+1, T] (int64) and ``top_probs`` [L+1, T] (float32). Row L is the
+    stream leaving the last block, so it is exactly the model's own next-token prediction.
+    Layers go through in small batches so at most ``batch × T × V`` logits exist at once.
+    """
+    sites = find_sites(loaded.model)
+    norm, head = sites.require_final_norm(), sites.lm_head
+    n_rows, T = tr.resid.shape[0], tr.resid.shape[1]
+    top_ids = np.zeros((n_rows, T), dtype=np.int64)
+    top_probs = np.zeros((n_rows, T), dtype=np.float32)
+    with loaded.lock, torch.inference_mode():
+        for start in range(0, n_rows, batch):
+            x = torch.from_numpy(np.ascontiguousarray(tr.resid[start : start + batch]))  # [b, T, d]
+            logits = head(norm(x)).float()  # [b, T, V]
+            probs = torch.softmax(logits, dim=-1)
+            p, i = probs.max(dim=-1)  # [b, T]
+            top_ids[start : start + batch] = i.numpy()
+            top_probs[start : start + batch] = p.numpy()
+    return top_ids, top_probs
+
+
+# ---------------------------------------------------------------------------------------------
+# one norm, by hand
+
+
+@dataclass(frozen=True)
+class NormSteps:
+    kind: str  # "RMSNorm" | "LayerNorm"
+    x: np.ndarray  # [d] the input vector
+    centred: np.ndarray  # [d] x − mean (LayerNorm) or x itself (RMSNorm)
+    rms_in: float  # root-mean-square of x
+    scale: float  # the divisor: sqrt(mean(centred²) + eps)
+    normed: np.ndarray  # [d] centred / scale: rms ≈ 1
+    weight: np.ndarray  # [d] the learned gain
+    out: np.ndarray  # [d] normed × weight (+ bias)
+    eps: float
+
+    @property
+    def rms_normed(self) -> float:
+        return float(np.sqrt(np.mean(self.normed.astype(np.float64) ** 2)))
+
+    @property
+    def rms_out(self) -> float:
+        return float(np.sqrt(np.mean(self.out.astype(np.float64) ** 2)))
+
+
+def norm_steps(module: Any, x: np.ndarray) -> NormSteps:
+    """What a norm module does to one vector, step by step, from its weights (float64 maths)."""
+    w = _w(getattr(module, "weight", None))
+    b = _w(getattr(module, "bias", None))
+    eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+    is_ln = "LayerNorm" in type(module).__name__ and "RMS" not in type(module).__name__
+    x64 = np.asarray(x, dtype=np.float64)  # [d]
+    centred = x64 - x64.mean() if is_ln else x64  # LayerNorm centres first; RMSNorm does not
+    scale = float(np.sqrt(np.mean(centred**2) + eps))
+    normed = centred / scale
+    weight = np.ones_like(normed) if w is None else w.astype(np.float64)
+    # Gemma-style norms store (gain − 1): they multiply by (1 + weight)
+    if type(module).__name__.startswith("Gemma"):
+        weight = 1.0 + weight
+    out = normed * weight + (0.0 if b is None else b.astype(np.float64))
+    return NormSteps(
+        kind="LayerNorm" if is_ln else "RMSNorm",
+        x=x64,
+        centred=centred,
+        rms_in=float(np.sqrt(np.mean(x64**2))),
+        scale=scale,
+        normed=normed,
+        weight=weight,
+        out=out,
+        eps=eps,
+    )
+
+
+def block_norm_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, which: str = "attn") -> NormSteps:
+    """The pre-attention norm reads resid[l, t]; the pre-MLP norm reads resid_mid = resid + attn_out."""
+    _check_pre_norm(loaded)
+    x = tr.resid[layer, pos] if which == "attn" else tr.resid[layer, pos] + tr.attn_out[layer, pos]
+    return norm_steps(find_sites(loaded.model).block_norm(layer, which), x)
+
+
+# ---------------------------------------------------------------------------------------------
+# one SwiGLU MLP, by hand
+
+
+@dataclass(frozen=True)
+class MlpSteps:
+    h: np.ndarray  # [d] the normed input of the MLP
+    gate: np.ndarray  # [d_ff] gate_proj(h)
+    act: np.ndarray  # [d_ff] SiLU(gate)
+    up: np.ndarray  # [d_ff] up_proj(h)
+    prod: np.ndarray  # [d_ff] SiLU(gate) · up: the neuron activations
+    out: np.ndarray  # [d] down_proj(prod): what the MLP adds to the stream
+    traced: np.ndarray  # [d] trace.mlp_out[l, t], for comparison
+
+    @property
+    def max_abs_diff(self) -> float:
+        return float(np.max(np.abs(self.out - self.traced)))
+
+    def n_for_mass(self, share: float = 0.9) -> int:
+        """How many neurons (largest |activation| first) carry ``share`` of the total |activation|."""
+        mass = np.cumsum(np.sort(np.abs(self.prod))[::-1])
+        return int(np.searchsorted(mass, share * mass[-1]) + 1)
+
+    def top_neurons(self, n: int = 20) -> np.ndarray:
+        """Indices of the n neurons with the largest |SiLU(gate)·up|, largest first."""
+        return np.argsort(-np.abs(self.prod), kind="stable")[:n]
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SiLU(x) = x · sigmoid(x), written stably for large |x|."""
+    return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
+
+
+def is_gated(loaded: LoadedModel) -> bool:
+    try:
+        mlp = find_sites(loaded.model).mlps[0]
+    except UnsupportedArchitectureError:
+        return False
+    return all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj"))
+
+
+def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int) -> MlpSteps:
+    """down_proj(SiLU(gate_proj(h)) · up_proj(h)) for token ``pos`` of block ``layer``, from the weights.
+
+    h = post_attention_layernorm(resid[l, t] + attn_out[l, t]), recomputed by ``norm_steps``.
+    """
+    mlp = find_sites(loaded.model).mlps[layer]
+    if mlp is None or not all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj")):
+        raise UnsupportedArchitectureError(f"the MLP of {type(loaded.model).__name__} is not gated (no gate_proj/up_proj/down_proj).")
+    if str(loaded.facts.activation).lower() not in ("silu", "swish"):
+        raise UnsupportedArchitectureError(f"the gate uses {loaded.facts.activation}, not SiLU.")
+    h = block_norm_steps(loaded, tr, layer, pos, "mlp").out  # [d]
+
+    def lin(m: Any, v: np.ndarray) -> np.ndarray:
+        y = _w(m.weight).astype(np.float64) @ v  # weight [out, in] · [in]
+        return y if m.bias is None else y + _w(m.bias)
+
+    gate = lin(mlp.gate_proj, h)  # [d_ff]
+    up = lin(mlp.up_proj, h)  # [d_ff]
+    act = silu(gate)
+    prod = act * up
+    out = lin(mlp.down_proj, prod)  # [d]
+    return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=tr.mlp_out[layer, pos].astype(np.float64))

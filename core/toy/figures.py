@@ -1,0 +1,129 @@
+"""Figures and tables for the toy page: pure functions (numbers in → plotly Figure / DataFrame out).
+
+No Streamlit here. Every label goes through ``core.i18n`` with the ``lang`` passed in. Axes carry
+positions (0, 1, 2 …) with the token text in tick labels, because plotly merges repeated category
+labels and a byte-level prompt repeats tokens all the time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from core.engine.i18n import t
+from core.engine.tokens import position_label
+from core.engine.trace import Trace
+
+# The sites of one attention layer, in the order they are computed.
+ATTN_STAGES = ("scores_raw", "scores_scaled", "mask", "scores_masked", "weights", "head_out", "concat", "o_proj")
+MLP_STAGES = ("gate", "up", "act", "down")
+SQUARE = {"scores_raw", "scores_scaled", "mask", "scores_masked", "weights"}
+PER_HEAD = SQUARE | {"head_out"}
+
+
+def stage_array(tr: Trace, stage: str, layer: int, head: int) -> np.ndarray:
+    """The traced values of one site, as a 2-D array (rows = query positions)."""
+    if stage == "weights":
+        return tr.attn_pattern[layer, head].astype(np.float32)  # [T, T]
+    if stage == "mask":
+        return tr.extras["mask"]  # [T, T], the same in every layer and head
+    if stage == "down":
+        return tr.mlp_out[layer]  # [T, d]
+    arr = tr.extras[stage][layer]
+    return arr[head] if stage in PER_HEAD else arr  # [T, T] / [T, dh] / [T, H·dh] / [T, d] / [T, d_ff]
+
+
+def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str) -> go.Figure:
+    """One site as a heatmap: a [T, T] score matrix (query × key) or a [T, n] activation matrix."""
+    arr = stage_array(tr, stage, layer, head)
+    T = arr.shape[0]
+    labels = [position_label(tr.tokens, i) for i in range(T)]
+    finite = np.where(np.isfinite(arr), arr, np.nan)  # −∞ cannot be coloured; the hover says so
+    text = np.where(np.isneginf(arr), "−∞", np.char.mod("%.3f", np.nan_to_num(arr, neginf=0.0)))
+    square = stage in SQUARE
+    cols = labels if square else [str(j) for j in range(arr.shape[1])]
+    hover = "q %{y}<br>k %{x}<br>%{text}<extra></extra>" if square else "%{y}<br>dim %{x}<br>%{text}<extra></extra>"
+    lo, hi = np.nanmin(finite) if np.isfinite(finite).any() else 0.0, np.nanmax(finite) if np.isfinite(finite).any() else 1.0
+    signed = lo < 0 < hi
+    fig = go.Figure(go.Heatmap(
+        z=finite, x=list(range(arr.shape[1])), y=list(range(T)), text=text, hovertemplate=hover,
+        colorscale="RdBu_r" if signed else "Blues", zmid=0 if signed else None,
+        customdata=None,
+    ))
+    fig.update_yaxes(autorange="reversed", tickvals=list(range(T)), ticktext=labels, title=t("toy.axis_query" if square else "toy.axis_position", lang))
+    if square:
+        fig.update_xaxes(tickvals=list(range(T)), ticktext=cols, title=t("toy.axis_key", lang))
+    else:
+        fig.update_xaxes(title=t("toy.axis_dim", lang))
+    title = t(f"toy.stage.{stage}", lang) + f" · {t('ui.layer', lang)} {layer}" + (f" · {t('ui.head', lang)} {head}" if stage in PER_HEAD and stage != "mask" else "")
+    fig.update_layout(title=title, height=max(320, min(720, 26 * T + 140)), margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def facts_table(toy: dict[str, Any], real: dict[str, Any] | None, lang: str) -> pd.DataFrame:
+    """The toy's config beside SmolLM2's: the same rows, smaller numbers."""
+    rows = ("n_layers", "n_heads", "n_kv_heads", "attention_kind", "head_dim", "d_model", "d_ff", "vocab_size",
+            "position_type", "rope_theta", "norm_type", "norm_placement", "ffn_type", "tied_embeddings", "max_positions", "n_params")
+
+    def fmt(v: Any) -> str:
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    data = {t("toy.col_field", lang): [t(f"toy.fact.{r}", lang) for r in rows], t("toy.col_toy", lang): [fmt(toy.get(r)) for r in rows]}
+    if real is not None:
+        data[t("toy.col_real", lang, name=str(real.get("name", "")))] = [fmt(real.get(r)) for r in rows]
+    return pd.DataFrame(data)
+
+
+def fig_loss(losses: Sequence[float], lang: str, reference: Sequence[float] | None = None) -> go.Figure:
+    """Training loss per step (and the shipped model's curve, dotted, for comparison)."""
+    fig = go.Figure()
+    if reference is not None:
+        fig.add_scatter(y=list(reference), mode="lines", name=t("toy.loss_shipped", lang), line=dict(dash="dot", color="#999"))
+    fig.add_scatter(y=list(losses), mode="lines", name=t("toy.loss_live", lang))
+    fig.update_layout(title=t("toy.loss_title", lang), xaxis_title=t("toy.axis_step", lang), yaxis_title=t("toy.axis_loss", lang),
+                      height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    return fig
+
+
+def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Figure:
+    """A small [T, T] attention pattern (used while training, on the repeated test sequence)."""
+    T = weights.shape[0]
+    labels = [position_label(tokens, i) for i in range(T)]
+    fig = go.Figure(go.Heatmap(z=weights, x=list(range(T)), y=list(range(T)), colorscale="Blues", zmin=0, zmax=1,
+                               hovertemplate="q %{y}<br>k %{x}<br>%{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickvals=list(range(T)), ticktext=labels, tickfont=dict(size=8))
+    fig.update_xaxes(tickvals=list(range(T)), ticktext=labels, tickfont=dict(size=8))
+    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def word_order_table(rows: list[dict[str, Any]], lang: str) -> pd.DataFrame:
+    return pd.DataFrame({
+        t("toy.wo_position", lang): [r["position"] for r in rows],
+        t("toy.wo_causal", lang): [t("toy.yes" if r["causal"] else "toy.no", lang) for r in rows],
+        t("toy.wo_pooled", lang): [f"{r['pooled_diff']:.2e}" for r in rows],
+        t("toy.wo_permuted", lang): [f"{r['permuted_diff']:.2e}" for r in rows],
+        t("toy.wo_verdict", lang): [t("toy.wo_differ" if r["distinguishable"] else "toy.wo_same", lang) for r in rows],
+    })
+
+
+def fig_word_order(rows: list[dict[str, Any]], lang: str) -> go.Figure:
+    """Pooled-output difference per setting, log scale (the 'none + bidirectional' bar is ~1e-7: rounding)."""
+    names = [f"{r['position']} · {t('toy.wo_causal_short' if r['causal'] else 'toy.wo_bidir_short', lang)}" for r in rows]
+    vals = [max(r["pooled_diff"], 1e-9) for r in rows]
+    colors = ["#d62728" if not r["distinguishable"] else "#1f77b4" for r in rows]
+    fig = go.Figure(go.Bar(x=names, y=vals, marker_color=colors, text=[f"{v:.1e}" for v in vals], textposition="outside"))
+    fig.update_yaxes(type="log", title=t("toy.wo_pooled", lang))
+    fig.update_layout(title=t("toy.wo_fig_title", lang), height=360, margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def report_text(r: dict[str, Any], lang: str) -> str:
+    """One sentence on what the shipped toy learned (numbers from ``train_toy.induction_report``)."""
+    p, i = r["prev_token_head"], r["induction_head"]
+    return t("toy.shipped_report", lang, first=f"{r['loss_first_copy']:.3g}", second=f"{r['loss_second_copy']:.3g}",
+             pl=p["layer"], ph=p["head"], ps=f"{p['score']:.2f}", il=i["layer"], ih=i["head"], is_=f"{i['score']:.2f}")

@@ -1,0 +1,120 @@
+"""The toy as an app model: its facts, loading the trained weights, and one traced forward pass
+that fills the same ``Trace`` as the real tracer (plus toy-only sites in ``extras``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from core.engine.tokens import encode, readable_tokens
+from core.engine.trace import MAX_TOKENS, TOP_K, Trace
+from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError
+from core.toy.model import ToyConfig, ToyTransformer
+from core.toy.tokenizer import ByteTokenizer
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "toy"
+WEIGHTS_FILE = "toy.safetensors"
+CONFIG_FILE = "config.json"
+LOSS_FILE = "loss_curve.json"
+
+
+def facts_of(model: ToyTransformer, name: str = TOY_ID) -> ModelFacts:
+    c = model.cfg
+    return ModelFacts(
+        name=name, model_type="toy", n_layers=c.n_layers, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.dh,
+        d_model=c.d_model, d_ff=c.d_ff, vocab_size=c.vocab_size,
+        norm_type="RMSNorm" if c.norm == "rmsnorm" else "LayerNorm",
+        norm_placement=f"{c.norm_placement}-norm",
+        position_type={"rope": "RoPE", "learned": "learned", "sinusoidal": "sinusoidal", "none": "none"}[c.position],
+        activation="silu" if c.ffn == "swiglu" else "gelu_tanh", ffn_type="SwiGLU" if c.ffn == "swiglu" else "MLP",
+        tied_embeddings=c.tied, n_params=model.n_params(), max_positions=c.max_positions,
+        rope_theta=c.rope_theta if c.position == "rope" else None, eos_token_ids=(257,),
+    )
+
+
+def wrap(model: ToyTransformer, source: str, name: str = TOY_ID) -> LoadedModel:
+    """A LoadedModel around any toy (trained, copied from HF, or freshly initialised)."""
+    model.eval()
+    model.requires_grad_(False)
+    return LoadedModel(model, ByteTokenizer(), facts_of(model, name), name, "toy", source)
+
+
+def load_trained(progress: Callable[[float, str], None] | None = None, folder: Path = ASSETS) -> LoadedModel:
+    """The toy trained by ``python -m core.train_toy``, from assets/toy/ (instant: ~100 kB)."""
+    if progress:
+        progress(0.5, "loading the toy's weights")
+    try:
+        cfg = ToyConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
+        state = load_file(str(folder / WEIGHTS_FILE))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"the toy's weights are missing or broken in {folder} ({e}); run `make toy`.") from None
+    model = ToyTransformer(cfg)
+    model.load_state_dict(state, strict=False)  # strict=False: a tied lm_head is not stored twice
+    if progress:
+        progress(1.0, "ready")
+    return wrap(model, f"assets/toy/{WEIGHTS_FILE} (trained by core/train_toy.py)")
+
+
+def load_loss_curve(folder: Path = ASSETS) -> dict[str, Any]:
+    return json.loads((folder / LOSS_FILE).read_text(encoding="utf-8"))
+
+
+def _np(t: torch.Tensor, dtype: Any = np.float32) -> np.ndarray:
+    return t.detach().cpu().float().numpy().astype(dtype, copy=False)
+
+
+def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Trace:
+    """One forward pass of the toy on ``prompt``, every site recorded (same meaning as the real tracer)."""
+    model: ToyTransformer = loaded.model
+    limit = min(max_tokens, model.cfg.max_positions)
+    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=limit)
+    ids = enc.ids
+    probes: dict[str, Any] = {}
+    with loaded.lock, torch.inference_mode():
+        logits, _ = model(torch.tensor([ids]), probes=probes)
+    logits = logits[0]  # [T, V]
+    lay = probes["layers"]
+
+    def stack(key: str) -> np.ndarray:
+        return _np(torch.stack([p[key] for p in lay]))  # [L, …]
+
+    pos = probes["pos"]  # [T, d]
+    resid0 = probes["embeddings"] + pos  # what enters block 0
+    resid = torch.stack([resid0] + [p["resid_post"] for p in lay])  # [L+1, T, d]
+    notes = list(enc.notes)
+    if model.cfg.norm_placement == "post":
+        notes.append("Post-norm toy: each block normalises after adding, so resid[l+1] ≠ resid[l] + attn_out[l] + mlp_out[l].")
+    if not model.cfg.causal:
+        notes.append("Bidirectional toy (no causal mask): every position sees the whole prompt, future included.")
+    extras = {k: stack(k) for k in ("scores_raw", "scores_scaled", "scores_masked", "head_out", "concat", "up", "act", "resid_mid")}
+    extras["o_proj"] = stack("attn_out")
+    if "gate" in lay[0]:
+        extras["gate"] = stack("gate")
+    extras["mask"] = _np(lay[0]["mask"])  # [T, T]: the same mask in every layer
+    extras["pos"] = _np(pos)
+    lse = torch.logsumexp(logits, dim=-1)
+    top = torch.topk(logits, k=min(TOP_K, logits.shape[-1]), dim=-1)
+    meta = {"model": loaded.facts.name, "model_kind": "toy", "source": loaded.source, "facts": loaded.facts.to_dict(),
+            "chat": chat, "toy_config": model.cfg.to_dict()}
+    return Trace(
+        prompt=prompt, text=enc.text, chat=chat,
+        tokens=np.asarray(readable_tokens(loaded.tokenizer, ids), dtype=object),
+        token_ids=np.asarray(ids, dtype=np.int64),
+        embeddings=_np(probes["embeddings"]), resid=_np(resid), attn_out=stack("attn_out"), mlp_out=stack("down"),
+        q=stack("q"), k=stack("k"), v=stack("v"), attn_pattern=_np(torch.stack([p["weights"] for p in lay]), np.float16),
+        final_hidden=_np(probes["final_hidden"]), last_logits=_np(logits[-1]),
+        top_ids=top.indices.numpy().astype(np.int64), top_logits=_np(top.values), logsumexp=_np(lse),
+        meta=meta, truncated_from=enc.truncated_from, notes=notes, extras=extras,
+    )
+
+
+def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
+    """[T, V]: the LM head applied to the traced final hidden states."""
+    with loaded.lock, torch.inference_mode():
+        return _np(loaded.model.lm_head(torch.from_numpy(np.ascontiguousarray(tr.final_hidden))))

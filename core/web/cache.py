@@ -1,0 +1,285 @@
+"""The one place where Streamlit's caches wrap core/ (the rest of core/ never imports Streamlit).
+
+* the model: ``st.cache_resource`` — one object shared by every session;
+* traces: ``st.cache_data`` — keyed on (model, prompt, settings), bounded in entries; a page that
+  only changes what it *looks at* (layer, head, colour) reads the cached trace and never runs
+  the model again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from core import backends, toy
+from core.engine import roles, tokens
+from core.engine.trace import MAX_TOKENS, Trace
+from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
+from core.gen import generate
+from core.inside import ablation, embeddings, heads
+from core.learn.journey import greedy_continuation
+from core.maths import attention, positions
+from core.stream import anatomy, lens
+
+MAX_TRACES = 8  # ≤ 1 GB at 256 tokens on SmolLM2 (≈ 120 MB each), ≤ 2.5 GB at 512; older entries are evicted
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def get_model(spec: str) -> LoadedModel:
+    bar = st.progress(0.0, text="Loading model …")
+
+    def progress(frac: float, msg: str) -> None:
+        bar.progress(min(max(frac, 0.0), 1.0), text=msg)
+
+    try:
+        return backends.load_model(spec or None, progress=progress)
+    finally:
+        bar.empty()
+
+
+@st.cache_data(show_spinner=False, max_entries=MAX_TRACES)
+def get_trace(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> Trace:
+    return backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens)
+
+
+@st.cache_data(show_spinner=False, max_entries=MAX_TRACES)
+def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> bytes:
+    loaded = get_model(spec)
+    return backends.export_npz_bytes(loaded, get_trace(spec, prompt, chat, max_tokens))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = 24) -> tuple[list[int], bool]:
+    """The greedy answer the journey page shows (ids, stopped at an end token)."""
+    tr = get_trace(spec, prompt, chat)
+    return greedy_continuation(get_model(spec), tr.token_ids.tolist(), max_new)
+
+
+# ---------------------------------------------------------------------------------------------
+# generation: timings, measured once per (model, prompt, settings)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0) -> dict[str, Any]:
+    """The same ``n`` greedy tokens with and without the KV cache, timed per token; the prompt is
+    repeated up to ``min_len`` tokens so that the prefix the no-cache run recomputes is long."""
+    loaded = get_model(spec)
+    enc = tokens.encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS)
+    ids = generate.extend_ids(enc.ids, min_len, max_len=min(generate.MAX_PROMPT_TOKENS, _room(loaded, n)))
+    generate.run_with_cache(loaded, ids[:8], 2)  # warm-up, so the first timed pass is not penalised
+    with_c = generate.run_with_cache(loaded, ids, n)
+    without = generate.run_without_cache(loaded, ids, n)
+    T = len(ids)
+    return {
+        "n_prompt": T,
+        "with_ids": list(with_c.generated),
+        "with_tokens": [r.token for r in with_c.records],
+        "with_seconds": [r.seconds for r in with_c.records],
+        # pass i of the cached run feeds T tokens (i = 0) or 1 token, at sequence length T + i
+        "with_lengths": [T + i for i in range(len(with_c.records))],
+        "without_ids": list(without.token_ids),
+        "without_tokens": tokens.readable_tokens(loaded.tokenizer, without.token_ids),
+        "without_seconds": list(without.seconds),
+        "without_lengths": list(without.lengths),
+    }
+
+
+def _room(loaded: LoadedModel, n: int) -> int:
+    """Prompt tokens that still leave room for ``n`` new ones in the context window."""
+    return max(1, int(loaded.facts.max_positions or 1 << 30) - n)
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def measured_costs(spec: str) -> dict[str, float]:
+    """Prefill seconds per prompt token and decode seconds per new token on this model, here."""
+    loaded = get_model(spec)
+    n_prefill = min(128, max(8, int(loaded.facts.max_positions or 128) - 16))
+    pre, dec = generate.measure_costs(loaded, n_prefill=n_prefill, n_decode=8)
+    return {"prefill_s_per_token": pre, "decode_s_per_token": dec, "n_prefill": n_prefill}
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def warmed_up(spec: str) -> bool:
+    """One tiny cached generation per model and process: the very first forward pass pays one-off
+    start-up costs (memory pools, kernel selection) that would otherwise inflate the first TTFT shown."""
+    generate.warm_up(get_model(spec))
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# inside the real model: embeddings, ablation, the head atlas
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def id_study(spec: str, n_pairs: int = 2000, seed: int = 0) -> embeddings.IdDistanceStudy:
+    return embeddings.id_distance_study(embeddings.embedding_matrix(get_model(spec)), n_pairs, seed)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def embedding_rows(spec: str, ids: tuple[int, ...]) -> np.ndarray:
+    """Rows of E for ``ids`` [n, d], read from the weight matrix itself (not from a trace)."""
+    return embeddings.lookup(embeddings.embedding_matrix(get_model(spec)), list(ids)).copy()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def pca_words(spec: str, words: tuple[str, ...]) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """(words, their pieces joined, coords [n, 2], explained [2]) for the PCA map."""
+    loaded = get_model(spec)
+    vecs = embeddings.word_vectors(loaded, embeddings.embedding_matrix(loaded), list(words))
+    if len(vecs) < 2:
+        return [], [], np.zeros((0, 2)), np.zeros(2)
+    p = embeddings.pca2(np.stack([v.vector for v in vecs]))
+    return [v.word for v in vecs], [" + ".join(v.pieces) for v in vecs], p.coords, p.explained
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def sources(spec: str, prompt: str, chat: bool) -> list[str]:
+    tok = get_model(spec).tokenizer
+    enc = tokens.encode(tok, prompt, chat=chat)
+    return embeddings.token_sources(tok, enc.text, prompt, enc.ids, chat)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def probs(spec: str, ids: tuple[int, ...], ablate: tuple[tuple[int, Any], ...]) -> np.ndarray:
+    return ablation.next_token_probs(get_model(spec), list(ids), list(ablate))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def layer_sweep(spec: str, ids: tuple[int, ...], layer: int) -> np.ndarray:
+    """[H] KL(before ‖ after) for ablating each head of ``layer`` alone."""
+    loaded = get_model(spec)
+    before = probs(spec, ids, ())
+    after = ablation.sweep_heads(loaded, list(ids), [layer])[0]  # [H, V]
+    return np.array([ablation.kl_divergence(before, a) for a in after])
+
+
+@st.cache_data(show_spinner=False, max_entries=12)
+def atlas(spec: str, prompt: str, chat: bool) -> heads.HeadAtlas:
+    """Head metrics of the cached trace (computed once per prompt, not per slider move)."""
+    return heads.head_atlas(get_trace(spec, prompt, chat).attn_pattern)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def sentence_vector(spec: str, text: str) -> np.ndarray:
+    """Mean-pooled final hidden state of ``text`` [d] (a crude sentence vector, for contrast only)."""
+    tr = backends.trace(get_model(spec), text, max_tokens=128)
+    return embeddings.mean_pooled(tr.final_hidden)
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def model_sweep(spec: str, ids: tuple[int, ...]) -> np.ndarray:
+    """[L, H] KL(before ‖ after) for ablating every head of every layer alone (batched passes)."""
+    loaded = get_model(spec)
+    before = probs(spec, ids, ())
+    after = ablation.sweep_heads(loaded, list(ids), list(range(loaded.facts.n_layers)))  # [L, H, V]
+    return np.array([[ablation.kl_divergence(before, a) for a in row] for row in after])
+
+
+# ---------------------------------------------------------------------------------------------
+# the maths pages: the seeded experiment, timings, per-layer checks on the weights
+
+
+TIMING_LENGTHS = (128, 256, 512, 1024, 2048)
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def scale_experiment(d_values: tuple[int, ...]) -> dict[str, np.ndarray]:
+    return attention.scale_experiment(d_values)
+
+
+@st.cache_data(show_spinner=False, max_entries=2)
+def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> dict[str, np.ndarray]:
+    """Measured once per process; holds the model's lock so no forward pass runs meanwhile."""
+    with get_model(spec).lock:
+        return attention.time_attention(lengths)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def rope_check(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
+    """Pre-RoPE q of ``layer`` from the weights, RoPE applied by core.positions, and the gap to the
+    traced (post-RoPE) q. Raises ValueError for models without Llama-style q_proj."""
+    loaded = get_model(spec)
+    tr = get_trace(spec, prompt, chat)
+    raw = positions.pre_rope_q(loaded, tr.resid[layer], layer)  # [H, T, dh]
+    theta = loaded.facts.rope_theta or 10000.0
+    rotated = positions.rope_rotate(raw, np.arange(raw.shape[1]), theta)  # [H, T, dh]
+    return {"raw": raw, "rotated": rotated, "max_diff": np.array(np.abs(rotated - tr.q[layer]).max())}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def recombine(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
+    """Per-head outputs → concat → W_O for ``layer``, and the gap to the traced attn_out."""
+    loaded = get_model(spec)
+    tr = get_trace(spec, prompt, chat)
+    attn = roles.find_sites(loaded.model).attns[layer]
+    o = getattr(attn, "o_proj", None)
+    if o is None:
+        raise ValueError(f"{type(attn).__name__} has no o_proj")
+    parts = attention.recombine_heads(tr.attn_pattern[layer], tr.v[layer], o.weight.detach().float().numpy())
+    if getattr(o, "bias", None) is not None:  # Llama/SmolLM2 have none; some models do
+        parts["out"] = parts["out"] + o.bias.detach().float().numpy()
+    parts["max_diff"] = np.array(np.abs(parts["out"] - tr.attn_out[layer]).max())
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# the residual stream, logits and anatomy
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def get_lens(spec: str, prompt: str, chat: bool) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The logit lens of the cached trace: top ids [L+1, T], their probabilities, and their text."""
+    loaded = get_model(spec)
+    tr = get_trace(spec, prompt, chat)
+    ids, probs = lens.logit_lens(loaded, tr)
+    uniq = np.unique(ids)
+    text = dict(zip(uniq.tolist(), map(tokens.visible, tokens.readable_tokens(loaded.tokenizer, uniq.tolist()))))
+    return ids, probs, [text[i] for i in ids.ravel().tolist()]
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def get_breakdown(spec: str) -> dict[str, int]:
+    """Parameters per role of the loaded model (walks named_parameters once per model)."""
+    return anatomy.param_breakdown(get_model(spec).model)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def token_texts(spec: str, ids: tuple[int, ...]) -> list[str]:
+    """Readable, visible text of a few token ids (the candidate tables)."""
+    return [tokens.visible(s) for s in tokens.readable_tokens(get_model(spec).tokenizer, list(ids))]
+
+
+# ---------------------------------------------------------------------------------------------
+# the toy (the toy page always shows the toy, whatever model the sidebar holds)
+
+
+def toy_trace(prompt: str, chat: bool) -> tuple[Trace | None, str | None]:
+    """(trace, None), or (None, an i18n key / message) for the page to show."""
+    if not prompt or not prompt.strip():
+        return None, "hint.empty_prompt"
+    try:
+        return get_trace(TOY_ID, prompt, chat), None
+    except EmptyPromptError:
+        return None, "hint.empty_prompt"
+    except Exception as e:  # never a traceback on the page
+        return None, f"{type(e).__name__}: {e}"
+
+
+def real_facts() -> dict[str, Any] | None:
+    """SmolLM2's facts for the comparison table (None if it cannot be loaded here)."""
+    try:
+        return get_model(EMBEDDED_ID).facts.to_dict()
+    except Exception:
+        return None
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def word_order(a: str, b: str) -> list[dict[str, Any]]:
+    return toy.word_order_demo(a, b)
+
+
+@st.cache_data(show_spinner=False, max_entries=1)
+def shipped_curve() -> dict[str, Any]:
+    return toy.load_loss_curve()

@@ -1,0 +1,30 @@
+"""Streamlit side of the toy's live training run: the loop itself is ``core.toy.train.train_live``;
+here it only redraws a progress bar, the loss curve and the induction pattern into page slots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.engine.i18n import t
+from core.engine.tokens import readable_tokens
+from core.toy import figures as toy_fig
+from core.toy import train as toy_train
+from core.toy.tokenizer import ByteTokenizer
+from core.web import cache
+
+LIVE_SECONDS = toy_train.LIVE_SECONDS
+
+
+def run_live(steps: int, seed: int, bar: Any, loss_slot: Any, pattern_slot: Any, lang: str) -> dict[str, Any]:
+    """Train a fresh toy for ``steps`` (≤ LIVE_SECONDS), redrawing the loss and the induction pattern."""
+    tokens = readable_tokens(ByteTokenizer(), toy_train.live_sequence())
+    ref = cache.shipped_curve()["loss"]
+
+    def on_step(step: int, total: int, loss: float) -> None:
+        bar.progress(min(1.0, (step + 1) / total), text=t("toy.live_progress", lang, step=step + 1, steps=total, loss=f"{loss:.3f}"))
+
+    def on_snapshot(step: int, losses: list[float], head: int, weights: Any) -> None:
+        loss_slot.plotly_chart(toy_fig.fig_loss(losses, lang, ref[: max(len(losses), 1)]), width="stretch")
+        pattern_slot.plotly_chart(toy_fig.fig_pattern(weights, tokens, t("toy.live_pattern", lang, step=step, head=head)), width="stretch")
+
+    return toy_train.train_live(steps, seed, on_step, on_snapshot)

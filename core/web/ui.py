@@ -1,0 +1,196 @@
+"""Small Streamlit helpers shared by app.py and the pages: language, the shared sidebar state,
+the current model and trace, URL state, provenance badges and the trace download.
+
+Pages stay thin: read widgets → call core → draw. Everything that computes lives elsewhere in core/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from core.engine import i18n
+from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
+from core.web import cache
+
+PRESETS = (
+    "What is the capital of France?",
+    "苹果很好吃。苹果发布了新系统。",
+    "小明把书交给小红，因为她明天要考试。",
+    "成都今天适合跑步吗",
+)
+DEFAULT_PROMPT = PRESETS[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# language
+
+
+def lang() -> str:
+    if "lang" not in st.session_state:
+        qp = st.query_params.get("lang")
+        loc = None
+        try:
+            loc = st.context.locale
+        except Exception:  # older Streamlit / AppTest
+            loc = None
+        st.session_state["lang"] = i18n.normalise_lang(qp or loc)
+    return st.session_state["lang"]
+
+
+def t(key: str, **kw: Any) -> str:
+    return i18n.t(key, lang(), **kw)
+
+
+def fmt(pattern: str, **kw: Any):
+    """A ``format_func`` for translated widget options: ``fmt("heads.metric_{}")`` maps the option
+    ``"entropy"`` to the string of key heads.metric_entropy. The language is fixed now, in the script's thread, because
+    Streamlit's test harness calls format_func from another thread, where the session is unknown."""
+    now = lang()
+    return lambda v: i18n.t(pattern.format(v), now, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# shared state: model spec, prompt, chat switch
+
+
+def model_spec() -> str:
+    return st.session_state.get("model_spec_ok", st.query_params.get("model", EMBEDDED_ID))
+
+
+def prompt() -> str:
+    return st.session_state.get("prompt", st.query_params.get("prompt", DEFAULT_PROMPT))
+
+
+def chat() -> bool:
+    return bool(st.session_state.get("chat", st.query_params.get("chat", "0") == "1"))
+
+
+def is_toy() -> bool:
+    return model_spec() == TOY_ID
+
+
+def loaded_model():
+    """The current LoadedModel, or None with a message already shown."""
+    try:
+        return cache.get_model(model_spec())
+    except ModelLoadError as e:
+        st.error(t("err.model_load", msg=str(e)))
+    except Exception as e:  # never a traceback in the page
+        st.error(t("err.model_load", msg=f"{type(e).__name__}: {e}"))
+    return None
+
+
+def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = None):
+    """The cached Trace of the shared prompt (or ``prompt_text``), or None with a message shown."""
+    p = prompt() if prompt_text is None else prompt_text
+    c = chat() if chat_mode is None else chat_mode
+    if not p or not p.strip():
+        st.info(t("hint.empty_prompt"))
+        return None
+    if loaded_model() is None:
+        return None
+    try:
+        tr = cache.get_trace(model_spec(), p, c)
+    except EmptyPromptError:
+        st.info(t("hint.empty_prompt"))
+        return None
+    except UnsupportedArchitectureError as e:
+        st.error(t("err.unsupported", msg=str(e)))
+        return None
+    except Exception as e:
+        st.error(t("err.trace", msg=f"{type(e).__name__}: {e}"))
+        return None
+    if tr.truncated_from:
+        st.warning(t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
+    return tr
+
+
+# ---------------------------------------------------------------------------------------------
+# URL state
+
+
+def qp_int(name: str, default: int, lo: int, hi: int) -> int:
+    """An integer from the URL (clamped), so a shared link opens the same view."""
+    try:
+        v = int(st.query_params.get(name, default))
+    except (TypeError, ValueError):
+        v = default
+    return max(lo, min(hi, v))
+
+
+def set_qp(**kw: Any) -> None:
+    for k, v in kw.items():
+        if v is None:
+            st.query_params.pop(k, None)
+        else:
+            st.query_params[k] = str(v)
+
+
+def layer_slider(key: str, n_layers: int, label_key: str = "ui.layer") -> int:
+    """One layer slider bound to the URL's ``layer``."""
+    layer = st.slider(t(label_key), 0, n_layers - 1, qp_int("layer", 0, 0, n_layers - 1), key=key)
+    set_qp(layer=layer)
+    return layer
+
+
+def layer_head_pickers(key: str, n_layers: int, n_heads: int, *, with_head: bool = True) -> tuple[int, int]:
+    """Layer (and head) sliders bound to the URL's ``layer`` and ``head``."""
+    c1, c2 = st.columns(2)
+    layer = c1.slider(t("ui.layer"), 0, n_layers - 1, qp_int("layer", 0, 0, n_layers - 1), key=f"{key}_layer")
+    head = 0
+    if with_head:
+        head = c2.slider(t("ui.head"), 0, n_heads - 1, qp_int("head", 0, 0, n_heads - 1), key=f"{key}_head")
+    set_qp(layer=layer, head=head if with_head else st.query_params.get("head"))
+    return layer, head
+
+
+# ---------------------------------------------------------------------------------------------
+# provenance and export
+
+_BADGE = {
+    "real": ("🔬", "badge.real"),
+    "toy": ("🧪", "badge.toy"),
+    "formula": ("📐", "badge.formula"),
+    "measured": ("⏱️", "badge.measured"),
+}
+
+
+def badge(kind: str, detail: str | None = None) -> None:
+    """Where a figure's numbers come from: the real model, the toy, a formula, a measurement."""
+    if kind == "model":
+        kind = "toy" if is_toy() else "real"
+    icon, key = _BADGE[kind]
+    text = t(key)
+    if kind == "real":
+        text = f"{text} · {model_spec()}"
+    if detail:
+        text = f"{text} · {detail}"
+    st.caption(f"{icon} {text}")
+
+
+def download_trace(key: str) -> None:
+    """A 'Download trace (.npz)' button; the file is built only when clicked."""
+    spec, p, c = model_spec(), prompt(), chat()
+    if not p.strip():
+        return
+    st.download_button(
+        t("ui.download_trace"),
+        data=lambda: cache.get_trace_npz(spec, p, c),
+        file_name="trace.npz",
+        mime="application/octet-stream",
+        key=f"dl_{key}",
+        on_click="ignore",
+    )
+
+
+def config_error(e: ConfigError) -> None:
+    """A config that cannot be read, said in the user's language (which field, and why)."""
+    st.error(t(f"anatomy.err_{e.code}", detail=e.detail))
+
+
+def header(title_key: str, intro_key: str | None = None) -> None:
+    st.title(t(title_key))
+    if intro_key:
+        st.markdown(t(intro_key))
