@@ -1,6 +1,6 @@
 # Transformer X-Ray: two commands for a fresh machine.
 #   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501)
-#   make test  — install everything (browser included), then run the whole test suite
+#   make test  — install everything (browser included), then lint (ruff) and run the whole test suite
 # Both are idempotent: the second time they only check stamps and start.
 
 PY      ?= python3
@@ -30,7 +30,8 @@ run: install
 	$(VPY) -m core.web.server --server.port $(PORT)
 
 test: install browser
-	$(VPY) -m pytest -q tests
+	$(VPY) -m ruff check .
+	$(VPY) -m pytest tests
 
 bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py

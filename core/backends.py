@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import DynamicCache
 
 from core.engine import hf, hf_trace, xray
@@ -49,6 +50,12 @@ def load_model(spec: str | None = None, progress: ProgressFn | None = None) -> L
     if spec == TOY_ID:
         return toy_run.load_trained(progress=progress)
     return hf.load_local(spec, progress or hf.noop)
+
+
+def is_hf(loaded: LoadedModel) -> bool:
+    """Whether the model is a Hugging Face transformers model. The views that read its weights through
+    that API (the embedding matrix, head ablation, the RoPE check) need it; the toy has its own pages."""
+    return not loaded.is_toy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,14 +111,14 @@ class Step:
 _PARAMS: dict[type, frozenset[str]] = {}
 
 
-def _forward_params(model: Any) -> frozenset[str]:
+def _forward_params(model: nn.Module) -> frozenset[str]:
     key = type(model)
     if key not in _PARAMS:
         _PARAMS[key] = frozenset(inspect.signature(model.forward).parameters)
     return _PARAMS[key]
 
 
-def _hf_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+def _hf_kwargs(model: nn.Module, cache: Any) -> dict[str, Any]:
     """transformers 5.x names the cache argument ``cache`` (``past_key_values`` is deprecated), and
     ``logits_to_keep=1`` computes the LM head for the last position only, as HF ``generate`` does."""
     params = _forward_params(model)

@@ -4,83 +4,94 @@ distribution, beside that head's attention map."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
+from core import backends
 from core.engine import tokens
 from core.engine.types import UnsupportedArchitectureError
-from core.inside import ablation
+from core.inside import ablation, heads
 from core.inside import figures as inside_fig
 from core.web import cache, presenter, ui
 
-MAX_ABLATION_TOKENS = 256  # each ablation is a fresh forward pass; keep it quick on a CPU
 
-
-def _table(loaded, before: np.ndarray, after: np.ndarray) -> pd.DataFrame:
-    rows = ablation.top_table(loaded.tokenizer, before, after, k=8)
-    df = pd.DataFrame(rows).rename(columns={"token": ui.t("ui.token"), "p_before": ui.t("ablation.p_before"),
-                                            "p_after": ui.t("ablation.p_after"), "delta": "Δp"})
-    return df
-
-
-def render() -> None:
-    ui.header("page.ablation", "ablation.intro")
-    tr = ui.current_trace()
-    loaded = ui.loaded_model()
-    if tr is None or loaded is None:
-        return
-    if loaded.kind != "hf":
+def _can_ablate(tr, loaded) -> bool:
+    """Say why not, when this model or prompt cannot be ablated here."""
+    if not backends.is_hf(loaded):
         st.info(ui.t("ablation.needs_hf"))
-        return
-    if tr.n_tokens > MAX_ABLATION_TOKENS:
-        st.warning(ui.t("ablation.too_long", n=tr.n_tokens, k=MAX_ABLATION_TOKENS))
-        return
-    lang, spec, (L, H) = ui.lang(), ui.model_spec(), (tr.n_layers, tr.n_heads)
-    layer, head = ui.layer_head_pickers("ablation", L, H)
+        return False
+    if ablation.too_long(tr.n_tokens):
+        st.warning(ui.t("ablation.too_long", n=tr.n_tokens, k=ablation.MAX_TOKENS))
+        return False
+    return True
+
+
+def _target(tr) -> ablation.Target:
+    layer, head = ui.layer_head_pickers("ablation", tr.n_layers, tr.n_heads)
     scope = st.radio(ui.t("ablation.scope"), ["head", "layer"], horizontal=True, key="ablation_scope",
                      format_func=ui.fmt("ablation.scope_{}", l=layer, h=head))
-    ids = tuple(int(i) for i in tr.token_ids)
-    try:
-        before = cache.probs(spec, ids, ())
-        after = cache.probs(spec, ids, ((layer, head if scope == "head" else None),))
-        kl_layer = cache.layer_sweep(spec, ids, layer)
-    except UnsupportedArchitectureError as e:
-        st.error(ui.t("err.unsupported", msg=str(e)))
-        return
-    eff = ablation.effect(before, after)
+    return ablation.Target(layer, head, scope)
+
+
+def _metrics(loaded, eff: ablation.Effect) -> None:
     top, new = tokens.readable_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("ablation.m_kl"), f"{eff.kl:.4g}")
     m2.metric(ui.t("ablation.m_top", tok=top), f"{eff.p_after:.2%}", f"{eff.delta:+.2%}")
-    m3.metric(ui.t("ablation.m_new"), new, ui.t("ablation.same") if eff.new_top_id == eff.top_id else ui.t("ablation.changed"),
-              delta_color="off")
+    m3.metric(ui.t("ablation.m_new"), new, ui.t("ablation.same") if eff.same_top else ui.t("ablation.changed"), delta_color="off")
+
+
+def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ablation.Target, lang: str) -> heads.HeadAtlas:
+    """The probability table beside the ablated head's map; returns the head atlas (read in the map's column)."""
     left, right = st.columns(2)
     with left:
         st.markdown(f"**{ui.t('ablation.table_title')}**")
-        st.dataframe(_table(loaded, before, after).style.format({ui.t("ablation.p_before"): "{:.2%}", ui.t("ablation.p_after"): "{:.2%}",
-                                                                 "Δp": "{:+.2%}"}), hide_index=True, width="stretch")
+        fmt = {ui.t("ablation.p_before"): "{:.2%}", ui.t("ablation.p_after"): "{:.2%}", "Δp": "{:+.2%}"}
+        st.dataframe(ablation.top_frame(loaded.tokenizer, before, after, lang).style.format(fmt), hide_index=True, width="stretch")
         ui.badge("model", ui.t("ablation.badge_probs"))
     with right:
-        atlas = cache.atlas(spec, tr.prompt, tr.chat)
-        title = ui.t("ablation.map_title", l=layer, h=head, s=float(atlas.max_weight[layer, head]), e=float(atlas.entropy[layer, head]))
+        layer, head = target.layer, target.head
+        atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
+        title = ui.t("ablation.map_title", l=layer, h=head, **heads.head_stats(atlas, layer, head))
         st.plotly_chart(inside_fig.fig_single_map(tr.attn_pattern[layer, head].astype(float), tr.tokens, title, lang), width="stretch")
         ui.badge("model")
+    return atlas
 
-    st.subheader(ui.t("ablation.sweep_title", l=layer))
-    sharp = atlas.max_weight[layer]  # [H]
-    st.plotly_chart(inside_fig.fig_sweep(sharp, kl_layer, [f"h{h}" for h in range(H)], head if scope == "head" else None, lang),
-                    width="stretch")
-    hs, hk = int(np.argmax(sharp)), int(np.argmax(kl_layer))
-    st.markdown(ui.t("ablation.sweep_result", hs=hs, s=float(sharp[hs]), ks=float(kl_layer[hs]), hk=hk, k=float(kl_layer[hk]),
-                     sk=float(sharp[hk])))
+
+def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: ablation.Target, atlas, lang: str) -> None:
+    L, H = tr.n_layers, tr.n_heads
+    st.subheader(ui.t("ablation.sweep_title", l=target.layer))
+    sharp = atlas.max_weight[target.layer]  # [H]
+    st.plotly_chart(inside_fig.fig_sweep(sharp, kl_layer, ablation.head_names(H), target.marked, lang), width="stretch")
+    st.markdown(ui.t("ablation.sweep_result", **ablation.sweep_args(sharp, kl_layer)))
     ui.badge("model", ui.t("ablation.badge_sweep", n=H))
     if st.toggle(ui.t("ablation.all_toggle", n=L * H), key="ablation_all"):
         with st.spinner(ui.t("ablation.all_wait", n=L * H)):
             kl_all = cache.model_sweep(spec, ids)  # [L, H]
-        names = [f"L{i}·h{h}" for i in range(L) for h in range(H)]
-        chosen = layer * H + head if scope == "head" else None
-        st.plotly_chart(inside_fig.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), names, chosen, lang), width="stretch")
+        st.plotly_chart(inside_fig.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), ablation.head_names(H, L), target.marked_in_model(H),
+                                             lang), width="stretch")
         ui.badge("model", ui.t("ablation.badge_sweep", n=L * H))
+
+
+def render() -> None:
+    ui.header("page.ablation", "ablation.intro")
+    got = ui.model_and_trace()
+    if got is None:
+        return
+    loaded, tr = got
+    if not _can_ablate(tr, loaded):
+        return
+    lang, spec = ui.lang(), ui.model_spec()
+    target = _target(tr)
+    ids = tuple(int(i) for i in tr.token_ids)
+    try:
+        before, after = cache.probs(spec, ids, ()), cache.probs(spec, ids, target.ablate)
+        kl_layer = cache.layer_sweep(spec, ids, target.layer)
+    except UnsupportedArchitectureError as e:
+        st.error(ui.t("err.unsupported", msg=str(e)))
+        return
+    _metrics(loaded, ablation.effect(before, after))
+    atlas = _table_and_map(tr, loaded, before, after, target, lang)
+    _sweeps(tr, spec, ids, kl_layer, target, atlas, lang)
     st.markdown(ui.t("ablation.lesson"))
 
 

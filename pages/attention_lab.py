@@ -4,16 +4,15 @@ on one real row of the current prompt; plus why we scale, and what n² costs."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
-from core.engine.tokens import position_label
+from core.engine.numbers import max_abs_diff
 from core.maths import attention as A
 from core.maths import figures as P
 from core.web import cache, presenter, ui
 
 PRESETS = ("worked", "seed42", "real")
-D_VALUES = tuple(2**i for i in range(11))  # 1 … 1024
+Example = tuple[dict[str, np.ndarray], A.CalculatorLabels, str]  # arrays, axis labels, editor-key version
 
 
 def _edit(arr: np.ndarray, rows: list[str], cols: list[str], key: str) -> np.ndarray:
@@ -22,31 +21,93 @@ def _edit(arr: np.ndarray, rows: list[str], cols: list[str], key: str) -> np.nda
     return df.fillna(False if arr.dtype == bool else 0.0).to_numpy(dtype=arr.dtype)
 
 
-def _names(prefix: str, n: int, tokens=None) -> list[str]:
-    return [f"{prefix}{i}" if tokens is None else f"{prefix}{position_label(tokens, i)}" for i in range(n)]
-
-
 def _scale_tab(lang: str) -> None:
     st.markdown(ui.t("attention_lab.scale_intro"))
-    res = cache.scale_experiment(D_VALUES)
-    d = st.select_slider("d_k", D_VALUES, value=64, key="attention_lab_dk")
-    i = D_VALUES.index(d)
+    res = cache.scale_experiment(A.SCALE_D_VALUES)
+    d = st.select_slider("d_k", A.SCALE_D_VALUES, value=64, key="attention_lab_dk")
+    r = A.scale_readout(res, d)
     m1, m2, m3 = st.columns(3)
-    m1.metric(ui.t("attention_lab.fig_std_meas"), f"{res['dot_std'][i]:.2f}", f"√d_k = {np.sqrt(d):.2f}", delta_color="off")
-    m2.metric(ui.t("attention_lab.fig_unscaled"), f"{res['max_unscaled'][i]:.3f}")
-    m3.metric(ui.t("attention_lab.fig_scaled"), f"{res['max_scaled'][i]:.3f}")
+    m1.metric(ui.t("attention_lab.fig_std_meas"), r["std"], r["sqrt"], delta_color="off")
+    m2.metric(ui.t("attention_lab.fig_unscaled"), r["unscaled"])
+    m3.metric(ui.t("attention_lab.fig_scaled"), r["scaled"])
     st.plotly_chart(P.scale_figure(res, lang), width="stretch")
     ui.badge("formula", ui.t("attention_lab.scale_detail"))
 
 
 def _cost_tab(lang: str) -> None:
     st.markdown(ui.t("attention_lab.cost_intro"))
-    st.dataframe(A.cost_table([1024, 2048, 4096, 8192, 16384, 32768], ui.t("attention_lab.elements"), ui.t("attention_lab.ratio")),
-                 hide_index=True)
+    st.dataframe(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio")), hide_index=True)
     ui.badge("formula")
     timing = cache.attention_timing(ui.model_spec())
     st.plotly_chart(P.complexity_figure(timing["n"], timing["ms"], lang), width="stretch")
     ui.badge("measured", ui.t("attention_lab.timing_detail"))
+
+
+def _real_example() -> Example | None:
+    """One query row of the current prompt, picked by layer, head and position; None without a trace."""
+    tr = ui.current_trace()
+    if tr is None:
+        return None
+    layer, head = ui.layer_head_pickers("attention_lab", tr.n_layers, tr.n_heads)
+    pos = st.slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
+                    key="attention_lab_pos")
+    ui.set_qp(pos=pos)
+    ex = A.real_row(tr, layer, head, pos)
+    st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.geometry.group_size))
+    return ex, A.calculator_labels(ex, tr.tokens, pos), f"real{layer}_{head}_{pos}_{tr.n_tokens}"
+
+
+def _example(preset: str) -> Example | None:
+    """(arrays, axis labels, version): the version keys the editors, so a new example starts fresh."""
+    if preset == "worked":
+        unmask = st.checkbox(ui.t("attention_lab.unmask"), key="attention_lab_unmask")
+        ex = A.worked_example(unmask)
+        return ex, A.calculator_labels(ex), f"worked{unmask}"
+    if preset == "seed42":
+        ex = A.drop_batch(A.seed42_example())
+        return ex, A.calculator_labels(ex), preset
+    return _real_example()
+
+
+def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str) -> tuple[np.ndarray, ...]:
+    """Q, K, V and the mask as editable tables; returns what the user left in them."""
+    c1, c2, c3 = st.columns(3)
+    out = []
+    for col, name, rows, cols in ((c1, "q", lab.q, lab.dk), (c2, "k", lab.k, lab.dk), (c3, "v", lab.k, lab.dv)):
+        with col:
+            st.markdown(f"**{name.upper()}** `[{ex[name].shape[0]}, {ex[name].shape[1]}]`")
+            out.append(_edit(ex[name], rows, cols, f"attention_lab_{name}_{version}"))
+    st.markdown(ui.t("attention_lab.mask_label"))
+    return (*out, _edit(ex["mask"], lab.q, lab.k, f"attention_lab_mask_{version}"))
+
+
+def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str) -> None:
+    for i, (name, arr) in enumerate(steps.as_dict().items(), start=1):
+        st.markdown(ui.t(f"attention_lab.step_{name}", n=i, s=f"{steps.scale:.4g}"))
+        if name == "weights":
+            st.plotly_chart(P.matrix_figure(arr, ui.t("attention_lab.fig_weights"), lab.q, lab.k, lang), width="stretch")
+        cols = lab.k if name != "output" else lab.dv
+        st.dataframe(P.matrix_frame(arr, lab.q, cols).style.format("{:.4f}"), width="stretch")
+    st.dataframe(A.weights_check_table(steps.weights, lab.q, lang))
+
+
+def _calc_tab(lang: str) -> None:
+    names = {p: ui.t(f"attention_lab.preset_{p}") for p in PRESETS}  # fixed now: the label is this run's language
+    preset = st.radio(ui.t("attention_lab.preset"), PRESETS, format_func=names.get, horizontal=True, key="attention_lab_preset")
+    st.caption(ui.t(f"attention_lab.about_{preset}"))
+    chosen = _example(preset)
+    if chosen is None:
+        return
+    ex, lab, version = chosen
+    q, k, v, mask = _inputs(ex, lab, version)
+    scaled = st.checkbox(ui.t("attention_lab.use_scale", d=ex["q"].shape[1]), value=True, key="attention_lab_scaled")
+    steps = A.attention_steps(q, k, v, mask, scale=None if scaled else 1.0)
+    _steps(steps, lab, lang)
+    ref = ex.get("reference")
+    if ref is not None:
+        st.metric(ui.t("attention_lab.max_diff"), f"{max_abs_diff(steps.weights[0], ref):.2e}")
+        st.plotly_chart(P.compare_row_figure(steps.weights[0], ref, lab.k, lang), width="stretch")
+    ui.badge("model" if ref is not None else "formula")
 
 
 def render() -> None:
@@ -57,55 +118,7 @@ def render() -> None:
     with tabs[2]:
         _cost_tab(lang)
     with tabs[0]:  # last, so that a missing trace (return) leaves the other tabs drawn
-        names = {p: ui.t(f"attention_lab.preset_{p}") for p in PRESETS}  # fixed now: the label is this run's language
-        preset = st.radio(ui.t("attention_lab.preset"), PRESETS, format_func=names.get, horizontal=True, key="attention_lab_preset")
-        st.caption(ui.t(f"attention_lab.about_{preset}"))
-        tokens, ref, version = None, None, preset
-        if preset == "worked":
-            unmask = st.checkbox(ui.t("attention_lab.unmask"), key="attention_lab_unmask")
-            ex, version = A.worked_example(unmask), f"worked{unmask}"
-        elif preset == "seed42":
-            ex = {k: v[0] if v.ndim == 3 else v for k, v in A.seed42_example().items()}  # drop batch 1
-        else:
-            tr = ui.current_trace()
-            if tr is None:
-                return
-            layer, head = ui.layer_head_pickers("attention_lab", tr.n_layers, tr.n_heads)
-            pos = st.slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
-                            key="attention_lab_pos")
-            ui.set_qp(pos=pos)
-            ex, tokens, version = A.real_row(tr, layer, head, pos), tr.tokens, f"real{layer}_{head}_{pos}_{tr.n_tokens}"
-            ref = ex["reference"]
-            st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.n_heads // tr.n_kv_heads))
-        tq, tk, dk, dv = ex["q"].shape[0], ex["k"].shape[0], ex["q"].shape[1], ex["v"].shape[1]
-        qrows = _names("q", tq) if tokens is None else [f"q{position_label(tokens, pos)}"]
-        krows = _names("k", tk, tokens)
-        c1, c2, c3 = st.columns(3)
-        with c1:
-            st.markdown(f"**Q** `[{tq}, {dk}]`")
-            q = _edit(ex["q"], qrows, _names("d", dk), f"attention_lab_q_{version}")
-        with c2:
-            st.markdown(f"**K** `[{tk}, {dk}]`")
-            k = _edit(ex["k"], krows, _names("d", dk), f"attention_lab_k_{version}")
-        with c3:
-            st.markdown(f"**V** `[{tk}, {dv}]`")
-            v = _edit(ex["v"], krows, _names("d", dv), f"attention_lab_v_{version}")
-        st.markdown(ui.t("attention_lab.mask_label"))
-        mask = _edit(ex["mask"], qrows, krows, f"attention_lab_mask_{version}")
-        scaled = st.checkbox(ui.t("attention_lab.use_scale", d=dk), value=True, key="attention_lab_scaled")
-        steps = A.attention_steps(q, k, v, mask, scale=None if scaled else 1.0)
-        for i, (name, arr) in enumerate(steps.as_dict().items(), start=1):
-            st.markdown(ui.t(f"attention_lab.step_{name}", n=i, s=f"{steps.scale:.4g}"))
-            if name == "weights":
-                st.plotly_chart(P.matrix_figure(arr, ui.t("attention_lab.fig_weights"), qrows, krows, lang), width="stretch")
-            cols = krows if name != "output" else _names("d", dv)
-            st.dataframe(P.matrix_frame(arr, qrows, cols).style.format("{:.4f}"), width="stretch")
-        st.dataframe(pd.DataFrame({ui.t("attention_lab.row_sum"): steps.weights.sum(-1),
-                                   ui.t("attention_lab.nonzero"): (steps.weights > 0).sum(-1)}, index=qrows))
-        if ref is not None:
-            st.metric(ui.t("attention_lab.max_diff"), f"{np.abs(steps.weights[0] - ref).max():.2e}")
-            st.plotly_chart(P.compare_row_figure(steps.weights[0], ref, krows, lang), width="stretch")
-        ui.badge("model" if ref is not None else "formula")
+        _calc_tab(lang)
 
 
 render()

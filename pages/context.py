@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from core.engine.tokens import position_label
@@ -13,7 +12,28 @@ from core.web import presenter, ui
 
 def _pick(col, label: str, tr, default: int, key: str) -> int:
     return col.selectbox(label, range(tr.n_tokens), index=min(default, tr.n_tokens - 1),
-                         format_func=lambda i: f"{position_label(tr.tokens, i)} (id {int(tr.token_ids[i])})", key=key)
+                         format_func=lambda i: embeddings.pick_label(tr.tokens, tr.token_ids, i), key=key)
+
+
+def _notes(c: embeddings.ContextComparison, pos: int) -> None:
+    if not c.same_id:
+        st.warning(ui.t("context.diff_ids", a=c.id_a, b=c.id_b))
+    elif c.same_prefix:
+        st.info(ui.t("context.same_prefix", p=pos))
+
+
+def _result(c: embeddings.ContextComparison, label_a: str, label_b: str, lang: str) -> None:
+    m1, m2, m3 = st.columns(3)
+    m1.metric(ui.t("context.m_embed"), f"{c.sim[0]:.6f}")
+    m2.metric(ui.t("context.m_min"), f"{c.sim.min():.3f}", help=ui.t("context.m_min_help", l=c.weakest_layer))
+    m3.metric(ui.t("context.m_last"), f"{c.sim[-1]:.3f}", help=ui.t("context.m_base_help", b=float(c.base[-1])))
+    st.plotly_chart(inside_fig.fig_context(c.sim, c.base, lang), width="stretch")
+    ui.badge("model", ui.t("context.badge", a=label_a, b=label_b))
+    st.markdown(ui.t("context.explain"))
+    with st.expander(ui.t("context.table")):
+        fmt = {ui.t("context.col_sim"): "{:.6f}", ui.t("context.col_base"): "{:.4f}"}
+        st.dataframe(embeddings.context_table(c, lang).style.format(fmt), hide_index=True)
+        ui.badge("model")
 
 
 def render() -> None:
@@ -21,9 +41,7 @@ def render() -> None:
     loaded = ui.loaded_model()
     if loaded is None:
         return
-    lang = ui.lang()
-    names = list(embeddings.CONTEXT_PAIRS)
-    preset = st.selectbox(ui.t("context.preset"), names, format_func=ui.fmt("context.preset_{}"), key="context_preset")
+    preset = st.selectbox(ui.t("context.preset"), list(embeddings.CONTEXT_PAIRS), format_func=ui.fmt("context.preset_{}"), key="context_preset")
     a0, b0, word = embeddings.CONTEXT_PAIRS[preset]
     c1, c2 = st.columns(2)
     pa = c1.text_input(ui.t("context.prompt_a"), a0, key=f"context_a_{preset}", max_chars=2000)
@@ -35,28 +53,12 @@ def render() -> None:
     da, db = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(loaded.tokenizer, word))
     ia = _pick(c1, ui.t("context.pos_a"), ta, da, f"context_pa_{preset}_{abs(hash(pa))}")
     ib = _pick(c2, ui.t("context.pos_b"), tb, db, f"context_pb_{preset}_{abs(hash(pb))}")
-    if ta.resid.shape[0] != tb.resid.shape[0]:
+    if not embeddings.comparable(ta.resid, tb.resid):
         st.error(ui.t("context.mismatch"))
         return
-
-    sim = embeddings.context_similarity(ta.resid, ia, tb.resid, ib)
-    base = embeddings.context_baseline(ta.resid, ia, tb.resid, ib)
-    same_id = int(ta.token_ids[ia]) == int(tb.token_ids[ib])
-    if not same_id:
-        st.warning(ui.t("context.diff_ids", a=int(ta.token_ids[ia]), b=int(tb.token_ids[ib])))
-    elif embeddings.same_prefix(ta.token_ids, ia, tb.token_ids, ib):
-        st.info(ui.t("context.same_prefix", p=ia))
-    m1, m2, m3 = st.columns(3)
-    m1.metric(ui.t("context.m_embed"), f"{sim[0]:.6f}")
-    m2.metric(ui.t("context.m_min"), f"{sim.min():.3f}", help=ui.t("context.m_min_help", l=int(sim.argmin())))
-    m3.metric(ui.t("context.m_last"), f"{sim[-1]:.3f}", help=ui.t("context.m_base_help", b=float(base[-1])))
-    st.plotly_chart(inside_fig.fig_context(sim, base, lang), width="stretch")
-    ui.badge("model", ui.t("context.badge", a=position_label(ta.tokens, ia), b=position_label(tb.tokens, ib)))
-    st.markdown(ui.t("context.explain"))
-    with st.expander(ui.t("context.table")):
-        df = pd.DataFrame({ui.t("context.col_layer"): range(len(sim)), ui.t("context.col_sim"): sim, ui.t("context.col_base"): base})
-        st.dataframe(df.style.format({ui.t("context.col_sim"): "{:.6f}", ui.t("context.col_base"): "{:.4f}"}), hide_index=True)
-        ui.badge("model")
+    c = embeddings.compare_contexts(ta.token_ids, ta.resid, ia, tb.token_ids, tb.resid, ib)
+    _notes(c, ia)
+    _result(c, position_label(ta.tokens, ia), position_label(tb.tokens, ib), ui.lang())
 
 
 render()

@@ -22,10 +22,10 @@ def stage(idx: int, key: str, link: str | None = None, **kw):
 
 def render() -> None:
     ui.header("page.journey", "journey.intro")
-    tr = ui.current_trace()
-    loaded = ui.loaded_model()
-    if tr is None or loaded is None:
+    got = ui.model_and_trace()
+    if got is None:
         return
+    loaded, tr = got
     f, tok = loaded.facts, loaded.tokenizer
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
     stage(1, "journey.s1.body", chars=len(tr.text)).code(tr.text[:600], language=None, wrap_lines=True)

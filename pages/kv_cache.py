@@ -3,13 +3,12 @@ phase dominates the tutorials' three request shapes (simulated from costs measur
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from core.engine.numbers import human_bytes
-from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry
+from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
-from core.gen import kvcalc
+from core.gen import kvcalc, report
 from core.web import cache, presenter, ui
 
 P = "kv_cache"
@@ -39,20 +38,13 @@ def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int) -> None:
     st.caption(ui.t("kv_cache.prompt_len", t=r["n_prompt"]))
     st.plotly_chart(gen_fig.cache_compare(r["with_lengths"], r["with_seconds"], r["without_lengths"], r["without_seconds"], ui.lang()), width="stretch")
     ui.badge("measured")
-    same = r["with_ids"] == r["without_ids"]
-    st.markdown(ui.t("kv_cache.same" if same else "kv_cache.differ", n=len(r["with_ids"])))
-    st.dataframe(pd.DataFrame({ui.t("kv_cache.with"): r["with_tokens"], ui.t("kv_cache.without"): r["without_tokens"],
-                               "✓": ["✓" if a == b else "✗" for a, b in zip(r["with_ids"], r["without_ids"])]}).T, width="stretch")
-    tot_w, tot_wo = sum(r["with_seconds"]), sum(r["without_seconds"])
-    st.caption(ui.t("kv_cache.totals", w=tot_w * 1000, wo=tot_wo * 1000, x=tot_wo / tot_w if tot_w else 0.0))
+    st.markdown(report.compare_verdict(r, ui.lang()))
+    st.dataframe(report.compare_table(r, ui.lang()), width="stretch")
+    st.caption(report.compare_totals(r, ui.lang()))
 
 
-def render() -> None:
-    ui.header("page.kv_cache", "kv_cache.intro")
-    loaded = ui.loaded_model()
-    if loaded is None:
-        return
-    spec, prompt, chat = ui.model_spec(), ui.prompt(), ui.chat()
+def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
+    """Section 1: the same tokens with and without the cache, timed, once the button asks for it."""
     st.subheader(ui.t("kv_cache.s1"))
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
@@ -70,33 +62,45 @@ def render() -> None:
     else:
         st.info(ui.t("kv_cache.press_measure"))
 
+
+def _calculator() -> None:
+    """Section 2: the cache's bytes by formula, for any model shape, as MHA / GQA / MQA."""
     st.subheader(ui.t("kv_cache.s2"))
     shape, bpv, tokens, reqs = _shape()
-    if shape is not None:
-        total = shape.kv_bytes(tokens, bpv, reqs)
-        st.metric(ui.t("kv_cache.total", kind=shape.kind), human_bytes(total), f"{total:,} B", delta_color="off")
-        st.caption(ui.t("kv_cache.formula", L=shape.n_layers, kv=shape.n_kv_heads, dh=shape.head_dim, b=bpv, t=tokens, r=reqs, total=total))
-        rows = kvcalc.variant_rows(shape, tokens, bpv, reqs)
-        st.dataframe(pd.DataFrame(rows).rename(columns=lambda c: ui.t(f"kv_cache.col_{c}")), hide_index=True, width="stretch")
-        st.plotly_chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
-        ui.badge("formula")
+    if shape is None:
+        return
+    terms = kvcalc.formula_terms(shape, tokens, bpv, reqs)
+    total = terms["total"]
+    st.metric(ui.t("kv_cache.total", kind=shape.kind), human_bytes(total), f"{total:,} B", delta_color="off")
+    st.caption(ui.t("kv_cache.formula", **terms))
+    rows = kvcalc.variant_rows(shape, tokens, bpv, reqs)
+    st.dataframe(report.variant_table(rows, ui.lang()), hide_index=True, width="stretch")
+    st.plotly_chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
+    ui.badge("formula")
 
+
+def _workloads(spec: str, facts: ModelFacts) -> None:
+    """Section 3: the three request shapes, simulated from the per-token costs measured here."""
     st.subheader(ui.t("kv_cache.s3"))
     with st.spinner(ui.t("kv_cache.measuring")):
         m = cache.measured_costs(spec)
-    f = loaded.facts
-    costs = kvcalc.Costs(m["prefill_s_per_token"], m["decode_s_per_token"], f.kv_bytes_per_token(), f.n_params * f.value_bytes)
-    st.markdown(ui.t("kv_cache.costs", pre=costs.prefill_s_per_token * 1000, dec=costs.decode_s_per_token * 1000,
-                     n=m["n_prefill"], kv=costs.kv_bytes_per_token, model=f.name))
+    costs = kvcalc.Costs.of_model(facts, m["prefill_s_per_token"], m["decode_s_per_token"])
+    st.markdown(report.costs_text(costs, m["n_prefill"], facts.name, ui.lang()))
     rows = kvcalc.simulate(kvcalc.SEED_WORKLOADS, costs)
-    names = [ui.t(f"kv_cache.wl_{r['key']}") for r in rows]
-    df = pd.DataFrame([{**r, "key": nm, "kv_bytes": human_bytes(r["kv_bytes"]), "weight_bytes": human_bytes(r["weight_bytes"]),
-                        "time_dominant": ui.t(f"kv_cache.dom_{r['time_dominant']}"), "memory_dominant": ui.t(f"kv_cache.dom_{r['memory_dominant']}")}
-                       for r, nm in zip(rows, names)])
-    st.dataframe(df.round(2).rename(columns=lambda c: ui.t(f"kv_cache.col_{c}")), hide_index=True, width="stretch")
-    st.plotly_chart(gen_fig.workloads(names, [r["ttft_s"] for r in rows], [r["decode_s"] for r in rows],
-                                        [r["kv_bytes"] / 2**30 for r in rows], [r["weight_bytes"] / 2**30 for r in rows], ui.lang()), width="stretch")
+    st.dataframe(report.workload_table(rows, ui.lang()), hide_index=True, width="stretch")
+    st.plotly_chart(gen_fig.workloads(report.workload_names(rows, ui.lang()), rows, ui.lang()), width="stretch")
     ui.badge("measured", ui.t("kv_cache.simulated"))
+
+
+def render() -> None:
+    ui.header("page.kv_cache", "kv_cache.intro")
+    loaded = ui.loaded_model()
+    if loaded is None:
+        return
+    spec = ui.model_spec()
+    _with_and_without(spec, ui.prompt(), ui.chat())
+    _calculator()
+    _workloads(spec, loaded.facts)
 
 
 render()

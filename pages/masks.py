@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine.tokens import position_label
+from core.engine.tokens import position_labels
 from core.maths import attention as A
 from core.maths import figures as P
 from core.web import presenter, ui
@@ -24,6 +24,29 @@ def _panel(panel: A.MaskPanel, lang: str) -> None:
     ui.badge("formula")
 
 
+def _real_tab(lang: str) -> None:
+    """The traced pattern of one head, where it is non-zero, and how that sits against causality."""
+    st.markdown(ui.t("masks.about_real"))
+    tr = ui.current_trace()
+    if tr is None:
+        return
+    layer, head = ui.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
+    pattern = tr.attn_pattern[layer, head]  # [T, T] float16, straight from the trace
+    labels = position_labels(tr.tokens)
+    st.plotly_chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
+                    width="stretch", key="masks_fig_real_pattern")
+    ui.badge("model")
+    st.plotly_chart(P.mask_figure(A.pattern_support(pattern), ui.t("masks.fig_support"), lang, row_labels=labels,
+                                  col_labels=labels), width="stretch", key="masks_fig_real_support")
+    s = A.support_readout(pattern)
+    m1, m2 = st.columns(2)
+    m1.metric(ui.t("masks.above"), s["above"])
+    m2.metric(ui.t("masks.below"), s["below"])
+    st.caption(ui.t("masks.fp16_note"))
+    ui.badge("model")
+    ui.download_trace("masks")
+
+
 def render() -> None:
     ui.header("page.masks", "masks.intro")
     lang = ui.lang()
@@ -40,26 +63,7 @@ def render() -> None:
             for panel in gallery[name]:
                 _panel(panel, lang)
     with tabs[-1]:
-        st.markdown(ui.t("masks.about_real"))
-        tr = ui.current_trace()
-        if tr is None:
-            return
-        layer, head = ui.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
-        pattern = tr.attn_pattern[layer, head]  # [T, T] float16, straight from the trace
-        labels = [position_label(tr.tokens, i) for i in range(tr.n_tokens)]
-        st.plotly_chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
-                        width="stretch", key="masks_fig_real_pattern")
-        ui.badge("model")
-        st.plotly_chart(P.mask_figure(A.pattern_support(pattern), ui.t("masks.fig_support"), lang, row_labels=labels,
-                                      col_labels=labels), width="stretch", key="masks_fig_real_support")
-        s = A.support_summary(pattern)
-        m1, m2 = st.columns(2)
-        m1.metric(ui.t("masks.above"), f"{s['above_nonzero']} / {s['above_total']}")
-        m2.metric(ui.t("masks.below"), f"{s['below_nonzero']} / {s['below_total']}")
-        st.caption(ui.t("masks.fp16_note"))
-        ui.badge("model")
-        ui.download_trace("masks")
-
+        _real_tab(lang)
 
 render()
 presenter.sources("attention")

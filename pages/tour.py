@@ -35,10 +35,10 @@ def render() -> None:
     _nav(step, n, "top")
     st.subheader(f"{step + 1}. {ui.t(f'tour.{stage.key}.title')}")
 
-    tr = ui.current_trace()
-    loaded = ui.loaded_model() if tr is not None else None
-    if tr is None or loaded is None:
+    got = ui.model_and_trace()
+    if got is None:
         return
+    loaded, tr = got
     layer = 0
     view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids))
     if view.uses_layer:  # the layer lives in the URL too (?layer=), shared with the other pages

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from core.engine.types import TOY_ID
@@ -10,57 +9,54 @@ from core.toy import figures as toy_fig
 from core.web import cache, live, presenter, ui
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.3g}"
-
-
 def _site(tr, stage: str, layer: int, head: int, lang: str) -> None:
     """One site's heatmap, its shape and range, and the provenance badge."""
     st.plotly_chart(toy_fig.fig_site(tr, stage, layer, head, lang), width="stretch")
-    arr = toy_fig.stage_array(tr, stage, layer, head)
-    fin = arr[np.isfinite(arr)]
-    st.caption(ui.t("toy.shape", shape=list(arr.shape), lo=_fmt(fin.min()), hi=_fmt(fin.max())))
+    st.caption(toy_fig.site_caption(tr, stage, layer, head, lang))
     ui.badge("toy")
 
 
-def render() -> None:
-    lang = ui.lang()
-    ui.header("page.toy", "toy.intro")
-    try:
-        loaded = cache.get_model(TOY_ID)
-    except Exception as e:  # e.g. assets/toy/ missing: say so, never a traceback
-        return st.error(ui.t("err.model_load", msg=str(e)))
-
+def _config_section(loaded, lang: str) -> None:
     st.subheader(ui.t("toy.sec_config"))
     real = cache.real_facts()
     st.dataframe(toy_fig.facts_table(loaded.facts.to_dict(), real, lang), hide_index=True, width="stretch", height=610)
     st.caption(ui.t("toy.config_caption") if real else ui.t("toy.real_missing"))
     ui.badge("toy", "SmolLM2: " + ui.t("badge.real") if real else None)
 
+
+def _trace_problem(err: str) -> None:
+    """No trace: a hint (an i18n key such as hint.empty_prompt) or an error message."""
+    if err.startswith("hint."):
+        st.info(ui.t(err))
+    else:
+        st.error(ui.t("toy.trace_error", msg=err))
+
+
+def _sites_section(lang: str) -> None:
     st.subheader(ui.t("toy.sec_sites"))
     tr, err = cache.toy_trace(ui.prompt(), ui.chat())
     if tr is None:
-        (st.info if err.startswith("hint.") else st.error)(ui.t(err) if err.startswith("hint.") else ui.t("toy.trace_error", msg=err))
-    else:
-        if tr.truncated_from:
-            st.warning(ui.t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
-        st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
-        layer, head = ui.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
-        c1, c2 = st.columns(2)
-        a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
-        mlp_stages = [s for s in toy_fig.MLP_STAGES if s in tr.extras or s in ("down",)]
-        m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), key="toy_mlp_stage")
-        with c1:
-            _site(tr, a_stage, layer, head, lang)
-        with c2:
-            _site(tr, m_stage, layer, head, lang)
-        w = tr.attn_pattern[layer, head].astype(np.float64)
-        st.caption(ui.t("toy.check_rows", err=_fmt(np.abs(w.sum(-1) - 1).max()), above=_fmt(np.triu(w, 1).max())))
-        for note in tr.notes:
-            st.caption(note)
-        if ui.is_toy():
-            ui.download_trace("toy")
+        return _trace_problem(err)
+    if tr.truncated_from:
+        st.warning(ui.t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
+    st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
+    layer, head = ui.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
+    c1, c2 = st.columns(2)
+    a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
+    mlp_stages = toy_fig.mlp_stages(tr)
+    m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), key="toy_mlp_stage")
+    with c1:
+        _site(tr, a_stage, layer, head, lang)
+    with c2:
+        _site(tr, m_stage, layer, head, lang)
+    st.caption(toy_fig.row_check_caption(tr, layer, head, lang))
+    for note in tr.notes:
+        st.caption(note)
+    if ui.is_toy():
+        ui.download_trace("toy")
 
+
+def _order_section(lang: str) -> None:
     st.subheader(ui.t("toy.sec_order"))
     st.markdown(ui.t("toy.order_caption"))
     c1, c2 = st.columns(2)
@@ -75,9 +71,11 @@ def render() -> None:
         st.plotly_chart(toy_fig.fig_word_order(rows, lang), width="stretch")
         ui.badge("toy")
 
+
+def _train_section(lang: str) -> None:
     st.subheader(ui.t("toy.sec_train"))
     curve = cache.shipped_curve()
-    st.markdown(ui.t("toy.train_caption", steps=len(curve["loss"]), seconds=curve["seconds"], limit=int(live.LIVE_SECONDS)))
+    st.markdown(toy_fig.train_caption(curve, live.LIVE_SECONDS, lang))
     st.caption(toy_fig.report_text(curve["report"], lang))
     c1, c2, c3 = st.columns([2, 1, 1])
     steps = c1.slider(ui.t("toy.train_steps"), 50, 800, 300, 50, key="toy_train_steps")
@@ -91,12 +89,23 @@ def render() -> None:
         loss_slot.plotly_chart(toy_fig.fig_loss(curve["loss"], lang), width="stretch")
     result = st.session_state.get("toy_live")
     if result:
-        rep = result["report"]
         if not go:
-            loss_slot.plotly_chart(toy_fig.fig_loss(result["losses"], lang, curve["loss"][: len(result["losses"])]), width="stretch")
-        st.success(ui.t("toy.live_done", n=len(result["losses"]), seconds=f"{result['seconds']:.1f}",
-                        first=_fmt(rep["loss_first_copy"]), second=_fmt(rep["loss_second_copy"])))
+            loss_slot.plotly_chart(toy_fig.fig_live_loss(result["losses"], curve["loss"], lang), width="stretch")
+        st.success(toy_fig.live_done_text(result, lang))
     ui.badge("measured")
+
+
+def render() -> None:
+    lang = ui.lang()
+    ui.header("page.toy", "toy.intro")
+    try:
+        loaded = cache.get_model(TOY_ID)
+    except Exception as e:  # e.g. assets/toy/ missing: say so, never a traceback
+        return st.error(ui.t("err.model_load", msg=str(e)))
+    _config_section(loaded, lang)
+    _sites_section(lang)
+    _order_section(lang)
+    _train_section(lang)
 
 
 render()

@@ -48,10 +48,10 @@ def build_tiny(arch: str, folder: Path, seed: int = 0) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from core.backends import load_model
-    from core.engine.hf import _converted_dir, embedded_gguf_path
+    from core.engine.hf import converted_dir, embedded_gguf_path
 
     load_model(None)  # make sure the converted tokenizer exists
-    tok = AutoTokenizer.from_pretrained(str(_converted_dir(embedded_gguf_path())))
+    tok = AutoTokenizer.from_pretrained(str(converted_dir(embedded_gguf_path())))
     torch.manual_seed(seed)
     cfg = _tiny_config(arch, len(tok))
     model = AutoModelForCausalLM.from_config(cfg)
@@ -74,7 +74,7 @@ def tiny_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_dirs):
-    """{arch: LoadedModel} loaded through core.models.load_model."""
+    """{arch: LoadedModel} loaded through core.backends.load_model."""
     from core.backends import load_model
 
     return {a: load_model(str(d)) for a, d in tiny_dirs.items()}
@@ -84,7 +84,7 @@ def tiny_loaded(tiny_dirs):
 def _navigation_pages_only(monkeypatch):
     """AppTest resets Streamlit's old 'pages/ folder = automatic multipage app' flag before every
     run, so from the second run on it would execute a page script alone, without app.py's router
-    and sidebar. Our pages/ are st.navigation pages (core.ui_server.py does the same for the server)."""
+    and sidebar. Our pages/ are st.navigation pages (core.web.server does the same for the server)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     original = PagesManager.__init__

@@ -1,4 +1,4 @@
-"""The attention lab's maths (core.attention, core.positions) against independent references:
+"""The attention lab's maths (core.maths.attention, core.maths.positions) against independent references:
 torch SDPA, hand computations, the tutorials' numbers, and the real SmolLM2 trace; plus every
 maths page under AppTest in both languages."""
 

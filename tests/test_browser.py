@@ -99,7 +99,7 @@ def browser(server):
         try:
             # The very first visit of a fresh server is a deep link, as when a teacher's shared
             # link is the first thing opened: the router (app.py) must run, sidebar included —
-            # core/ui_server.py stops Streamlit from treating pages/ as its old automatic folder.
+            # core/web/server.py stops Streamlit from treating pages/ as its old automatic folder.
             page = b.new_page()
             page.goto(f"{server}/tour?step=1")
             settle(page, timeout=180)
@@ -255,10 +255,13 @@ def test_generation_decode_step_grows_kv_plot(browser, server):
     js = ("(t) => { for (const p of document.querySelectorAll('.js-plotly-plot')) {"
           " const tt = p.layout && p.layout.title; const s = typeof tt === 'string' ? tt : (tt && tt.text);"
           " if (s && s.includes(t)) return p.calcdata[0].length; } return null }")  # points drawn
+    # under load the browser may paint the figure after the script run ends: wait for it (60 s at most)
+    page.wait_for_function(f"(t) => ({js})(t) !== null", arg=title, timeout=60_000)
     n0 = page.evaluate(js, title)
     assert n0 == 1, n0  # after the prefill: one pass
     page.locator(".st-key-generation_next button").click()
     settle(page)
+    page.wait_for_function(f"(t) => ({js})(t) === {n0 + 1}", arg=title, timeout=60_000)
     assert page.evaluate(js, title) == n0 + 1
     assert not page.locator('[data-testid="stException"]').count() and not watch.real_errors()
     page.close()

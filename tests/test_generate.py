@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core import __main__ as cli
 from core import backends
 from core.engine import tokens
 from core.engine.numbers import human_bytes
@@ -169,7 +170,7 @@ def test_toy_stepper():
 
 def test_cli_writes_npz(tiny_dirs, tmp_path):
     out = tmp_path / "gen.npz"
-    assert generate.cli_main([PROMPT, "--steps", "5", "-o", str(out), "--model", str(tiny_dirs["llama"])]) == 0
+    assert cli.generate_main([PROMPT, "--steps", "5", "-o", str(out), "--model", str(tiny_dirs["llama"])]) == 0
     z = np.load(out)
     for key in ("token_ids", "tokens", "kv_tokens", "kv_bytes", "step_seconds", "prefill_seconds", "meta", "prompt_ids"):
         assert key in z.files
@@ -181,7 +182,7 @@ def test_cli_writes_npz(tiny_dirs, tmp_path):
     assert z["kv_tokens"].tolist() == list(range(T, T + n))
     assert z["kv_bytes"].tolist() == [2 * f["n_layers"] * f["n_kv_heads"] * f["head_dim"] * t * 4 for t in range(T, T + n)]
     assert float(z["step_seconds"][0]) == float(z["prefill_seconds"]) > 0
-    assert generate.cli_main(["   ", "--steps", "2", "-o", str(tmp_path / "x.npz"), "--model", str(tiny_dirs["llama"])]) == 2
+    assert cli.generate_main(["   ", "--steps", "2", "-o", str(tmp_path / "x.npz"), "--model", str(tiny_dirs["llama"])]) == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 message in the page, the previous model stays in use, and the trace cache stays bounded.
 
 Pages are driven through AppTest (the sidebar prompt is the text area with key "prompt"); forward
-passes are counted by wrapping ``core.tracing.trace_ids``.
+passes are counted by wrapping ``core.backends.trace_ids``.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def test_bad_model_folder_keeps_previous_model(bad_folders, which, words):
 
 
 def _trace_cache_entries() -> int:
-    """Entries held by core.cached.get_trace's st.cache_data store (Streamlit internals)."""
+    """Entries held by core.web.cache.get_trace's st.cache_data store (Streamlit internals)."""
     from streamlit.runtime.caching import cache_data_api
 
     total = 0

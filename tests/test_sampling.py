@@ -1,4 +1,4 @@
-"""core.sampling against hand-made logits and against Hugging Face's own logits processors."""
+"""core.gen.sampling against hand-made logits and against Hugging Face's own logits processors."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_greedy_and_seeded_choice():
 
 
 def test_entropy_bits():
-    from core.gen.sampling import entropy_bits
+    from core.engine.numbers import entropy_bits
 
     assert entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
     assert entropy_bits(np.array([1.0, 0.0, 0.0])) == 0.0

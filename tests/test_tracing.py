@@ -31,11 +31,11 @@ def _eager_reference(folder):
 @pytest.fixture(scope="module")
 def cases(tiny_loaded, tiny_dirs, smol):
     """(name, loaded, trace, HF eager outputs of an independent model instance)."""
-    from core.engine.hf import _converted_dir, embedded_gguf_path
+    from core.engine.hf import converted_dir, embedded_gguf_path
 
     out = []
     folders = dict(tiny_dirs)
-    folders["smollm2"] = _converted_dir(embedded_gguf_path())
+    folders["smollm2"] = converted_dir(embedded_gguf_path())
     loadeds = dict(tiny_loaded)
     loadeds["smollm2"] = smol
     for name in (*TINY_ARCHS, "smollm2"):
@@ -179,9 +179,9 @@ def test_eight_threads_each_get_their_own_trace(smol):
 def _save_tiny(cfg, cls, folder):
     from transformers import AutoTokenizer
 
-    from core.engine.hf import _converted_dir, embedded_gguf_path
+    from core.engine.hf import converted_dir, embedded_gguf_path
 
-    tok = AutoTokenizer.from_pretrained(str(_converted_dir(embedded_gguf_path())))
+    tok = AutoTokenizer.from_pretrained(str(converted_dir(embedded_gguf_path())))
     torch.manual_seed(0)
     cls(cfg).save_pretrained(str(folder))
     tok.save_pretrained(str(folder))

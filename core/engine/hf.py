@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from huggingface_hub import snapshot_download
 from safetensors.torch import save_file
-from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer
+from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from core.engine import config as cfgread
@@ -62,7 +62,7 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def _converted_dir(gguf: Path) -> Path:
+def converted_dir(gguf: Path) -> Path:
     st = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
     return cache_root() / f"smollm2-135m-instruct-{key}"
@@ -72,7 +72,7 @@ def _converted_dir(gguf: Path) -> Path:
 # Facts
 
 
-def _norm_info(model: Any) -> tuple[str, str]:
+def _norm_info(model: PreTrainedModel) -> tuple[str, str]:
     names = {type(m).__name__ for m in model.modules()}
     norm = "RMSNorm" if any("RMSNorm" in n for n in names) else "LayerNorm"
     cfg = model.config
@@ -80,7 +80,7 @@ def _norm_info(model: Any) -> tuple[str, str]:
     return norm, "post-norm" if post else "pre-norm"
 
 
-def _position_type(model: Any) -> str:
+def _position_type(model: PreTrainedModel) -> str:
     cfg = model.config
     if getattr(cfg, "rope_parameters", None) is not None or hasattr(cfg, "rope_theta"):
         return "RoPE"
@@ -96,7 +96,7 @@ def _position_type(model: Any) -> str:
     return "none"
 
 
-def facts_from_hf(model: Any, name: str) -> ModelFacts:
+def facts_from_hf(model: PreTrainedModel, name: str) -> ModelFacts:
     cfg = model.config
     n_heads = int(cfgread.get(cfg, "num_attention_heads"))
     d_model = int(cfgread.get(cfg, "hidden_size"))
@@ -161,7 +161,7 @@ def _from_pretrained(path: str | Path, **kw: Any) -> Any:
 
 def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
     gguf = embedded_gguf_path()
-    conv = _converted_dir(gguf)
+    conv = converted_dir(gguf)
     if not (conv / "model.safetensors").is_file():
         progress(0.1, "first start: de-quantising the GGUF file (once, about 15 s)")
         _convert_gguf(gguf, conv)

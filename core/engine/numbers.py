@@ -16,6 +16,13 @@ def softmax(x: np.ndarray, axis: int = -1, temperature: float = 1.0) -> np.ndarr
     return np.divide(e, s, out=np.zeros_like(e), where=s > 0)
 
 
+def entropy_bits(probs: np.ndarray) -> float:
+    """Shannon entropy in bits: how many yes/no questions the distribution leaves open."""
+    p = np.asarray(probs, dtype=np.float64)
+    nz = p[p > 0]  # 0 · log 0 = 0
+    return float(-(nz * np.log2(nz)).sum())
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` highest scores of a 1-D array, highest first."""
     scores = np.asarray(scores)
@@ -24,6 +31,11 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     idx = np.argpartition(-scores, k - 1)[:k]
     return idx[np.argsort(-scores[idx], kind="stable")].astype(np.int64)
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest |a − b|: how far a recomputation lands from the model's own numbers."""
+    return float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)).max())
 
 
 def human_bytes(n: float) -> str:

@@ -61,7 +61,7 @@ def child_by_name(parent: Any, names: tuple[str, ...]) -> Any | None:
     return None
 
 
-def n_layers_of(model: Any) -> int:
+def n_layers_of(model: nn.Module) -> int:
     """Blocks in the model, from its config (HF) or its ``cfg`` (the toy)."""
     cfg = getattr(model, "config", None)
     if cfg is not None:

@@ -84,6 +84,11 @@ def visible(piece: Any) -> str:
     return "".join(out) or "∅"
 
 
+def visible_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each id as a page shows it: decoded on its own, then made visible."""
+    return [visible(s) for s in readable_tokens(tokenizer, ids)]
+
+
 def position_label(tokens: Sequence[Any], i: int, offset: int = 0) -> str:
     """Position-prefixed visible token text for axes and tables ("3·苹"); ``offset`` numbers a
     window of a longer sequence by its absolute positions."""

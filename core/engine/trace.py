@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from core.engine.numbers import softmax
+from core.engine.types import HeadGeometry
 
 MAX_TOKENS = 512  # the trace limit: longer prompts are cut, with a visible notice
 TOP_K = 10  # top next-token candidates kept for every position
@@ -104,9 +105,15 @@ class Trace:
     def vocab_size(self) -> int:
         return int(self.last_logits.shape[0])
 
+    @property
+    def geometry(self) -> HeadGeometry:
+        """The traced model's attention shape (from the arrays themselves)."""
+        return HeadGeometry(str(self.meta.get("model", "trace")), self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim,
+                            self.d_model, bytes_per_value=self.k.dtype.itemsize)
+
     def kv_head_of(self, h: int) -> int:
         """Query head h reads KV head h // (H // Hkv)."""
-        return h // (self.n_heads // self.n_kv_heads)
+        return self.geometry.kv_head_of(h)
 
     # -- derived, exact ------------------------------------------------------------------
     def last_probs(self, temperature: float = 1.0) -> np.ndarray:

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # annotations only: this module stays importable without torch
+    from torch import nn
 
 EMBEDDED_ID = "SmolLM2-135M-Instruct"
 TOY_ID = "toy"
 
 # Bytes of one stored value, by dtype name (torch's spelling, without "torch.").
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1}
+# The widths a KV cache is commonly stored in, as the pages offer them.
+VALUE_WIDTHS: dict[str, int] = {"fp32": 4, "fp16 / bf16": 2, "int8": 1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,8 +208,8 @@ class Tokenizer(Protocol):
 class LoadedModel:
     """One loaded model shared by every browser session. Nothing per-request lives here."""
 
-    model: Any  # a transformers PreTrainedModel, or core.toy.ToyTransformer (kind says which)
-    tokenizer: Any  # a transformers tokenizer, or core.toy.ByteTokenizer
+    model: nn.Module  # a transformers PreTrainedModel, or core.toy.ToyTransformer (kind says which)
+    tokenizer: Tokenizer  # a transformers tokenizer, or core.toy.ByteTokenizer
     facts: ModelFacts
     spec: str  # what the user chose: EMBEDDED_ID, TOY_ID or a path / cache id
     kind: str  # "hf" | "toy"

@@ -10,9 +10,11 @@ id 2 for SmolLM2) — the same token that closes every turn in the template.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import pandas as pd
 
 from core.engine.tokens import has_chat_template, readable_tokens
 
@@ -36,6 +38,16 @@ class ChatRendering:
     end_token_id: int | None
     system_added: bool  # the template inserted a default system message nobody wrote
 
+    @property
+    def n_end_tokens(self) -> int:
+        """How many times the end token occurs in the templated ids (once per closed turn)."""
+        return sum(1 for i in self.ids if i == self.end_token_id)
+
+    @property
+    def generation_prompt_line(self) -> str:
+        """The generation prompt on one line, its line breaks shown as ⏎."""
+        return self.generation_prompt.replace("\n", "⏎")
+
 
 def clean_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     """Keep well-formed messages with a known role (empty contents are allowed: they are real turns)."""
@@ -45,6 +57,12 @@ def clean_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
         if role in ROLES:
             out.append({"role": role, "content": str(m.get("content", ""))})
     return out
+
+
+def messages_from_records(records: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    """Rows of an edited message table (``DataFrame.to_dict("records")``) as messages: a missing role
+    becomes "" (dropped later by ``clean_messages``), a missing content the empty turn."""
+    return [{"role": str(r["role"] or ""), "content": "" if pd.isna(r["content"]) else str(r["content"])} for r in records]
 
 
 def _special_tokens(tokenizer: Any) -> list[str]:

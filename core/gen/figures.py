@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -128,9 +129,11 @@ def kv_variants(names: Sequence[str], n_bytes: Sequence[float], lang: str) -> go
     return _layout(fig, t("kv_cache.fig_variants", lang), height=320)
 
 
-def workloads(names: Sequence[str], ttft: Sequence[float], decode: Sequence[float], kv_gib: Sequence[float],
-              weights_gib: Sequence[float], lang: str) -> go.Figure:
-    """Each request shape: time split (TTFT + decode, stacked) and memory split (weights + KV)."""
+def workloads(names: Sequence[str], rows: Sequence[dict[str, Any]], lang: str) -> go.Figure:
+    """Each request shape (a row of ``kvcalc.simulate``): time split (TTFT + decode, stacked) and
+    memory split (weights + KV, GiB)."""
+    ttft, decode = [r["ttft_s"] for r in rows], [r["decode_s"] for r in rows]
+    kv_gib, weights_gib = [r["kv_bytes"] / 2**30 for r in rows], [r["weight_bytes"] / 2**30 for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(t("kv_cache.time_split", lang), t("kv_cache.mem_split", lang)))
     fig.add_trace(go.Bar(x=list(names), y=list(ttft), name="TTFT (prefill)", marker_color=PALETTE["prefill"]), 1, 1)
     fig.add_trace(go.Bar(x=list(names), y=list(decode), name=t("kv_cache.decode_total", lang), marker_color=PALETTE["decode"]), 1, 1)

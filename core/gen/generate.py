@@ -15,12 +15,11 @@ Times are measured with ``time.perf_counter`` *inside* the lock, so they count t
 not the wait for another session's forward pass.
 
 ``run_without_cache`` produces the same tokens by re-running the whole prefix for every token —
-the cost the cache saves. ``generate_record`` / ``cli_main`` serve ``python -m core generate``.
+the cost the cache saves. ``generate_record`` serves ``python -m core generate`` (``core/__main__.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Sequence
@@ -30,11 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from core import backends
+import core.backends as backends
 from core.engine.numbers import softmax, top_k
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import EmptyPromptError, LoadedModel, ModelLoadError
+from core.engine.types import LoadedModel
 from core.gen.sampling import SamplingConfig, choose, next_token_distribution
 
 TOP_K = 10  # candidates kept per step
@@ -78,6 +77,11 @@ class StepRecord:
     kv_bytes_layers: np.ndarray  # [L] bytes of K and V per layer, from the cache tensors
     kv_bytes: int  # total over layers
     seconds: float  # wall time of this pass (forward + choice)
+
+    @property
+    def top_index(self) -> int:
+        """Where the chosen token stands among ``top_ids`` (-1: sampled from outside the top K)."""
+        return int(next((i for i, t in enumerate(self.top_ids) if t == self.token_id), -1))
 
 
 class Stepper:
@@ -347,43 +351,6 @@ def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingC
         "prefill_seconds": np.float64(st.ttft or 0.0),
         "meta": np.asarray(json.dumps(meta, ensure_ascii=False, default=str)),
     }
-
-
-def cli_main(argv: list[str]) -> int:
-    """``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] …``"""
-    p = argparse.ArgumentParser(prog="python -m core generate", description="Prefill + decode with a KV cache, timed step by step.")
-    p.add_argument("prompt")
-    p.add_argument("--steps", type=int, default=16, help="new tokens at most (the prefill's included)")
-    p.add_argument("-o", "--output", default="gen.npz")
-    p.add_argument("--model", default=None, help="local model folder (default: the embedded SmolLM2)")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt with the chat template")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    a = p.parse_args(argv)
-    if a.steps < 1:
-        p.error("--steps must be at least 1")
-    greedy = a.temperature is None or a.temperature <= 0
-    if greedy:
-        cfg = greedy_config()
-    else:
-        cfg = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
-    try:
-        loaded = backends.load_model(a.model)
-        rec = generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat)
-    except (ModelLoadError, EmptyPromptError, ValueError) as e:
-        print(f"error: {e}")
-        return 2
-    np.savez(a.output, **rec)
-    n = len(rec["token_ids"])
-    tp = rec["step_seconds"][1:]
-    print(f"{n} tokens, stop: {json.loads(str(rec['meta']))['stop_reason']}; TTFT {rec['prefill_seconds'] * 1e3:.1f} ms"
-          + (f", median TPOT {np.median(tp) * 1e3:.1f} ms" if len(tp) else ""))
-    print(f"KV cache at the end: {int(rec['kv_tokens'][-1])} positions, {int(rec['kv_bytes'][-1]):,} bytes")
-    print(f"text: {str(rec['text'])!r}")
-    print(f"wrote {a.output}")
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------

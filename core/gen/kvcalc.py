@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engine import config as cfgread
-from core.engine.types import HeadGeometry
+from core.engine.types import HeadGeometry, ModelFacts
 
 PRESETS_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_presets.json"
 
@@ -45,6 +45,12 @@ def variant_rows(shape: HeadGeometry, tokens: int, bytes_per_value: int, request
                      "bytes_per_token": s.kv_bytes_per_token(bytes_per_value), "total_bytes": total,
                      "vs_mha": total / mha if mha else 0.0})
     return rows
+
+
+def formula_terms(shape: HeadGeometry, tokens: int, bytes_per_value: int, requests: int = 1) -> dict[str, int]:
+    """Every factor of the formula above and its product, named as the pages' formula captions quote them."""
+    return {"L": shape.n_layers, "kv": shape.n_kv_heads, "dh": shape.dh, "b": bytes_per_value, "t": tokens, "r": requests,
+            "total": shape.kv_bytes(tokens, bytes_per_value, requests)}
 
 
 def from_config(cfg: dict[str, Any] | str, name: str | None = None) -> HeadGeometry:
@@ -85,6 +91,11 @@ class Costs:
     decode_s_per_token: float
     kv_bytes_per_token: int
     weight_bytes: int
+
+    @classmethod
+    def of_model(cls, facts: ModelFacts, prefill_s_per_token: float, decode_s_per_token: float) -> Costs:
+        """Measured times per token, with the model's KV bytes per token and weight bytes in its own dtype."""
+        return cls(prefill_s_per_token, decode_s_per_token, facts.kv_bytes_per_token(), facts.n_params * facts.value_bytes)
 
 
 def simulate(workloads: Sequence[Workload], costs: Costs) -> list[dict[str, Any]]:

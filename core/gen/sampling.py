@@ -42,13 +42,6 @@ class SamplingConfig:
             raise ValueError(f"repetition_penalty must be > 0 (got {self.repetition_penalty})")
 
 
-def entropy_bits(probs: np.ndarray) -> float:
-    """Shannon entropy in bits: how many yes/no questions the distribution leaves open."""
-    p = np.asarray(probs, dtype=np.float64)
-    nz = p[p > 0]  # 0 · log 0 = 0
-    return float(-(nz * np.log2(nz)).sum())
-
-
 def apply_repetition_penalty(logits: np.ndarray, previous_ids: Sequence[int], penalty: float) -> np.ndarray:
     """HF's RepetitionPenaltyLogitsProcessor: seen tokens become less likely.
 

@@ -18,15 +18,45 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
+from core.engine.i18n import t
 from core.engine.types import EmptyPromptError, LoadedModel, UnsupportedArchitectureError
 
 OUT_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense")
+MAX_TOKENS = 256  # each ablation is a fresh forward pass; keep it quick on a CPU
 
 Ablation = Sequence[tuple[int, int | None]]  # (layer, head) or (layer, None) = the whole layer
+
+
+def too_long(n_tokens: int) -> bool:
+    """Whether a prompt is too long for the page's ablations (MAX_TOKENS)."""
+    return n_tokens > MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the page ablates: one head of a layer (scope "head"), or the layer's whole attention ("layer")."""
+
+    layer: int
+    head: int
+    scope: str
+
+    @property
+    def ablate(self) -> tuple[tuple[int, int | None], ...]:
+        return ((self.layer, self.head if self.scope == "head" else None),)
+
+    @property
+    def marked(self) -> int | None:
+        """The ablated head's index among its layer's heads (None when the whole layer is ablated)."""
+        return self.head if self.scope == "head" else None
+
+    def marked_in_model(self, n_heads: int) -> int | None:
+        """The ablated head's index among every head of the model, layer by layer."""
+        return self.layer * n_heads + self.head if self.scope == "head" else None
 
 
 def out_proj(attn: Any) -> Any:
@@ -129,6 +159,11 @@ class Effect:
     def delta(self) -> float:
         return self.p_after - self.p_before
 
+    @property
+    def same_top(self) -> bool:
+        """Whether the most likely next token is still the same one."""
+        return self.new_top_id == self.top_id
+
 
 def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
     """KL(p ‖ q) = Σ p log(p/q), in nats; terms with p = 0 contribute nothing."""
@@ -153,3 +188,23 @@ def top_table(tokenizer: Any, before: np.ndarray, after: np.ndarray, k: int = 10
     ]
     rows.sort(key=lambda r: -r["p_before"])
     return rows
+
+
+def top_frame(tokenizer: Any, before: np.ndarray, after: np.ndarray, lang: str, k: int = 8) -> pd.DataFrame:
+    """``top_table`` as a table with translated headings (probabilities stay numbers)."""
+    return pd.DataFrame(top_table(tokenizer, before, after, k)).rename(columns={
+        "token": t("ui.token", lang), "p_before": t("ablation.p_before", lang), "p_after": t("ablation.p_after", lang), "delta": "Δp"})
+
+
+def head_names(n_heads: int, n_layers: int | None = None) -> list[str]:
+    """'h0', 'h1' … for one layer's heads, or 'L0·h0' … for every head of ``n_layers`` layers."""
+    if n_layers is None:
+        return [f"h{h}" for h in range(n_heads)]
+    return [f"L{i}·h{h}" for i in range(n_layers) for h in range(n_heads)]
+
+
+def sweep_args(sharpness: np.ndarray, kl: np.ndarray) -> dict[str, Any]:
+    """The fields of ablation.sweep_result: the sharpest head (hs, its sharpness s, its KL ks) beside the
+    head whose removal changes the next token most (hk, its KL k, its sharpness sk)."""
+    hs, hk = int(np.argmax(sharpness)), int(np.argmax(kl))
+    return {"hs": hs, "s": float(sharpness[hs]), "ks": float(kl[hs]), "hk": hk, "k": float(kl[hk]), "sk": float(sharpness[hk])}

@@ -7,14 +7,22 @@ forward pass through ``core.tracing``); no Streamlit here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from core.engine import tokens
+from core.engine.i18n import t
 from core.engine.types import LoadedModel
+
+# The token-vs-sentence (RAG) demo: two paraphrases and an unrelated sentence.
+RAG_SENTENCES = ("The cat sat on the mat.", "A kitten was resting on the rug.", "Stock prices fell sharply today.")
+COMPARE_ROWS = ("id", "emb", "pos", "hidden", "rag")  # the rows of the "which vector is which" table
+COMPARE_COLS = ("what", "unit", "role", "not")
 
 
 def embedding_matrix(loaded: LoadedModel) -> np.ndarray:
@@ -30,6 +38,16 @@ def embedding_matrix(loaded: LoadedModel) -> np.ndarray:
 def lookup(E: np.ndarray, ids: np.ndarray | list[int]) -> np.ndarray:
     """Rows of E for the given IDs, [T, d]: the embedding layer is an index, not a computation."""
     return E[np.asarray(ids, dtype=np.int64)]
+
+
+def lookup_table(row: np.ndarray, traced: np.ndarray, token_id: int, pos: int, ndims: int) -> pd.DataFrame:
+    """The first ``ndims`` numbers of E[token_id] above those of trace.embeddings[pos]: the same row."""
+    return pd.DataFrame({f"E[{token_id}, :]": row[:ndims], f"trace.embeddings[{pos}, :]": traced[:ndims]}).T
+
+
+def max_gap(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest |a − b|: 0 when the lookup and the trace hold the same row."""
+    return float(abs(a - b).max())
 
 
 def cosine_rows(E: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -89,6 +107,13 @@ def id_distance_study(E: np.ndarray, n_pairs: int = 2000, seed: int = 0, example
     )
 
 
+def id_study_args(s: IdDistanceStudy, tokenizer: Any) -> dict[str, Any]:
+    """The fields of tokens.iddist_result: the correlations, the mean cosines and the example pair."""
+    ta, tb = tokens.readable_tokens(tokenizer, [s.example[0], s.example[1]])
+    return {"n": len(s.cosine), "r": s.pearson, "rho": s.spearman, "rand": s.mean_random, "adj": s.mean_adjacent,
+            "a": s.example[0], "b": s.example[1], "ta": ta, "tb": tb, "c": s.example[2]}
+
+
 @dataclass(frozen=True)
 class Pca2:
     coords: np.ndarray  # [N, 2] projections on the first two principal axes
@@ -143,6 +168,12 @@ def word_vectors(loaded: LoadedModel, E: np.ndarray, words: list[str]) -> list[W
     return out
 
 
+def pca_caption(words: list[str], pieces: list[str], lang: str) -> str:
+    """The note under the PCA map, naming the words that are several tokens (their point is a mean)."""
+    multi = [f"{w} → {p}" for w, p in zip(words, pieces) if " + " in p]
+    return t("tokens.pca_note", lang) + (" " + t("tokens.pca_multi", lang, items="; ".join(multi)) if multi else "")
+
+
 def parse_words(text: str, limit: int = 40) -> list[str]:
     """Comma/newline-separated words; a leading space is kept when the user typed one (' cat' and
     'cat' are different tokens), surrounding newlines and empty items are dropped."""
@@ -160,10 +191,10 @@ def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: 
     inside the user's prompt) or "template" (added by the chat template).
 
     Uses the tokenizer's character offsets of ``text`` (the exact string that was tokenised); when
-    the template is off every non-special token is the user's.
+    the template is off, or the tokenizer has none (the toy's), every non-special token is the user's.
     """
     special = {int(i) for i in getattr(tokenizer, "all_special_ids", []) or []}
-    if not chat:
+    if not chat or not tokens.has_chat_template(tokenizer):
         return ["special" if i in special else "user" for i in ids]
     start = text.rfind(prompt)  # the user's message sits after the system preamble
     end = start + len(prompt)
@@ -186,6 +217,17 @@ def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: 
     return out
 
 
+def source_counts(sources: list[str]) -> dict[str, int]:
+    """The fields of tokens.chips_legend: how many tokens in all, and from the user, the template, specials."""
+    return {"n": len(sources), "user": sources.count("user"), "tpl": sources.count("template"), "special": sources.count("special")}
+
+
+def compare_table(lang: str) -> pd.DataFrame:
+    """Token ID, token embedding, position, hidden state, RAG vector: what each is, per what, what for, what not."""
+    return pd.DataFrame([[t(f"tokens.cmp_{r}_{c}", lang) for c in COMPARE_COLS] for r in COMPARE_ROWS],
+                        columns=[t(f"tokens.cmp_col_{c}", lang) for c in COMPARE_COLS])
+
+
 def mean_pooled(hidden: np.ndarray) -> np.ndarray:
     """A sentence vector the crude way: the mean of the final hidden states over positions, [d].
 
@@ -199,6 +241,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
+
+
+def similarity_table(texts: Sequence[str], vectors: Sequence[np.ndarray]) -> pd.DataFrame:
+    """Cosine similarity of every pair of ``vectors``, rows and columns named by their ``texts``."""
+    return pd.DataFrame([[cosine(a, b) for b in vectors] for a in vectors], index=list(texts), columns=list(texts))
 
 
 def find_subsequence(ids: list[int] | np.ndarray, sub: list[int]) -> list[int]:
@@ -273,3 +320,49 @@ def default_positions(ids_a: Any, ids_b: Any, word: list[int]) -> tuple[int, int
 def same_prefix(ids_a: Any, pos_a: int, ids_b: Any, pos_b: int) -> bool:
     """True when both positions see exactly the same tokens (causal attention: positions 0 … pos)."""
     return pos_a == pos_b and [int(i) for i in ids_a[: pos_a + 1]] == [int(i) for i in ids_b[: pos_b + 1]]
+
+
+def pick_label(pieces: Any, ids: Any, i: int) -> str:
+    """A position picker's option: '3·苹 (id 12345)'."""
+    return f"{tokens.position_label(pieces, i)} (id {int(ids[i])})"
+
+
+def comparable(resid_a: np.ndarray, resid_b: np.ndarray) -> bool:
+    """Whether two traces have the same number of layer boundaries (the same model)."""
+    return resid_a.shape[0] == resid_b.shape[0]
+
+
+@dataclass(frozen=True)
+class ContextComparison:
+    """One position of prompt A beside one of prompt B, layer by layer."""
+
+    sim: np.ndarray  # [L+1] cosine of the two residual streams
+    base: np.ndarray  # [L+1] the same position of A against B's other positions (what "unrelated" looks like)
+    id_a: int
+    id_b: int
+    same_prefix: bool  # both positions see exactly the same tokens: the streams stay identical
+
+    @property
+    def same_id(self) -> bool:
+        return self.id_a == self.id_b
+
+    @property
+    def weakest_layer(self) -> int:
+        """The layer boundary where the two streams are least alike."""
+        return int(self.sim.argmin())
+
+
+def compare_contexts(ids_a: Any, resid_a: np.ndarray, pos_a: int, ids_b: Any, resid_b: np.ndarray, pos_b: int) -> ContextComparison:
+    return ContextComparison(
+        sim=context_similarity(resid_a, pos_a, resid_b, pos_b),
+        base=context_baseline(resid_a, pos_a, resid_b, pos_b),
+        id_a=int(ids_a[pos_a]),
+        id_b=int(ids_b[pos_b]),
+        same_prefix=same_prefix(ids_a, pos_a, ids_b, pos_b),
+    )
+
+
+def context_table(c: ContextComparison, lang: str) -> pd.DataFrame:
+    """Layer, similarity and baseline, one row per layer boundary, in ``lang``."""
+    return pd.DataFrame({t("context.col_layer", lang): range(len(c.sim)), t("context.col_sim", lang): c.sim,
+                         t("context.col_base", lang): c.base})

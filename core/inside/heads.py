@@ -6,9 +6,15 @@ zero above the diagonal) and return numpy arrays. No model, no Streamlit.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+GRID_TOKENS = 48  # positions drawn per small map (the single-query view shows all)
+METRICS = ("prev_token", "first_token", "entropy", "max_weight")  # the atlas's metrics, as HeadAtlas names them
+SMALLER_IS_SHARPER = {"entropy"}  # metrics whose most telling heads are the lowest
 
 
 @dataclass(frozen=True)
@@ -74,3 +80,61 @@ def window(T: int, max_len: int) -> tuple[int, int]:
     """The positions [start, end) drawn in the small-multiples grid: the first ``max_len`` tokens
     (a 30-head grid of 512×512 maps would be 8 M cells; the single-query view shows everything)."""
     return 0, min(T, max_len)
+
+
+def shown(weights: np.ndarray, hide_first: bool) -> np.ndarray:
+    """Weights as drawn: float, with the first-token column hidden and rows renormalised if asked."""
+    return drop_first_key(weights) if hide_first else weights.astype(float)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The small-multiples view: one map per head of a layer, or per layer for one head."""
+
+    maps: np.ndarray  # [N, T', T'] positions 0 … end−1
+    titles: list[str]
+    cols: int  # panels per row: a square-ish grid
+    end: int  # T': the positions drawn
+    n_tokens: int  # T: the prompt's length
+
+    @property
+    def clipped(self) -> bool:
+        return self.end < self.n_tokens
+
+
+def head_grid(pattern: np.ndarray, mode: str, layer: int, head: int, kv_head_of: Callable[[int], int], hide_first: bool = False,
+              max_len: int = GRID_TOKENS) -> Grid:
+    """``mode`` "layer": every head of ``layer`` (titled with the KV head it reads); "head": ``head`` in every layer."""
+    L, H, T, _ = pattern.shape
+    s, e = window(T, max_len)
+    if mode == "layer":
+        maps, titles = pattern[layer, :, s:e, s:e], [f"h{h} · KV{kv_head_of(h)}" for h in range(H)]  # [H, T', T']
+    else:
+        maps, titles = pattern[:, head, s:e, s:e], [f"L{i}" for i in range(L)]  # [L, T', T']
+    maps = shown(maps, hide_first)
+    return Grid(maps, titles, max(1, math.ceil(math.sqrt(maps.shape[0]))), e, T)
+
+
+def gqa_args(n_heads: int, n_kv_heads: int) -> dict[str, int]:
+    """The fields of heads.gqa_note: query heads, KV heads, and query heads per KV head."""
+    return {"H": n_heads, "Hkv": n_kv_heads, "g": n_heads // n_kv_heads}
+
+
+def query_row(pattern: np.ndarray, layer: int, head: int, query: int, hide_first: bool = False) -> np.ndarray:
+    """One query position's weights over every key [T], as drawn."""
+    return shown(pattern[layer, head], hide_first)[query]
+
+
+def best_heads(atlas: HeadAtlas, metric: str, k: int = 10) -> list[tuple[int, int, float]]:
+    """The k heads that show ``metric`` most: the highest, or the lowest for entropy (the sharpest)."""
+    return top_heads(getattr(atlas, metric), k, largest=metric not in SMALLER_IS_SHARPER)
+
+
+def head_label(entry: tuple[int, int, float]) -> str:
+    """'L3 · h5 — 0.912': one entry of ``top_heads``."""
+    return f"L{entry[0]} · h{entry[1]} — {entry[2]:.3f}"
+
+
+def head_stats(atlas: HeadAtlas, layer: int, head: int) -> dict[str, float]:
+    """Sharpness (s) and entropy (e) of one head, for a map's title."""
+    return {"s": float(atlas.max_weight[layer, head]), "e": float(atlas.entropy[layer, head])}

@@ -1,4 +1,4 @@
-"""Figures of the guided tour: pure functions, chart data (from ``core.tour``) → plotly Figure.
+"""Figures of the learning aids (the guided tour, the journey): pure functions, chart data → plotly Figure.
 
 No Streamlit here. Text comes in through ``t`` (an i18n lookup for the page's language), so
 titles and axis labels follow the language switch.

@@ -20,7 +20,7 @@ class Question:
     n_options: int
     correct: int  # index of the right option
     page: str  # the app page (stem) that shows why
-    concept: str  # core.references concept
+    concept: str  # core.learn.references concept
 
     def __post_init__(self) -> None:
         if not 0 <= self.correct < self.n_options:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from core.engine.numbers import entropy_bits
 from core.engine.tokens import visible
 from core.engine.trace import Trace
 from core.engine.types import kv_bytes
@@ -31,7 +32,7 @@ TEMPERATURES = (0.5, 1.0, 1.5)  # the sampling stage compares these
 class Stage:
     key: str  # i18n: tour.<key>.title / tour.<key>.body
     pages: tuple[str, ...]  # deep pages (app.PAGES stems), linked when their file exists
-    concept: str  # core.references concept for the "Sources" box
+    concept: str  # core.learn.references concept for the "Sources" box
 
 
 STAGES: tuple[Stage, ...] = (
@@ -54,7 +55,7 @@ class StageView:
 
     metrics: list[tuple[str, str]] = field(default_factory=list)  # (label key, value)
     table: dict[str, list[Any]] | None = None  # column label key → values (a DataFrame for the page)
-    chart: dict[str, Any] | None = None  # data for core.plots_learn.stage_figure
+    chart: dict[str, Any] | None = None  # data for core.learn.figures.stage_figure
     fill: dict[str, Any] = field(default_factory=dict)  # placeholders of tour.<key>.body
     chips: list[str] | None = None  # token pieces shown inline (tokens stage)
     uses_layer: bool = False  # the page shows a layer picker for this stage
@@ -150,11 +151,6 @@ def _logits(tr: Trace, decode: Decode, layer: int) -> StageView:
         chart={"kind": "top_probs", "pieces": pieces, "probs": probs},
         fill={"V": f"{tr.vocab_size:,}", "top": pieces[0], "p": f"{probs[0]:.1%}"},
     )
-
-
-def entropy_bits(p: np.ndarray) -> float:
-    p = p[p > 0]
-    return float(-(p * np.log2(p)).sum())
 
 
 def _sampling(tr: Trace, decode: Decode, layer: int) -> StageView:

@@ -23,10 +23,16 @@ import torch
 import torch.nn.functional as F
 
 from core.engine import i18n
-from core.engine.numbers import softmax
-from core.engine.types import HeadGeometry
+from core.engine.numbers import max_abs_diff, softmax
+from core.engine.roles import find_sites
+from core.engine.tokens import position_label
+from core.engine.trace import Trace
+from core.engine.types import VALUE_WIDTHS, HeadGeometry, LoadedModel
 
 STEP_NAMES = ("scores", "scaled", "masked", "weights", "output")
+SCALE_D_VALUES = tuple(2**i for i in range(11))  # the d_k slider of "why we scale": 1 … 1024
+COST_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)  # the n² table's context lengths
+BYTE_WIDTHS = (2, 4, 1)  # bytes per cached value the multi-head page offers, serving's fp16/bf16 first
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,6 +91,35 @@ def attention_steps(
     return AttentionSteps(scores, scaled, masked, weights, output, s)
 
 
+def axis_names(prefix: str, n: int, tokens: Any = None) -> list[str]:
+    """Row/column names of the calculator's tables: q0, q1 … or, on a real prompt, k3·苹 …"""
+    return [f"{prefix}{i}" if tokens is None else f"{prefix}{position_label(tokens, i)}" for i in range(n)]
+
+
+@dataclass(frozen=True)
+class CalculatorLabels:
+    """The calculator's axis names: query rows, key rows, and the columns of Q/K and of V."""
+
+    q: list[str]
+    k: list[str]
+    dk: list[str]
+    dv: list[str]
+
+
+def calculator_labels(ex: dict[str, np.ndarray], tokens: Any = None, pos: int | None = None) -> CalculatorLabels:
+    """Names for an example's q [Tq, d_k], k [Tk, d_k], v [Tk, d_v]; on a real prompt (``tokens``)
+    the one query row is the token at ``pos`` and keys carry their token text."""
+    tq, tk, dk, dv = ex["q"].shape[0], ex["k"].shape[0], ex["q"].shape[1], ex["v"].shape[1]
+    q = axis_names("q", tq) if tokens is None else [f"q{position_label(tokens, pos)}"]
+    return CalculatorLabels(q, axis_names("k", tk, tokens), axis_names("d", dk), axis_names("d", dv))
+
+
+def weights_check_table(weights: np.ndarray, rows: list[str], lang: str) -> pd.DataFrame:
+    """Per query row: the weights' sum (1 for any row with a visible key) and how many are non-zero."""
+    return pd.DataFrame({i18n.t("attention_lab.row_sum", lang): weights.sum(-1),
+                         i18n.t("attention_lab.nonzero", lang): (weights > 0).sum(-1)}, index=rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # the seeds' examples
 
@@ -127,6 +162,11 @@ def real_row(tr: Any, layer: int, head: int, pos: int) -> dict[str, np.ndarray]:
     }
 
 
+def drop_batch(ex: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """An example without its batch dimension of 1 ([1, T, dh] → [T, dh]); 2-D arrays stay."""
+    return {k: v[0] if v.ndim == 3 else v for k, v in ex.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # why divide by √d_k
 
@@ -152,6 +192,14 @@ def scale_experiment(d_values: Iterable[int], n_keys: int = 16, n_trials: int = 
             out[f"ent_{tag}"][i] = (-(w * np.log(np.clip(w, 1e-300, None))).sum(axis=-1)).mean()
     out["d"] = ds.astype(float)
     return out
+
+
+def scale_readout(res: dict[str, np.ndarray], d: int) -> dict[str, str]:
+    """The numbers the page shows for one d_k of ``scale_experiment``'s result: measured q·k std
+    beside √d_k, and the mean largest weight unscaled and scaled."""
+    i = int(np.flatnonzero(res["d"] == d)[0])
+    return {"std": f"{res['dot_std'][i]:.2f}", "sqrt": f"√d_k = {np.sqrt(d):.2f}",
+            "unscaled": f"{res['max_unscaled'][i]:.3f}", "scaled": f"{res['max_scaled'][i]:.3f}"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +268,19 @@ HEAD_CONFIGS = (
 )
 
 
+def head_configs(own: HeadGeometry | None = None) -> list[HeadGeometry]:
+    """The loaded model's geometry first (when there is one), then the tutorials' models, less
+    the one that names the same model."""
+    mine = [own] if own is not None else []
+    return mine + [c for c in HEAD_CONFIGS if own is None or c.name.split()[0] not in own.name]
+
+
+def bytes_label(bytes_per_value: int) -> str:
+    """'2 B · fp16 / bf16': a width and the dtypes that store a value in it."""
+    names = {b: name for name, b in VALUE_WIDTHS.items()}
+    return f"{bytes_per_value} B · {names[bytes_per_value]}"
+
+
 def kv_group_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
     """[H] the KV head each query head reads: h // (H / Hkv)."""
     if n_heads % n_kv_heads:
@@ -247,6 +308,11 @@ def multihead_shapes(cfg: HeadGeometry, T: int) -> list[tuple[str, str]]:
     ]
 
 
+def multihead_shapes_table(cfg: HeadGeometry, T: int, lang: str) -> pd.DataFrame:
+    """``multihead_shapes`` as a table, column names in ``lang``."""
+    return pd.DataFrame(multihead_shapes(cfg, T), columns=[i18n.t("multihead.stage", lang), i18n.t("ui.shape", lang)])
+
+
 def recombine_heads(weights: np.ndarray, v: np.ndarray, o_weight: np.ndarray) -> dict[str, np.ndarray]:
     """Per-head outputs → concat → W_O, from a trace's own arrays.
 
@@ -259,6 +325,21 @@ def recombine_heads(weights: np.ndarray, v: np.ndarray, o_weight: np.ndarray) ->
     concat = np.transpose(per_head, (1, 0, 2)).reshape(per_head.shape[1], -1)  # [T, H·dh], head-major
     out = concat @ o_weight.astype(np.float64).T  # [T, d]
     return {"per_head": per_head, "concat": concat, "out": out}
+
+
+def head_write_norms(per_head: np.ndarray) -> np.ndarray:
+    """[H, T] the length of each head's output at each position: how much it writes there."""
+    return (per_head**2).sum(-1) ** 0.5
+
+
+def head_labels(n_heads: int) -> list[str]:
+    return [f"h{h}" for h in range(n_heads)]
+
+
+def recombine_readout(parts: dict[str, np.ndarray]) -> dict[str, str]:
+    """The page's three numbers for ``recombine_heads``' parts: two shapes and the gap to attn_out."""
+    return {"per_head": str(list(parts["per_head"].shape)), "concat": str(list(parts["concat"].shape)),
+            "diff": f"{float(parts['max_diff']):.2e}"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +419,12 @@ def support_summary(pattern: np.ndarray) -> dict[str, int]:
             "below_nonzero": int((nz & tri).sum()), "below_total": int(tri.sum())}
 
 
+def support_readout(pattern: np.ndarray) -> dict[str, str]:
+    """``support_summary`` as the page says it: 'non-zero / entries' above and on/below the diagonal."""
+    s = support_summary(pattern)
+    return {"above": f"{s['above_nonzero']} / {s['above_total']}", "below": f"{s['below_nonzero']} / {s['below_total']}"}
+
+
 def divisors(n: int) -> list[int]:
     """The KV-head counts a model with n query heads could use: 1 (MQA) … n (MHA)."""
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -355,3 +442,17 @@ def kv_table(configs: Iterable[HeadGeometry], n_tokens: int, bytes_per_value: in
     cols = [i18n.t(f"multihead.col_{k}", lang, n=f"{n_tokens:,}")
             for k in ("model", "kind", "layers", "h", "hkv", "dh", "per_token", "mib", "mib_mha")]
     return pd.DataFrame(rows, columns=cols)
+
+
+def recombine_layer(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
+    """``recombine_heads`` with the model's own W_O (and bias, where it has one) for ``layer``, and the
+    gap to the traced attn_out. Raises ValueError for an attention without ``o_proj``."""
+    attn = find_sites(loaded.model).attns[layer]
+    o = getattr(attn, "o_proj", None)
+    if o is None:
+        raise ValueError(f"{type(attn).__name__} has no o_proj")
+    parts = recombine_heads(tr.attn_pattern[layer], tr.v[layer], o.weight.detach().float().numpy())
+    if getattr(o, "bias", None) is not None:  # Llama/SmolLM2 have none; some models do
+        parts["out"] = parts["out"] + o.bias.detach().float().numpy()
+    parts["max_diff"] = np.array(max_abs_diff(parts["out"], tr.attn_out[layer]))
+    return parts

@@ -13,10 +13,20 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
+import core.backends as backends
+from core.engine import i18n
+from core.engine.numbers import max_abs_diff
 from core.engine.roles import find_sites
-from core.engine.types import LoadedModel
+from core.engine.trace import Trace
+from core.engine.types import LoadedModel, ModelFacts
+
+DEFAULT_THETA = 10000.0  # RoPE's base when a model names none (and the sinusoidal encoding's)
+DEFAULT_HEAD_DIM = 64  # the RoPE demo's head size when no model is loaded
+PAIR_POSITIONS = 32  # positions the rotating-pair figure draws
+OFFSET_PAIRS = ((5, 2), (105, 102), (1005, 1002), (5, 4))  # (m, n): three with m − n = 3, one with 1
 
 
 def sinusoidal(T: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -117,3 +127,67 @@ def relative_demo(head_dim: int = 64, theta: float = 10000.0, seed: int = 0,
     q, k = rng.standard_normal(head_dim), rng.standard_normal(head_dim)
     return {"q": q, "k": k, "offsets": list(offsets), "shifts": list(shifts),
             "table": relative_offset_table(q, k, list(offsets), list(shifts), theta)}
+
+
+# ---------------------------------------------------------------------------------------------
+# what the positions page shows, as pure functions
+
+
+def rope_params(facts: ModelFacts | None) -> tuple[float, int]:
+    """(theta, head_dim) for the RoPE demos: the loaded model's, or the defaults without one."""
+    if facts is None:
+        return DEFAULT_THETA, DEFAULT_HEAD_DIM
+    return float(facts.rope_theta or DEFAULT_THETA), facts.head_dim
+
+
+def rope_checkable(loaded: LoadedModel) -> bool:
+    """Can ``pre_rope_q`` + ``rope_rotate`` be checked against this model's traced queries?"""
+    return loaded.facts.position_type == "RoPE" and backends.is_hf(loaded)
+
+
+def methods_table(lang: str) -> pd.DataFrame:
+    """Sinusoidal vs learned vs RoPE: where each enters, and whether scores see relative offsets."""
+    cols = [i18n.t(f"positions.col_{c}", lang) for c in ("method", "where", "relative", "examples")]
+    return pd.DataFrame([[i18n.t(f"positions.row_{m}_{c}", lang) for c in ("name", "where", "relative", "examples")]
+                         for m in ("sin", "learned", "rope")], columns=cols)
+
+
+def sinusoidal_check_text(pe: np.ndarray, lang: str) -> str:
+    """One pair of ``pe`` (position ≤ 5, pair ≤ 3) beside the formula computed by hand."""
+    T, d = pe.shape
+    p, i = min(5, T - 1), min(3, d // 2 - 1)
+    s, c = sinusoidal_entry(p, i, d)
+    return i18n.t("positions.sin_check", lang, p=p, i=2 * i, j=2 * i + 1, a=f"{pe[p, 2 * i]:.6f}", b=f"{s:.6f}",
+                  c=f"{pe[p, 2 * i + 1]:.6f}", e=f"{c:.6f}")
+
+
+def rope_pair_demo(head_dim: int, theta: float, pair: int, n_positions: int = PAIR_POSITIONS) -> tuple[float, np.ndarray]:
+    """(θ_i, [n, 2] path) of pair ``pair`` starting at (1, 0), over positions 0 … n − 1."""
+    th_i = float(rope_inv_freq(head_dim, theta)[pair])
+    return th_i, pair_trajectory((1.0, 0.0), np.arange(n_positions), th_i)
+
+
+def pair_caption(head_dim: int, pair: int, pos: int, theta_i: float, lang: str) -> str:
+    """Which two dimensions form the pair (HF's halves convention), its θ_i, and its angle at ``pos``."""
+    return i18n.t("positions.pair_caption", lang, i=pair, j=pair + head_dim // 2, th=f"{theta_i:.4g}", p=pos,
+                  a=f"{pos * theta_i:.4f}")
+
+
+def offset_pairs_table(q: np.ndarray, k: np.ndarray, theta: float = DEFAULT_THETA,
+                       pairs: tuple[tuple[int, int], ...] = OFFSET_PAIRS) -> pd.DataFrame:
+    """q at m, k at n, for each (m, n): equal offsets give equal scores, however far along."""
+    return pd.DataFrame({"(m, n)": [str(mn) for mn in pairs], "m − n": [m - n for m, n in pairs],
+                         "q·k": [rope_score(q, k, m, n, theta) for m, n in pairs]})
+
+
+def rope_check_readout(check: dict[str, np.ndarray], q_traced: np.ndarray) -> dict[str, str]:
+    """The gap of RoPE(pre-RoPE q) to the traced q, and of the unrotated q: tiny vs large."""
+    return {"rotated": f"{float(check['max_diff']):.2e}", "raw": f"{max_abs_diff(check['raw'], q_traced):.3g}"}
+
+
+def rope_check(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
+    """Pre-RoPE q of ``layer`` from the weights, rotated here, and the gap to the traced (post-RoPE) q.
+    Raises ValueError for models without Llama-style q_proj."""
+    raw = pre_rope_q(loaded, tr.resid[layer], layer)  # [H, T, dh]
+    rotated = rope_rotate(raw, np.arange(raw.shape[1]), rope_params(loaded.facts)[0])  # [H, T, dh]
+    return {"raw": raw, "rotated": rotated, "max_diff": np.array(max_abs_diff(rotated, tr.q[layer]))}

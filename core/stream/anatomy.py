@@ -16,7 +16,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from core.engine import config as cfgread
+from core.engine.i18n import t
+from core.engine.numbers import human_bytes
+from core.engine.roles import find_sites
 from core.engine.types import ConfigError, HeadGeometry, LoadedModel
 
 # The seeds' example model (tutorial 000, "实战三"), as its config.json reads.
@@ -105,6 +110,36 @@ def first_block_prefix(model: Any) -> str:
     return ""
 
 
+def breakdown_check(parts: dict[str, int], n_params: int) -> tuple[bool, dict[str, str]]:
+    """Whether the roles sum exactly to the model's own count, and the fields of the message saying so
+    (anatomy.sum_ok / anatomy.sum_bad)."""
+    n = sum(parts.values())
+    return n == n_params, {"parts": f"{n:,}", "total": f"{n_params:,}"}
+
+
+def first_block_text(model: Any) -> str:
+    """Block 0 as PyTorch prints it (its module tree); UnsupportedArchitectureError where no block list is found."""
+    return str(find_sites(model).blocks[0])
+
+
+def block_rows(model: Any) -> list[dict[str, Any]]:
+    """``param_table`` of block 0 (names shortened to the block's own)."""
+    return param_table(model, first_block_prefix(model))
+
+
+def block_table(rows: list[dict[str, Any]], lang: str) -> pd.DataFrame:
+    """Block 0's tensors as a table: name, shape, count and role, in ``lang``."""
+    return pd.DataFrame([{t("anatomy.col_name", lang): r["name"], t("anatomy.col_shape", lang): str(r["shape"]),
+                          t("anatomy.col_params", lang): r["params"], t("anatomy.col_role", lang): t(f"anatomy.role_{r['role']}", lang)}
+                         for r in rows])
+
+
+def block_args(rows: list[dict[str, Any]], n_layers: int, n_params: int) -> dict[str, Any]:
+    """The fields of anatomy.block_total: one block's count, × the blocks, and their share of the model."""
+    n = sum(r["params"] for r in rows)
+    return {"n": f"{n:,}", "L": n_layers, "all": f"{n * n_layers:,}", "share": f"{n * n_layers / n_params:.1%}"}
+
+
 # ---------------------------------------------------------------------------------------------
 # a config.json, read like the checklist
 
@@ -176,6 +211,13 @@ class ConfigReport:
             ) if x) or "—"),
             ("tie_word_embeddings", "yes" if self.tied_embeddings else "no"),
         ]
+
+
+def checklist_table(report: ConfigReport, lang: str) -> pd.DataFrame:
+    """The checklist as a table indexed by item: its value and a one-line meaning, in ``lang``."""
+    item = t("anatomy.col_item", lang)
+    return pd.DataFrame([{item: k, t("anatomy.col_value", lang): v, t("anatomy.col_meaning", lang): t(f"anatomy.ck_{k}", lang)}
+                         for k, v in report.checklist()]).set_index(item)
 
 
 def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
@@ -254,6 +296,50 @@ def estimate_params(r: ConfigReport, n_positions: int | None = None) -> dict[str
     if not r.tied_embeddings:
         out["lm_head"] = V * d
     return out
+
+
+# A pasted config reads as a known model when its family, width and depth are that model's: the paste
+# section then quotes the model's published count beside the estimate.
+IDENTITY = ("model_type", "hidden_size", "num_hidden_layers")
+KNOWN_COUNTS = ((analyse_config(QWEN25_05B_CONFIG), QWEN25_05B_PARAMS),)
+KV_CONTEXT, KV_CONTEXT_MAX = 4096, 32768  # the context the KV line sizes: the config's own (4096 if absent), at most 32768
+
+
+def published_count(report: ConfigReport) -> int | None:
+    """The published parameter count of the known model ``report`` describes, or None."""
+    for known, count in KNOWN_COUNTS:
+        if all(getattr(report, f) == getattr(known, f) for f in IDENTITY):
+            return count
+    return None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the paste section says about one config: parameters per role from its shapes, the published
+    count when it is a known model's, and the KV cache it implies."""
+
+    parts: dict[str, int]
+    published: int | None
+    kv_bf16: int  # KV-cache bytes per token, 2-byte values
+    kv_fp32: int  # … 4-byte values
+    context: int  # the positions the KV line sizes
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    def args(self) -> dict[str, str]:
+        """The fields of anatomy.estimate, anatomy.estimate_known (with ``published``) and anatomy.kv."""
+        out = {"total": f"{self.total:,}", "bf16": human_bytes(self.kv_bf16), "fp32": human_bytes(self.kv_fp32),
+               "ctx": human_bytes(self.kv_bf16 * self.context), "n": f"{self.context:,}"}
+        if self.published is not None:
+            out |= {"known": f"{self.published:,}", "diff": f"{self.total - self.published:+,}"}
+        return out
+
+
+def estimate_config(report: ConfigReport) -> Estimate:
+    return Estimate(estimate_params(report), published_count(report), report.kv_bytes_per_token(2), report.kv_bytes_per_token(4),
+                    min(report.max_position_embeddings or KV_CONTEXT, KV_CONTEXT_MAX))
 
 
 def config_of(loaded: LoadedModel) -> dict[str, Any]:

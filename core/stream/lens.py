@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from core.engine.roles import find_sites
+from core.engine.tokens import visible_tokens
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
@@ -79,6 +80,36 @@ def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4) -> tuple[np.ndarr
     return top_ids, top_probs
 
 
+LENS_WINDOW = 16  # positions the lens figure shows at once; a longer prompt gets a window slider
+
+
+@dataclass(frozen=True)
+class LensView:
+    """The positions [offset, offset + T') of a logit lens, ready for the figure."""
+
+    ids: np.ndarray  # [L+1, T'] top ids
+    probs: np.ndarray  # [L+1, T'] their probabilities
+    cells: list[str]  # [(L+1)·T'] their text, row by row
+    tokens: list[str]  # [T'] the prompt's tokens in the window
+    offset: int
+
+
+def lens_view(ids: np.ndarray, probs: np.ndarray, cells: list[str], tokens: Any, lo: int, hi: int) -> LensView:
+    """Positions lo … hi−1 (at least one) of the lens ``ids``/``probs`` [L+1, T] and ``cells`` [(L+1)·T]."""
+    hi = max(hi, lo + 1)
+    grid = np.asarray(cells, dtype=object).reshape(ids.shape)[:, lo:hi]
+    return LensView(ids[:, lo:hi], probs[:, lo:hi], grid.ravel().tolist(), list(tokens[lo:hi]), lo)
+
+
+
+def logit_lens_with_text(loaded: LoadedModel, tr: Trace) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``logit_lens`` plus each cell's token as a page shows it (row-major, [(L+1)·T]); every
+    distinct id is decoded once."""
+    ids, probs = logit_lens(loaded, tr)
+    uniq = np.unique(ids).tolist()
+    text = dict(zip(uniq, visible_tokens(loaded.tokenizer, uniq)))
+    return ids, probs, [text[i] for i in ids.ravel().tolist()]
+
 # ---------------------------------------------------------------------------------------------
 # one norm, by hand
 
@@ -139,6 +170,11 @@ def block_norm_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, which
     return norm_steps(find_sites(loaded.model).block_norm(layer, which), x)
 
 
+def norm_metrics(s: NormSteps) -> list[tuple[str, str]]:
+    """(i18n key, value) of the three RMS figures: the input, after normalising (≈ 1), after the gain."""
+    return [("residual.rms_in", f"{s.rms_in:.4g}"), ("residual.rms_hat", f"{s.rms_normed:.4g}"), ("residual.rms_out", f"{s.rms_out:.4g}")]
+
+
 # ---------------------------------------------------------------------------------------------
 # one SwiGLU MLP, by hand
 
@@ -165,6 +201,12 @@ class MlpSteps:
     def top_neurons(self, n: int = 20) -> np.ndarray:
         """Indices of the n neurons with the largest |SiLU(gate)·up|, largest first."""
         return np.argsort(-np.abs(self.prod), kind="stable")[:n]
+
+    def args(self, share: float = 0.9) -> dict[str, Any]:
+        """The fields of residual.mlp_active (neurons carrying ``share`` of the activation, of d_ff) and
+        residual.mlp_check (the gap to the traced mlp_out, beside its scale)."""
+        return {"k": self.n_for_mass(share), "ff": len(self.prod), "diff": f"{self.max_abs_diff:.2e}",
+                "scale": f"{np.abs(self.traced).max():.3g}"}
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -202,3 +244,12 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int) -> MlpSteps:
     prod = act * up
     out = lin(mlp.down_proj, prod)  # [d]
     return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=tr.mlp_out[layer, pos].astype(np.float64))
+
+
+# ---------------------------------------------------------------------------------------------
+# the block diagram
+
+
+def block_facts(tr: Trace, loaded: LoadedModel) -> dict[str, Any]:
+    """The facts the block diagram is drawn with: the trace's own, else the loaded model's."""
+    return tr.meta.get("facts", {}) or loaded.facts.to_dict()

@@ -25,6 +25,10 @@ SQUARE = {"scores_raw", "scores_scaled", "mask", "scores_masked", "weights"}
 PER_HEAD = SQUARE | {"head_out"}
 
 
+def _g3(x: float) -> str:
+    return f"{x:.3g}"
+
+
 def stage_array(tr: Trace, stage: str, layer: int, head: int) -> np.ndarray:
     """The traced values of one site, as a 2-D array (rows = query positions)."""
     if stage == "weights":
@@ -35,6 +39,24 @@ def stage_array(tr: Trace, stage: str, layer: int, head: int) -> np.ndarray:
         return tr.mlp_out[layer]  # [T, d]
     arr = tr.extras[stage][layer]
     return arr[head] if stage in PER_HEAD else arr  # [T, T] / [T, dh] / [T, H·dh] / [T, d] / [T, d_ff]
+
+
+def mlp_stages(tr: Trace) -> list[str]:
+    """The MLP sites this trace holds (the down projection always: it is ``mlp_out``)."""
+    return [s for s in MLP_STAGES if s in tr.extras or s in ("down",)]
+
+
+def site_caption(tr: Trace, stage: str, layer: int, head: int, lang: str) -> str:
+    """One site's shape and the range of its finite values (−∞ of the mask left out)."""
+    arr = stage_array(tr, stage, layer, head)
+    fin = arr[np.isfinite(arr)]
+    return t("toy.shape", lang, shape=list(arr.shape), lo=_g3(fin.min()), hi=_g3(fin.max()))
+
+
+def row_check_caption(tr: Trace, layer: int, head: int, lang: str) -> str:
+    """Two checks on one head's pattern: each row sums to 1, and nothing above the diagonal."""
+    w = tr.attn_pattern[layer, head].astype(np.float64)
+    return t("toy.check_rows", lang, err=_g3(np.abs(w.sum(-1) - 1).max()), above=_g3(np.triu(w, 1).max()))
 
 
 def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str) -> go.Figure:
@@ -89,6 +111,23 @@ def fig_loss(losses: Sequence[float], lang: str, reference: Sequence[float] | No
     return fig
 
 
+def fig_live_loss(losses: Sequence[float], shipped: Sequence[float], lang: str) -> go.Figure:
+    """A live run's loss beside the shipped model's curve over the same steps."""
+    return fig_loss(losses, lang, shipped[: max(len(losses), 1)])
+
+
+def train_caption(curve: dict[str, Any], limit_seconds: float, lang: str) -> str:
+    """How the shipped toy was trained (steps, seconds), and how long a live run may take."""
+    return t("toy.train_caption", lang, steps=len(curve["loss"]), seconds=curve["seconds"], limit=int(limit_seconds))
+
+
+def live_done_text(result: dict[str, Any], lang: str) -> str:
+    """A finished live run: steps, seconds, and the loss on the first vs the second copy."""
+    rep = result["report"]
+    return t("toy.live_done", lang, n=len(result["losses"]), seconds=f"{result['seconds']:.1f}",
+             first=_g3(rep["loss_first_copy"]), second=_g3(rep["loss_second_copy"]))
+
+
 def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Figure:
     """A small [T, T] attention pattern (used while training, on the repeated test sequence)."""
     T = weights.shape[0]
@@ -125,5 +164,5 @@ def fig_word_order(rows: list[dict[str, Any]], lang: str) -> go.Figure:
 def report_text(r: dict[str, Any], lang: str) -> str:
     """One sentence on what the shipped toy learned (numbers from ``train_toy.induction_report``)."""
     p, i = r["prev_token_head"], r["induction_head"]
-    return t("toy.shipped_report", lang, first=f"{r['loss_first_copy']:.3g}", second=f"{r['loss_second_copy']:.3g}",
+    return t("toy.shipped_report", lang, first=_g3(r["loss_first_copy"]), second=_g3(r["loss_second_copy"]),
              pl=p["layer"], ph=p["head"], ps=f"{p['score']:.2f}", il=i["layer"], ih=i["head"], is_=f"{i['score']:.2f}")

@@ -46,7 +46,7 @@ def wrap(model: ToyTransformer, source: str, name: str = TOY_ID) -> LoadedModel:
 
 
 def load_trained(progress: Callable[[float, str], None] | None = None, folder: Path = ASSETS) -> LoadedModel:
-    """The toy trained by ``python -m core.train_toy``, from assets/toy/ (instant: ~100 kB)."""
+    """The toy trained by ``make toy`` (``python -m core.toy.train``), from assets/toy/ (instant: ~100 kB)."""
     if progress:
         progress(0.5, "loading the toy's weights")
     try:

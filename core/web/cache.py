@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from core import backends, toy
-from core.engine import roles, tokens
+import core.backends as backends
+from core.engine import tokens
 from core.engine.trace import MAX_TOKENS, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
 from core.gen import generate
@@ -22,6 +22,7 @@ from core.inside import ablation, embeddings, heads
 from core.learn.journey import greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
+from core.toy import load_loss_curve, word_order_demo
 
 MAX_TRACES = 8  # ≤ 1 GB at 256 tokens on SmolLM2 (≈ 120 MB each), ≤ 2.5 GB at 512; older entries are evicted
 
@@ -198,30 +199,14 @@ def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> di
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def rope_check(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
-    """Pre-RoPE q of ``layer`` from the weights, RoPE applied by core.positions, and the gap to the
-    traced (post-RoPE) q. Raises ValueError for models without Llama-style q_proj."""
-    loaded = get_model(spec)
-    tr = get_trace(spec, prompt, chat)
-    raw = positions.pre_rope_q(loaded, tr.resid[layer], layer)  # [H, T, dh]
-    theta = loaded.facts.rope_theta or 10000.0
-    rotated = positions.rope_rotate(raw, np.arange(raw.shape[1]), theta)  # [H, T, dh]
-    return {"raw": raw, "rotated": rotated, "max_diff": np.array(np.abs(rotated - tr.q[layer]).max())}
+    """RoPE redone by hand on layer ``layer`` of the cached trace (see core.maths.positions.rope_check)."""
+    return positions.rope_check(get_model(spec), get_trace(spec, prompt, chat), layer)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def recombine(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
-    """Per-head outputs → concat → W_O for ``layer``, and the gap to the traced attn_out."""
-    loaded = get_model(spec)
-    tr = get_trace(spec, prompt, chat)
-    attn = roles.find_sites(loaded.model).attns[layer]
-    o = getattr(attn, "o_proj", None)
-    if o is None:
-        raise ValueError(f"{type(attn).__name__} has no o_proj")
-    parts = attention.recombine_heads(tr.attn_pattern[layer], tr.v[layer], o.weight.detach().float().numpy())
-    if getattr(o, "bias", None) is not None:  # Llama/SmolLM2 have none; some models do
-        parts["out"] = parts["out"] + o.bias.detach().float().numpy()
-    parts["max_diff"] = np.array(np.abs(parts["out"] - tr.attn_out[layer]).max())
-    return parts
+    """Per-head outputs → concat → W_O on the cached trace (see core.maths.attention.recombine_layer)."""
+    return attention.recombine_layer(get_model(spec), get_trace(spec, prompt, chat), layer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,12 +216,7 @@ def recombine(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.nd
 @st.cache_data(show_spinner=False, max_entries=8)
 def get_lens(spec: str, prompt: str, chat: bool) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The logit lens of the cached trace: top ids [L+1, T], their probabilities, and their text."""
-    loaded = get_model(spec)
-    tr = get_trace(spec, prompt, chat)
-    ids, probs = lens.logit_lens(loaded, tr)
-    uniq = np.unique(ids)
-    text = dict(zip(uniq.tolist(), map(tokens.visible, tokens.readable_tokens(loaded.tokenizer, uniq.tolist()))))
-    return ids, probs, [text[i] for i in ids.ravel().tolist()]
+    return lens.logit_lens_with_text(get_model(spec), get_trace(spec, prompt, chat))
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -248,7 +228,7 @@ def get_breakdown(spec: str) -> dict[str, int]:
 @st.cache_data(show_spinner=False, max_entries=64)
 def token_texts(spec: str, ids: tuple[int, ...]) -> list[str]:
     """Readable, visible text of a few token ids (the candidate tables)."""
-    return [tokens.visible(s) for s in tokens.readable_tokens(get_model(spec).tokenizer, list(ids))]
+    return tokens.visible_tokens(get_model(spec).tokenizer, ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,9 +257,9 @@ def real_facts() -> dict[str, Any] | None:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def word_order(a: str, b: str) -> list[dict[str, Any]]:
-    return toy.word_order_demo(a, b)
+    return word_order_demo(a, b)
 
 
 @st.cache_data(show_spinner=False, max_entries=1)
 def shipped_curve() -> dict[str, Any]:
-    return toy.load_loss_curve()
+    return load_loss_curve()

@@ -24,7 +24,7 @@ def run_live(steps: int, seed: int, bar: Any, loss_slot: Any, pattern_slot: Any,
         bar.progress(min(1.0, (step + 1) / total), text=t("toy.live_progress", lang, step=step + 1, steps=total, loss=f"{loss:.3f}"))
 
     def on_snapshot(step: int, losses: list[float], head: int, weights: Any) -> None:
-        loss_slot.plotly_chart(toy_fig.fig_loss(losses, lang, ref[: max(len(losses), 1)]), width="stretch")
+        loss_slot.plotly_chart(toy_fig.fig_live_loss(losses, ref, lang), width="stretch")
         pattern_slot.plotly_chart(toy_fig.fig_pattern(weights, tokens, t("toy.live_pattern", lang, step=step, head=head)), width="stretch")
 
     return toy_train.train_live(steps, seed, on_step, on_snapshot)

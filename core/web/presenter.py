@@ -48,7 +48,7 @@ def apply_css() -> None:
 
 
 def sources(concept: str) -> None:
-    """A "Sources" expander with the references of ``concept`` (see core.references.cite)."""
+    """A "Sources" expander with the references of ``concept`` (see core.learn.references.cite)."""
     with st.expander(f"📚 {ui.t('present.sources')}: {ui.t(f'references.c.{concept}')}"):
         for r in references.cite(concept):
             st.markdown(f"- [{r.label()}]({r.url})")

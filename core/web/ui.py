@@ -11,7 +11,9 @@ from typing import Any
 import streamlit as st
 
 from core.engine import i18n
-from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
+from core.engine.tokens import Encoded, encode
+from core.engine.trace import Trace
+from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache
 
 PRESETS = (
@@ -105,6 +107,25 @@ def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = No
     if tr.truncated_from:
         st.warning(t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
     return tr
+
+
+def model_and_trace() -> tuple[LoadedModel, Trace] | None:
+    """The current model and the cached trace of the shared prompt, or None with a message shown."""
+    tr = current_trace()
+    loaded = loaded_model() if tr is not None else None
+    return None if loaded is None else (loaded, tr)
+
+
+def encoded_prompt(loaded: LoadedModel, max_tokens: int) -> Encoded | None:
+    """The shared prompt as ids (None, with a hint, when it is empty); warns when it was cut."""
+    try:
+        enc = encode(loaded.tokenizer, prompt(), chat=chat(), max_tokens=max_tokens)
+    except EmptyPromptError:
+        st.info(t("hint.empty_prompt"))
+        return None
+    if enc.truncated_from:
+        st.warning(t("warn.truncated", n=enc.truncated_from, k=len(enc.ids)))
+    return enc
 
 
 # ---------------------------------------------------------------------------------------------

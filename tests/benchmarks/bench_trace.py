@@ -18,7 +18,7 @@ import torch
 
 from core import backends
 from core.backends import load_model
-from core.engine.hf import _converted_dir, embedded_gguf_path
+from core.engine.hf import converted_dir, embedded_gguf_path
 
 TEXT = (
     "The transformer reads every token of its context at once. Each block lets positions exchange "
@@ -43,7 +43,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     loaded = load_model(a.model)
-    folder = a.model or str(_converted_dir(embedded_gguf_path()))
+    folder = a.model or str(converted_dir(embedded_gguf_path()))
     plain = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
     print(f"model: {loaded.facts.name}; torch threads: {torch.get_num_threads()}; reps: {a.reps}")
 

@@ -1,0 +1,170 @@
+"""The concepts the house writes once, each checked against an independent reference: torch for
+the numerics, the model's own forward pass and KV cache for the backends, hand computations for
+the formulas, and both kinds of model (HF and the toy) for everything that serves both."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from core import backends
+from core.engine import config as cfgread
+from core.engine import numbers, roles, tokens
+from core.engine.hooks import scoped_hooks
+from core.engine.types import ConfigError, HeadGeometry, kv_bytes
+from core.gen import generate, kvcalc
+from core.stream import anatomy, lens
+from core.toy import ByteTokenizer, load_trained
+from core.web import chips
+
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return load_trained()
+
+
+# ---------------------------------------------------------------------------------------------
+# the one label rule
+
+
+def test_visible_label_rule():
+    assert tokens.visible(" a\tb\n") == "␣a⇥b⏎"
+    assert tokens.visible("\x00\x7f") == "␀␡"
+    assert tokens.visible("") == "∅"
+    assert tokens.visible("⟨E8 8B⟩") == "⟨E8 8B⟩"  # a byte label keeps its own space
+    assert tokens.position_label(["x", " y"], 1) == "1·␣y" and tokens.position_label(["x", " y"], 1, offset=10) == "11·␣y"
+
+
+def test_byte_table_is_gpt2s_and_shared_by_the_toy(smol):
+    # GPT-2's table maps printable bytes to themselves and byte 32 (space) to 'Ġ'
+    assert tokens.BYTE_CHARS[ord("A")] == "A" and tokens.BYTE_CHARS[32] == "Ġ" and len(set(tokens.BYTE_CHARS)) == 256
+    tok = ByteTokenizer()
+    ids = tok.encode("苹", add_special_tokens=False)  # 3 UTF-8 bytes
+    assert tokens.readable_tokens(tok, ids) == ["⟨E8⟩", "⟨8B⟩", "⟨B9⟩"]
+    ids = smol.tokenizer("苹果", add_special_tokens=False)["input_ids"]
+    assert tokens.visible_tokens(smol.tokenizer, ids) == [tokens.visible(s) for s in tokens.readable_tokens(smol.tokenizer, ids)]
+
+
+def test_chips_escape_colour_and_frame():
+    h = chips.chips_html(["<b>", " x"], [1, 2], kinds=["special", "user"], framed_tail=1, positions=True)
+    assert "&lt;b&gt;" in h and "<b>" not in h and 'data-piece="␣x"' in h
+    assert h.count("dashed") == 1 and h.count("outline:2px") == 1 and "<sub>1</sub>" in h
+
+
+# ---------------------------------------------------------------------------------------------
+# numerics, against torch
+
+
+def test_softmax_top_k_entropy_against_torch():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 50)) * 4
+    np.testing.assert_allclose(numbers.softmax(x), torch.softmax(torch.tensor(x), -1).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(numbers.softmax(x[0], temperature=0.5), torch.softmax(torch.tensor(x[0]) / 0.5, -1).numpy(), rtol=1e-12)
+    assert numbers.softmax(np.array([-np.inf, -np.inf])).tolist() == [0.0, 0.0]  # nothing visible → nothing read
+    assert numbers.top_k(x[0], 5).tolist() == torch.topk(torch.tensor(x[0]), 5).indices.tolist()
+    assert numbers.top_k(x[0], 0).size == 0 and numbers.top_k(x[0], 99).size == 50
+    p = numbers.softmax(x[1])
+    assert numbers.entropy_bits(p) == pytest.approx(float(torch.distributions.Categorical(probs=torch.tensor(p)).entropy()) / np.log(2))
+    assert numbers.human_bytes(1536) == "1.5 KiB" and numbers.human_bytes(512) == "512 B"
+
+
+# ---------------------------------------------------------------------------------------------
+# one head geometry, one KV formula, one config reader
+
+
+def test_head_geometry_and_kv_bytes_against_the_real_cache(smol):
+    g = smol.facts.geometry
+    assert (g.kind, g.group_size, [g.kv_head_of(h) for h in (0, 2, 3, 8)]) == ("GQA", 3, [0, 0, 1, 2])
+    assert smol.facts.value_bytes == 4 and smol.facts.kv_bytes_per_token() == kv_bytes(30, 3, 64, 1, 4) == 46_080
+    ids = smol.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    st = generate.run_with_cache(smol, ids, 3)
+    real = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in backends.cache_layers(st.cache))
+    assert real == g.kv_bytes(st.records[-1].kv_tokens) == st.records[-1].kv_bytes
+    assert HeadGeometry("x", 2, 8, 8, 16).kind == "MHA" and HeadGeometry("x", 2, 8, 1, 16).kind == "MQA"
+    with pytest.raises(ConfigError) as e:
+        HeadGeometry("x", 2, 8, 3, 16)
+    assert e.value.code == "bad_value" and "multiple" in e.value.detail
+
+
+def test_config_reader_reads_objects_dicts_and_aliases(smol):
+    cfg = smol.model.config
+    shape = lambda g: (g.n_layers, g.n_heads, g.n_kv_heads, g.dh, g.d_model)  # noqa: E731
+    assert shape(cfgread.geometry(cfg)) == shape(cfgread.geometry(cfg.to_dict())) == (30, 9, 3, 64, 576)
+    assert cfgread.get({"n_layer": 12}, "num_hidden_layers") == 12 and cfgread.get(cfg, "hidden_size") == 576
+    assert cfgread.rope(cfg)[0] == smol.facts.rope_theta == 100000.0
+    assert cfgread.geometry({"n_layer": 2, "n_head": 4, "n_embd": 64, "multi_query": True}).kind == "MQA"
+    wrapped = {"model_type": "llava", "text_config": {"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 256}}
+    assert cfgread.geometry(json.dumps(wrapped)).dh == 32
+    for text, code in (("{", "json"), ("[]", "not_object"), ('{"num_attention_heads": 2}', "missing")):
+        with pytest.raises(ConfigError) as e:
+            cfgread.geometry(text)
+        assert e.value.code == code
+    terms = kvcalc.formula_terms(cfgread.geometry(cfg), 10, 2, 3)
+    assert terms["total"] == terms["L"] * terms["kv"] * terms["dh"] * terms["b"] * terms["t"] * terms["r"] * 2
+
+
+def test_known_published_count():
+    assert anatomy.published_count(anatomy.analyse_config(anatomy.QWEN25_05B_CONFIG)) == anatomy.QWEN25_05B_PARAMS
+    other = dict(anatomy.QWEN25_05B_CONFIG, num_hidden_layers=12)
+    assert anatomy.published_count(anatomy.analyse_config(other)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# one role map, one hook helper
+
+
+def test_role_map_serves_hf_and_toy(smol, toy):
+    s = roles.find_sites(smol.model)
+    assert len(s.blocks) == 30 and s.final_norm is smol.model.model.norm and s.lm_head is smol.model.lm_head
+    assert s.block_norm(3, "mlp") is smol.model.model.layers[3].post_attention_layernorm
+    assert roles.find_sites(smol.model) is s  # found once per model
+    t = roles.find_sites(toy.model)
+    assert t.embed is toy.model.embed_tokens and t.final_norm is toy.model.norm and t.mlps[1] is toy.model.layers[1].mlp
+
+
+def test_scoped_hooks_are_thread_local_and_always_removed(toy):
+    seen = []
+    m = toy.model.layers[0].mlp
+    with scoped_hooks([(m, "forward", lambda *_: seen.append(threading.get_ident()))]):
+        other = threading.Thread(target=lambda: backends.forward_step(toy, [1, 2, 3], use_cache=False))
+        other.start()
+        other.join()
+        backends.forward_step(toy, [1, 2, 3], use_cache=False)
+    assert seen == [threading.get_ident()]  # the other thread's pass was not seen
+    with pytest.raises(RuntimeError), scoped_hooks([(m, "forward", lambda *_: None)]):
+        raise RuntimeError("boom")
+    assert not m._forward_hooks
+
+
+# ---------------------------------------------------------------------------------------------
+# the backends: one forward step for both kinds, equal to the model's own forward
+
+
+@pytest.mark.parametrize("kind", ["hf", "toy"])
+def test_forward_step_matches_the_models_own_forward(kind, smol, toy):
+    loaded = smol if kind == "hf" else toy
+    ids = loaded.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        out = loaded.model(input_ids=torch.tensor([ids])) if kind == "hf" else loaded.model(torch.tensor([ids]))
+    ref = (out.logits if kind == "hf" else out[0])[0, -1].float().numpy()
+    full = backends.forward_step(loaded, ids, use_cache=False)
+    np.testing.assert_allclose(full.last_logits, ref, atol=1e-4)
+    pre = backends.forward_step(loaded, ids[:-1], record_attention=True)  # prefill, then one decode step
+    step = backends.forward_step(loaded, ids[-1:], pre.cache, record_attention=True)
+    np.testing.assert_allclose(step.last_logits, ref, atol=1e-3)
+    assert step.attn.shape == (loaded.facts.n_layers, loaded.facts.n_heads, 1, len(ids))
+    assert backends.is_hf(loaded) == (kind == "hf")
+
+
+def test_logit_lens_text_is_the_label_rule(smol):
+    tr = backends.trace(smol, PROMPT)
+    ids, probs, text = lens.logit_lens_with_text(smol, tr)
+    assert probs.shape == ids.shape and float(probs[-1, -1]) == pytest.approx(float(tr.last_probs().max()), abs=1e-4)  # float32, batched
+    assert len(text) == ids.size and text[-1] == tokens.visible_tokens(smol.tokenizer, [int(ids[-1, -1])])[0]
+    assert int(ids[-1, -1]) == int(np.argmax(tr.last_logits))
