@@ -26,8 +26,11 @@ install: $(STAMP)
 browser:
 	@(command -v chromium >/dev/null 2>&1 && fc-list | grep -qi "Noto Sans CJK") || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null)
 
+# make run MODELS='qwen=/models/Qwen2.5-0.5B-Instruct,Qwen/Qwen2.5-0.5B-Instruct' ALLOW_LOCAL=1
+# (→ XRAY_MODELS, XRAY_ALLOW_LOCAL; see "Serving a class" in the README). The setting is checked first.
 run: install
-	$(VPY) -m core.web.server --server.port $(PORT)
+	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
+	  sh -c '$(VPY) -m core.engine.offer && exec $(VPY) -m core.web.server --server.port $(PORT)'
 
 test: install browser
 	$(VPY) -m ruff check .

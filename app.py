@@ -6,10 +6,13 @@ pages/ is a thin script: read widgets → call core → draw. Run it with `make 
 
 from __future__ import annotations
 
+import sys
+
 import streamlit as st
 
 from core.engine import i18n
-from core.engine.types import EMBEDDED_ID, TOY_ID, ModelLoadError
+from core.engine.offer import LOCAL_ID, Offer, OfferError, canonical_target
+from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.web import cache, nav, presenter, ui
 
 
@@ -29,61 +32,107 @@ def sidebar() -> None:
             st.rerun()
         st.query_params["lang"] = lang
 
-        # -- model ------------------------------------------------------------------------
-        options = [EMBEDDED_ID, TOY_ID, "__local__"]
-        current = ui.model_spec()
-        idx = options.index(current) if current in options else len(options) - 1
-        labels = {EMBEDDED_ID: ui.t("sb.model_embedded"), TOY_ID: ui.t("sb.model_toy"), "__local__": ui.t("sb.model_local")}
-        pick = st.selectbox(ui.t("sb.model"), options, index=idx, format_func=labels.get, key="model_pick")
-        spec = pick
-        if pick == "__local__":
-            path = st.text_input(ui.t("sb.model_path"), value="" if current in options else current, key="model_path",
-                                 placeholder="/path/to/Qwen2.5-0.5B-Instruct")
-            spec = path.strip() or st.session_state.get("model_spec_ok", EMBEDDED_ID)
-        if spec != ui.model_spec():
-            _switch_model(spec)
-        st.query_params["model"] = ui.model_spec()
-
-        # -- prompt -----------------------------------------------------------------------
-        preset = st.selectbox(ui.t("sb.presets"), ["—", *ui.PRESETS], key="preset_pick")
-        if preset != "—" and st.session_state.get("_last_preset") != preset:
-            st.session_state["_last_preset"] = preset
-            st.session_state["prompt"] = preset
-        if "prompt" not in st.session_state:
-            st.session_state["prompt"] = st.query_params.get("prompt", ui.DEFAULT_PROMPT)
-        st.text_area(ui.t("sb.prompt"), key="prompt", height=90, max_chars=20000)
-        if "chat" not in st.session_state:
-            st.session_state["chat"] = st.query_params.get("chat", "0") == "1"
-        st.toggle(ui.t("sb.chat"), key="chat", help=ui.t("sb.chat_help"))
-        st.query_params["prompt"] = st.session_state["prompt"][:2000]
-        st.query_params["chat"] = "1" if st.session_state["chat"] else "0"
+        model_box()
+        prompt_box()
         presenter.sidebar_toggle()
         st.caption(ui.t("sb.footer"))
 
 
-def _switch_model(spec: str) -> None:
+def model_box() -> None:
+    """The offered models (and the local-folder box, only where the operator turned it on). The URL
+    names the model by its offered id; a folder typed in the box never goes into the URL."""
+    offer = ui.offered()
+    options = [*offer.ids, *([LOCAL_ID] if offer.allow_local else [])]
+    labels = {EMBEDDED_ID: ui.t("sb.model_embedded"), TOY_ID: ui.t("sb.model_toy"), LOCAL_ID: ui.t("sb.model_local")}
+    current = ui.model_id()
+    pick = st.selectbox(ui.t("sb.model"), options, index=options.index(current) if current in options else 0,
+                        format_func=lambda o: labels.get(o, o), key="model_pick")
+    wanted: tuple[str, str] | None = (pick, offer.models[pick]) if pick in offer.models else None
+    if pick == LOCAL_ID:
+        typed = st.text_input(ui.t("sb.model_path"), value=ui.model_spec() if current == LOCAL_ID else "", key="model_path",
+                              placeholder="/path/to/Qwen2.5-0.5B-Instruct")
+        if typed.strip():
+            try:
+                spec = canonical_target(typed)  # <P>, <P>/ and <P>/. are one folder, hence one cache entry
+                wanted = (offer.id_for(spec) or LOCAL_ID, spec)
+            except OfferError:
+                st.error(ui.t("sb.model_path_bad"))
+    if wanted is not None and wanted[1] != ui.model_spec():
+        _switch_model(*wanted)
+    if ui.model_id() == LOCAL_ID:
+        st.query_params.pop("model", None)
+    else:
+        st.query_params["model"] = ui.model_id()
+    if st.session_state.get("_link_model_refused"):
+        st.warning(ui.t("sb.model_not_offered"))
+
+
+def prompt_box() -> None:
+    """The shared prompt. One arriving by a link is capped like a typed one; the URL carries the
+    whole prompt or, past URL_PROMPT_CHARS, none (a caption says so), never a silently cut one."""
+    preset = st.selectbox(ui.t("sb.presets"), ["—", *ui.PRESETS], key="preset_pick")
+    if preset != "—" and st.session_state.get("_last_preset") != preset:
+        st.session_state["_last_preset"] = preset
+        st.session_state["prompt"] = preset
+    if "prompt" not in st.session_state:
+        text, cut_from = ui.link_prompt()
+        st.session_state["prompt"] = text
+        if cut_from is not None:
+            st.session_state["_prompt_cut"] = (cut_from, hash(text))
+    st.text_area(ui.t("sb.prompt"), key="prompt", height=90, max_chars=ui.MAX_PROMPT_CHARS)
+    text = st.session_state["prompt"]
+    cut = st.session_state.get("_prompt_cut")
+    if cut is not None and cut[1] == hash(text):
+        st.warning(ui.t("sb.prompt_capped", n=f"{cut[0]:,}", k=f"{ui.MAX_PROMPT_CHARS:,}"))
+    if "chat" not in st.session_state:
+        st.session_state["chat"] = st.query_params.get("chat", "0") == "1"
+    st.toggle(ui.t("sb.chat"), key="chat", help=ui.t("sb.chat_help"))
+    if len(text) <= ui.URL_PROMPT_CHARS:
+        st.query_params["prompt"] = text
+    else:
+        st.query_params.pop("prompt", None)
+        st.caption(ui.t("sb.prompt_not_in_link", n=f"{len(text):,}", k=f"{ui.URL_PROMPT_CHARS:,}"))
+    st.query_params["chat"] = "1" if st.session_state["chat"] else "0"
+
+
+def _switch_model(model_id: str, spec: str) -> None:
     """Try a new model; on failure keep the previous one and say why."""
     try:
         cache.get_model(spec)
-    except ModelLoadError as e:
-        st.sidebar.error(ui.t("err.model_load", msg=str(e)))
-        st.sidebar.caption(ui.t("sb.kept_model", spec=st.session_state.get("model_spec_ok", EMBEDDED_ID)))
-        st.session_state.setdefault("model_spec_ok", EMBEDDED_ID)
-        return
     except Exception as e:  # never a traceback: any failure keeps the previous model
-        st.sidebar.error(ui.t("err.model_load", msg=f"{type(e).__name__}: {e}"))
-        st.session_state.setdefault("model_spec_ok", EMBEDDED_ID)
+        st.sidebar.error(ui.t("err.model_load", msg=ui.load_error_text(e, spec)))
+        st.sidebar.caption(ui.t("sb.kept_model", spec=ui.model_label()))
         return
     st.session_state["model_spec_ok"] = spec
+    st.session_state["model_id"] = model_id
+    st.session_state.pop("_link_model_refused", None)
+
+
+def model_from_link(offer: Offer) -> None:
+    """The model a link names, by offered id only. Anything else (a path, an unknown id) is neither
+    loaded nor looked at: one generic sentence, the same whatever the value, and the embedded model."""
+    st.session_state["model_spec_ok"] = EMBEDDED_ID
+    st.session_state["model_id"] = EMBEDDED_ID
+    wanted = st.query_params.get("model")
+    if not wanted or wanted == EMBEDDED_ID:
+        return
+    spec = offer.spec(wanted)
+    if spec is None:
+        st.session_state["_link_model_refused"] = True
+        return
+    _switch_model(wanted, spec)
 
 
 def main() -> None:
     st.set_page_config(page_title="Transformer X-Ray", page_icon="🩻", layout="wide")
+    try:
+        offer = ui.offered()
+    except OfferError as e:  # the operator's setting: said on the console, never echoed to a visitor
+        print(f"Transformer X-Ray: the model setting cannot be read: {e}", file=sys.stderr)
+        st.error(ui.t("err.offer_setting"))
+        st.stop()
     if "model_spec_ok" not in st.session_state:
-        wanted = st.query_params.get("model", EMBEDDED_ID)
-        st.session_state["model_spec_ok"] = EMBEDDED_ID
-        if wanted != EMBEDDED_ID:
-            _switch_model(wanted)
+        model_from_link(offer)
     sidebar()
     presenter.apply_css()
     nav.navigation().run()

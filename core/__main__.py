@@ -1,37 +1,199 @@
-"""Command line: ``python -m core trace "PROMPT" -o out.npz [--model PATH] [--chat]``
-and ``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat]``."""
+"""Command line: ``python -m core trace "PROMPT" -o out.npz [--model PATH] [--chat] [--max-tokens N]``
+and ``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] [--temperature T …]``.
+
+Every argument is checked before the model loads, and so is the output file: the file written is
+exactly the path given (nothing is appended to it). Errors are one line, ``error: …``, exit code 2.
+``generate`` reports its progress on stderr; Ctrl-C saves the tokens generated so far (exit 130)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
+import signal
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
 from core import backends
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
+from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate
 from core.gen.sampling import SamplingConfig
 
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+PROGRESS_EVERY_S = 1.0  # seconds between two progress lines of ``generate``
+
+
+class CliError(Exception):
+    """A sentence for the user: printed as ``error: …``, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, answering a bad argument with one ``error: …`` line instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        head = "argument "
+        if message.startswith(head) and ": -" in message:  # "argument --top-k: --top-k must …": say it once
+            message = message.split(": ", 1)[1]
+        message = message[:1].upper() + message[1:]
+        raise CliError(message if message.endswith(".") else message + ".")
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+# ---------------------------------------------------------------------------------------------
+# argument types: each refuses with one sentence that names the option
+
+
+def _int_arg(flag: str, lo: int, hi: int | None = None, what: str = "") -> Callable[[str], int]:
+    rule = f"from {lo} to {hi}" if hi is not None else f"{lo} or more"
+
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            v = None
+        if v is None or v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number {rule}{what}; got {s!r}.")
+        return v
+
+    return parse
+
+
+def _float_arg(flag: str, rule: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v) or not ok(v):
+            raise argparse.ArgumentTypeError(f"{flag} must be {rule}; got {s!r}.")
+        return v
+
+    return parse
+
+
+MAX_TOKENS_ARG = _int_arg("--max-tokens", 1, MAX_TOKENS, f" (the trace limit is {MAX_TOKENS} tokens)")
+STEPS_ARG = _int_arg("--steps", 1)
+TOP_K_ARG = _int_arg("--top-k", 0, None, " (0 = off)")
+SEED_ARG = _int_arg("--seed", 0)
+TOP_P_ARG = _float_arg("--top-p", "a number above 0 and at most 1 (1 = off)", lambda v: 0 < v <= 1)
+TEMPERATURE_ARG = _float_arg("--temperature", "a finite number, 0 (greedy) or more", lambda v: v >= 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the output file: checked before the model loads, written exactly where the user said
+
+
+def check_output(raw: str, flag: str, example: str) -> str:
+    """Refuse an output path that cannot be written, before any model is loaded (returns ``raw``).
+
+    The file written is ``raw`` itself: nothing is appended (numpy would add ``.npz`` to a name
+    without it, so ``-o /dev/full`` would have created ``/dev/full.npz``)."""
+    if not raw.strip():
+        raise CliError(f"{flag} needs a file name, such as {example}.")
+    p = Path(raw)
+    if p.is_dir():
+        raise CliError(f"{raw} is a folder; give {flag} a file name, such as {p / example}.")
+    parent = p.parent
+    if not parent.exists():
+        raise CliError(f"Cannot write {raw}: the folder {parent} does not exist.")
+    if not parent.is_dir():
+        raise CliError(f"Cannot write {raw}: {parent} is not a folder.")
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # a FIFO without a reader must not hang us here
+    try:
+        if os.path.lexists(p):
+            os.close(os.open(p, os.O_WRONLY | os.O_APPEND | nonblock))  # opens, writes nothing
+        else:
+            os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))  # a probe, removed at once
+            p.unlink()
+    except OSError as e:
+        raise CliError(f"Cannot write {raw}: {e.strerror or e}.") from None
+    return raw
+
+
+@contextlib.contextmanager
+def _no_interrupt() -> Iterator[None]:
+    """Ctrl-C is ignored while a file is being written (a half-written .npz helps nobody)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def write_output(raw: str, write: Callable[[BinaryIO], Any]) -> None:
+    """``write(file)`` into exactly ``raw``; a failed write (disk full …) becomes a CliError, and a
+    file this call created is removed again rather than left half-written."""
+    p = Path(raw)
+    existed = os.path.lexists(p)
+    try:
+        with _no_interrupt(), open(p, "wb") as f:
+            write(f)
+    except OSError as e:
+        if not existed and p.is_file():
+            p.unlink(missing_ok=True)
+        raise CliError(f"Could not write {raw}: {e.strerror or e}.") from None
+
+
+def _model_error(e: Exception) -> str:
+    if isinstance(e, ConfigError):
+        return f"The model's config.json cannot be read: {e.detail or e.code}."
+    return str(e) or type(e).__name__
+
+
+MODEL_ERRORS = (ModelLoadError, EmptyPromptError, UnsupportedArchitectureError, ValueError)
+
+
+def _prompt(a: argparse.Namespace) -> None:
+    if not a.prompt.strip():
+        raise CliError("The prompt is empty.")
+
+
+# ---------------------------------------------------------------------------------------------
+# trace
+
 
 def trace_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m core trace", description="Trace one forward pass and save it as .npz")
+    ap = _Parser(prog="python -m core trace", description="Trace one forward pass and save it as .npz")
     ap.add_argument("prompt")
-    ap.add_argument("-o", "--out", default="trace.npz")
+    ap.add_argument("-o", "--out", default="trace.npz", help="the .npz file to write (exactly this path)")
     ap.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
     ap.add_argument("--chat", action="store_true", help="apply the chat template")
-    ap.add_argument("--max-tokens", type=int, default=None)
-    a = ap.parse_args(argv)
-
+    ap.add_argument("--max-tokens", type=MAX_TOKENS_ARG, default=MAX_TOKENS,
+                    help=f"cut the prompt at this many tokens (1 to {MAX_TOKENS}, the default)")
+    try:
+        a = ap.parse_args(argv)
+        _prompt(a)
+        check_output(a.out, "-o", "trace.npz")
+    except CliError as e:
+        return _fail(str(e))
     try:
         loaded = backends.load_model(a.model)
-        tr = backends.trace(loaded, a.prompt, chat=a.chat, max_tokens=a.max_tokens or MAX_TOKENS)
-        backends.export_npz(loaded, tr, a.out)
-    except (ModelLoadError, EmptyPromptError, UnsupportedArchitectureError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        tr = backends.trace(loaded, a.prompt, chat=a.chat, max_tokens=a.max_tokens)
+        write_output(a.out, lambda f: backends.export_npz(loaded, tr, f))
+    except CliError as e:
+        return _fail(str(e))
+    except MODEL_ERRORS as e:
+        return _fail(_model_error(e))
+    except KeyboardInterrupt:
+        print("interrupted: nothing was saved.", file=sys.stderr)
+        return EXIT_INTERRUPTED
     for n in tr.notes:
         print(f"note: {n}", file=sys.stderr)
     print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: "
@@ -39,40 +201,80 @@ def trace_main(argv: list[str]) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# generate
+
+
+def _progress(requested: int) -> Callable[[int, int, float], None]:
+    """The ``on_step`` callback of ``generate_record``: a line on stderr about once a second, and a
+    note the first time if the model's context cut ``--steps`` down."""
+    last = {"t": -math.inf}
+
+    def on_step(done: int, total: int, seconds: float) -> None:
+        if done == 1 and total < requested:
+            print(f"note: --steps {requested} is more than the model's context leaves after the prompt; "
+                  f"generating at most {total} tokens.", file=sys.stderr)
+        if done < total and time.monotonic() - last["t"] >= PROGRESS_EVERY_S:
+            last["t"] = time.monotonic()
+            print(f"{done}/{total} tokens, {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    return on_step
+
+
 def generate_main(argv: list[str]) -> int:
     """``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] …``"""
-    p = argparse.ArgumentParser(prog="python -m core generate", description="Prefill + decode with a KV cache, timed step by step.")
+    p = _Parser(prog="python -m core generate", description="Prefill + decode with a KV cache, timed step by step.")
     p.add_argument("prompt")
-    p.add_argument("--steps", type=int, default=16, help="new tokens at most (the prefill's included)")
-    p.add_argument("-o", "--output", default="gen.npz")
-    p.add_argument("--model", default=None, help="local model folder (default: the embedded SmolLM2)")
+    p.add_argument("--steps", type=STEPS_ARG, default=16,
+                   help="new tokens at most (the prefill's included); capped by the model's context")
+    p.add_argument("-o", "--output", default="gen.npz", help="the .npz file to write (exactly this path)")
+    p.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt with the chat template")
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    a = p.parse_args(argv)
-    if a.steps < 1:
-        p.error("--steps must be at least 1")
-    greedy = a.temperature is None or a.temperature <= 0
+    p.add_argument("--temperature", type=TEMPERATURE_ARG, default=None, help="0 or absent: greedy")
+    p.add_argument("--top-k", type=TOP_K_ARG, default=0, help="0 = off")
+    p.add_argument("--top-p", type=TOP_P_ARG, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=SEED_ARG, default=None)
+    try:
+        a = p.parse_args(argv)
+        _prompt(a)
+        check_output(a.output, "-o", "gen.npz")
+    except CliError as e:
+        return _fail(str(e))
+    greedy = a.temperature is None or a.temperature == 0
     if greedy:
         cfg = generate.greedy_config()
+        if a.top_k or a.top_p < 1 or a.seed is not None:
+            print("note: --top-k, --top-p and --seed only act with a --temperature above 0; decoding greedily.",
+                  file=sys.stderr)
     else:
         cfg = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
     try:
         loaded = backends.load_model(a.model)
-        rec = generate.generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat)
-    except (ModelLoadError, EmptyPromptError, ValueError) as e:
-        print(f"error: {e}")
-        return 2
-    np.savez(a.output, **rec)
-    n = len(rec["token_ids"])
+        rec = generate.generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat, on_step=_progress(a.steps))
+        stop = json.loads(str(rec["meta"]))["stop_reason"]
+        n = len(rec["token_ids"])
+        if n:
+            write_output(a.output, lambda f: np.savez(f, **rec))
+    except CliError as e:
+        return _fail(str(e))
+    except MODEL_ERRORS as e:
+        return _fail(_model_error(e))
+    except KeyboardInterrupt:
+        print("interrupted: nothing was saved.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not n:  # Ctrl-C during the prefill
+        print("interrupted before the first token: nothing was saved.", file=sys.stderr)
+        return EXIT_INTERRUPTED
     tp = rec["step_seconds"][1:]
-    print(f"{n} tokens, stop: {json.loads(str(rec['meta']))['stop_reason']}; TTFT {rec['prefill_seconds'] * 1e3:.1f} ms"
+    print(f"{n} tokens, stop: {stop}; TTFT {rec['prefill_seconds'] * 1e3:.1f} ms"
           + (f", median TPOT {np.median(tp) * 1e3:.1f} ms" if len(tp) else ""))
     print(f"KV cache at the end: {int(rec['kv_tokens'][-1])} positions, {int(rec['kv_bytes'][-1]):,} bytes")
     print(f"text: {str(rec['text'])!r}")
     print(f"wrote {a.output}")
+    if stop == "interrupted":
+        print(f"interrupted: saved the {n} tokens generated so far to {a.output} (stop_reason \"interrupted\").",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 
@@ -80,14 +282,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if argv else 2
+        return 0 if argv else EXIT_ERROR
     cmd, rest = argv[0], argv[1:]
-    if cmd == "trace":
-        return trace_main(rest)
-    if cmd == "generate":
-        return generate_main(rest)
-    print(f"unknown command '{cmd}'\n{__doc__}", file=sys.stderr)
-    return 2
+    commands = {"trace": trace_main, "generate": generate_main}
+    if cmd not in commands:
+        print(f"error: unknown command '{cmd}'; use 'trace' or 'generate'.\n{__doc__}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return commands[cmd](rest)
+    except SystemExit as e:  # argparse's -h
+        return e.code if isinstance(e.code, int) else 0
+    except KeyboardInterrupt:
+        print("interrupted: nothing was saved.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (MemoryError, RuntimeError, OSError) as e:  # torch's out-of-memory, a failed read …: one line, no traceback
+        return _fail(f"{type(e).__name__}: {e}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from core.engine import tokens
 from core.engine.types import UnsupportedArchitectureError
 from core.inside import ablation, heads
 from core.inside import figures as inside_fig
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 
 def _can_ablate(tr, loaded) -> bool:
@@ -26,7 +26,7 @@ def _can_ablate(tr, loaded) -> bool:
 
 
 def _target(tr) -> ablation.Target:
-    layer, head = ui.layer_head_pickers("ablation", tr.n_layers, tr.n_heads)
+    layer, head = widgets.layer_head_pickers("ablation", tr.n_layers, tr.n_heads)
     scope = st.radio(ui.t("ablation.scope"), ["head", "layer"], horizontal=True, key="ablation_scope",
                      format_func=ui.fmt("ablation.scope_{}", l=layer, h=head))
     return ablation.Target(layer, head, scope)
@@ -36,7 +36,7 @@ def _metrics(loaded, eff: ablation.Effect) -> None:
     top, new = tokens.readable_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("ablation.m_kl"), f"{eff.kl:.4g}")
-    m2.metric(ui.t("ablation.m_top", tok=top), f"{eff.p_after:.2%}", f"{eff.delta:+.2%}")
+    m2.metric(ui.t("ablation.m_top", tok=widgets.code(top)), f"{eff.p_after:.2%}", f"{eff.delta:+.2%}")
     m3.metric(ui.t("ablation.m_new"), new, ui.t("ablation.same") if eff.same_top else ui.t("ablation.changed"), delta_color="off")
 
 

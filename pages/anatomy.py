@@ -5,7 +5,7 @@ import streamlit as st
 from core.engine.types import ConfigError
 from core.stream import anatomy
 from core.stream import figures as ps
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 KEY = "anatomy_json"
 
@@ -15,11 +15,11 @@ def _load_preset(cfg: dict) -> None:
 
 
 def _checklist(loaded, live_cfg: dict, lang: str) -> None:
-    st.subheader(ui.t("anatomy.h_checklist", name=loaded.facts.name))
+    st.subheader(ui.t("anatomy.h_checklist", name=widgets.md(loaded.facts.name)))
     try:
         st.table(anatomy.checklist_table(anatomy.analyse_config(live_cfg), lang))  # a static table wraps the long explanations
     except ConfigError as e:
-        ui.config_error(e)
+        widgets.config_error(e)
     ui.badge("model")
 
 
@@ -58,7 +58,7 @@ def _paste(live_cfg: dict, lang: str) -> None:
     try:
         report = anatomy.analyse_config(anatomy.parse_config(text))
     except ConfigError as e:
-        ui.config_error(e)
+        widgets.config_error(e)
         return
     _estimate(report, lang)
 

@@ -9,7 +9,7 @@ import streamlit as st
 from core.engine.numbers import max_abs_diff
 from core.maths import attention as A
 from core.maths import figures as P
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 PRESETS = ("worked", "seed42", "real")
 Example = tuple[dict[str, np.ndarray], A.CalculatorLabels, str]  # arrays, axis labels, editor-key version
@@ -48,9 +48,9 @@ def _real_example() -> Example | None:
     tr = ui.current_trace()
     if tr is None:
         return None
-    layer, head = ui.layer_head_pickers("attention_lab", tr.n_layers, tr.n_heads)
-    pos = st.slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
-                    key="attention_lab_pos")
+    layer, head = widgets.layer_head_pickers("attention_lab", tr.n_layers, tr.n_heads)
+    pos = widgets.int_slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
+                             key="attention_lab_pos")
     ui.set_qp(pos=pos)
     ex = A.real_row(tr, layer, head, pos)
     st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.geometry.group_size))

@@ -10,7 +10,7 @@ import streamlit as st
 from core.engine import tokens
 from core.gen import chat_template, report
 from core.gen import figures as gen_fig
-from core.web import chips, presenter, ui
+from core.web import chips, presenter, ui, widgets
 
 P = "chat"
 
@@ -31,7 +31,7 @@ def _rendering(tok: Any, msgs: list[dict[str, str]], add_gen: bool) -> chat_temp
     except ValueError:
         st.info(ui.t("chat.need_message"))
     except Exception as e:  # a template may raise on unusual role orders: say so, no traceback
-        st.error(ui.t("chat.template_error", msg=f"{type(e).__name__}: {e}"))
+        st.error(ui.t("chat.template_error", msg=widgets.md(f"{type(e).__name__}: {e}")))
     return None
 
 
@@ -70,7 +70,7 @@ def render() -> None:
         return
     tok = loaded.tokenizer
     if not tokens.has_chat_template(tok):
-        st.warning(ui.t("chat.no_template", model=loaded.facts.name))
+        st.warning(ui.t("chat.no_template", model=widgets.md(loaded.facts.name)))
         return
     msgs = _messages()
     add_gen = st.toggle(ui.t("chat.add_gen"), value=True, key=f"{P}_gen", help=ui.t("chat.add_gen_help"))

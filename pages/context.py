@@ -7,7 +7,7 @@ import streamlit as st
 from core.engine.tokens import position_label
 from core.inside import embeddings
 from core.inside import figures as inside_fig
-from core.web import presenter, ui
+from core.web import presenter, ui, widgets
 
 
 def _pick(col, label: str, tr, default: int, key: str) -> int:
@@ -28,7 +28,7 @@ def _result(c: embeddings.ContextComparison, label_a: str, label_b: str, lang: s
     m2.metric(ui.t("context.m_min"), f"{c.sim.min():.3f}", help=ui.t("context.m_min_help", l=c.weakest_layer))
     m3.metric(ui.t("context.m_last"), f"{c.sim[-1]:.3f}", help=ui.t("context.m_base_help", b=float(c.base[-1])))
     st.plotly_chart(inside_fig.fig_context(c.sim, c.base, lang), width="stretch")
-    ui.badge("model", ui.t("context.badge", a=label_a, b=label_b))
+    ui.badge("model", ui.t("context.badge", a=widgets.md(label_a), b=widgets.md(label_b)))
     st.markdown(ui.t("context.explain"))
     with st.expander(ui.t("context.table")):
         fmt = {ui.t("context.col_sim"): "{:.6f}", ui.t("context.col_base"): "{:.4f}"}

@@ -10,7 +10,7 @@ from core.engine.types import LoadedModel
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report
 from core.web import generation as gen_ui
-from core.web import presenter, ui
+from core.web import presenter, ui, widgets
 
 P = "generation"
 
@@ -27,13 +27,10 @@ def _status(stp: generate.Stepper, pieces: list[str], text: str) -> None:
 
 def _pick_step(n: int) -> int:
     """Which pass to look at (URL ``step``); follows the newest pass after each button."""
-    if n == 1:
-        return 0
     key = f"{P}_step"
     if key not in st.session_state:
         st.session_state[key] = ui.qp_int("step", n - 1, 0, n - 1)
-    st.session_state[key] = min(int(st.session_state[key]), n - 1)
-    step = st.slider(ui.t("generation.step"), 0, n - 1, key=key, help=ui.t("generation.step_help"))
+    step = widgets.int_slider(ui.t("generation.step"), 0, n - 1, key=key, help=ui.t("generation.step_help"))
     ui.set_qp(step=step)
     return step
 
@@ -56,7 +53,7 @@ def _pass(loaded: LoadedModel, rec: generate.StepRecord, step: int) -> None:
 def _attention(loaded: LoadedModel, stp: generate.Stepper, rec: generate.StepRecord, pieces: list[str]) -> None:
     """The chosen head's attention: the fed token's row over the cache, and the prefill's matrix."""
     f = loaded.facts
-    layer, head = ui.layer_head_pickers(P, f.n_layers, f.n_heads)
+    layer, head = widgets.layer_head_pickers(P, f.n_layers, f.n_heads)
     a1, a2 = st.columns(2)
     n_vis = rec.kv_tokens
     if rec.attn is not None:

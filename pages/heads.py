@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.inside import figures as inside_fig
 from core.inside import heads
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 
 def _jump(layer: int, head: int) -> None:
@@ -35,7 +35,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
 def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     T = tr.n_tokens
     st.subheader(ui.t("heads.query_title", l=layer, h=head))
-    q = st.slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
+    q = widgets.int_slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
     ui.set_qp(pos=q)
     st.plotly_chart(inside_fig.fig_query_bars(heads.query_row(tr.attn_pattern, layer, head, q, hide), tr.tokens, q, lang), width="stretch")
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
@@ -60,7 +60,7 @@ def render() -> None:
     if tr is None:
         return
     lang = ui.lang()
-    layer, head = ui.layer_head_pickers("heads", tr.n_layers, tr.n_heads)
+    layer, head = widgets.layer_head_pickers("heads", tr.n_layers, tr.n_heads)
     hide = _grid(tr, layer, head, lang)
     _query(tr, layer, head, hide, lang)
     _atlas(tr, layer, head, lang)

@@ -1,14 +1,13 @@
 """The journey of a sentence: text → tokens → IDs → embeddings → blocks → hidden state → logits →
 next token → the loop, with the real shapes and values of the current prompt."""
 
-import pandas as pd
 import streamlit as st
 
 from core.engine import tokens
 from core.engine.tokens import special_mask
 from core.learn import figures as learn_fig
 from core.learn import journey
-from core.web import cache, chips, nav, presenter, ui
+from core.web import cache, chips, nav, presenter, ui, widgets
 
 
 def stage(idx: int, key: str, link: str | None = None, **kw):
@@ -46,11 +45,11 @@ def render() -> None:
         f"final_hidden[{T - 1}] = {journey.vector_preview(tr.final_hidden[-1])}", language=None)
     box = stage(7, "journey.s7.body", "logits", T=T, V=V)
     rows = journey.top_next_tokens(tr, tok)
-    box.dataframe(pd.DataFrame(rows, columns=[ui.t("ui.token"), "ID", "logit", "p"]).style.format({"logit": "{:.3f}", "p": "{:.2%}"}),
+    box.dataframe(journey.top_frame(rows, ui.t("ui.token")).style.format({"logit": "{:.3f}", "p": "{:.2%}"}),
                   hide_index=True, width="stretch")
     with box:
         ui.badge("model")
-    box = stage(8, "journey.s8.body", "logits", tok=repr(rows[0][0]), p=f"{rows[0][3]:.1%}")
+    box = stage(8, "journey.s8.body", "logits", tok=widgets.md(repr(rows[0][0])), p=f"{rows[0][3]:.1%}")
     if not ui.chat() and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
     new, stopped = cache.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())

@@ -9,7 +9,7 @@ from core.engine.numbers import human_bytes
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
 from core.gen import kvcalc, report
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 P = "kv_cache"
 
@@ -29,7 +29,7 @@ def _shape() -> tuple[HeadGeometry | None, int, int, int]:
     try:
         return kvcalc.from_config(text, name="config.json"), bpv, tokens, reqs
     except ConfigError as e:
-        ui.config_error(e)
+        widgets.config_error(e)
         return None, bpv, tokens, reqs
 
 

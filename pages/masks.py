@@ -8,7 +8,7 @@ import streamlit as st
 from core.engine.tokens import position_labels
 from core.maths import attention as A
 from core.maths import figures as P
-from core.web import presenter, ui
+from core.web import presenter, ui, widgets
 
 TABS = ("causal", "padding", "causal_padding", "bidirectional", "cross", "sliding", "real")
 
@@ -30,7 +30,7 @@ def _real_tab(lang: str) -> None:
     tr = ui.current_trace()
     if tr is None:
         return
-    layer, head = ui.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
+    layer, head = widgets.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
     pattern = tr.attn_pattern[layer, head]  # [T, T] float16, straight from the trace
     labels = position_labels(tr.tokens)
     st.plotly_chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),

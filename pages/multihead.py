@@ -9,7 +9,7 @@ from core.engine.tokens import position_labels
 from core.engine.types import HeadGeometry
 from core.maths import attention as A
 from core.maths import figures as P
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 
 def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
@@ -52,7 +52,7 @@ def _real_section(lang: str) -> None:
     tr = ui.current_trace()
     if tr is None:
         return
-    layer = ui.layer_slider("multihead_layer", tr.n_layers)
+    layer = widgets.layer_slider("multihead_layer", tr.n_layers)
     try:
         parts = cache.recombine(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:

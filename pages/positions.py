@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.maths import figures as P
 from core.maths import positions as R
-from core.web import cache, nav, presenter, ui
+from core.web import cache, nav, presenter, ui, widgets
 
 
 def _sin_tab(lang: str) -> None:
@@ -25,14 +25,14 @@ def _kinds_tab(loaded, lang: str) -> None:
     st.markdown(ui.t("positions.kinds_intro"))
     st.dataframe(R.methods_table(lang), hide_index=True, width="stretch")
     if loaded is not None:
-        st.info(ui.t("positions.this_model", name=loaded.facts.name, kind=loaded.facts.position_type))
+        st.info(ui.t("positions.this_model", name=widgets.md(loaded.facts.name), kind=loaded.facts.position_type))
     nav.page_link("toy", label=ui.t("positions.toy_link"), icon="🧪")
 
 
 def _rope_tab(theta: float, dh: int, lang: str) -> None:
     st.markdown(ui.t("positions.rope_intro", th=f"{theta:g}"))
     c1, c2 = st.columns(2)
-    pair = c1.slider(ui.t("positions.pair"), 0, dh // 2 - 1, 4, key="positions_pair")
+    pair = widgets.int_slider(ui.t("positions.pair"), 0, dh // 2 - 1, 4, key="positions_pair", where=c1)
     pos = c2.slider(ui.t("ui.position"), 0, R.PAIR_POSITIONS - 1, 3, key="positions_pos")
     th_i, traj = R.rope_pair_demo(dh, theta, pair)
     st.plotly_chart(P.rope_pair_figure(traj, pos, th_i, lang), width="stretch")
@@ -55,7 +55,7 @@ def _real_tab(loaded) -> None:
         return
     if not R.rope_checkable(loaded):
         return st.info(ui.t("positions.not_rope", kind=loaded.facts.position_type))
-    layer = ui.layer_slider("positions_layer", tr.n_layers)
+    layer = widgets.layer_slider("positions_layer", tr.n_layers)
     try:
         chk = cache.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:

@@ -5,7 +5,7 @@ import streamlit as st
 from core.engine.tokens import position_label
 from core.stream import figures as ps
 from core.stream import lens
-from core.web import presenter, ui
+from core.web import presenter, ui, widgets
 
 
 def _pick_token(tokens, key: str) -> int:
@@ -19,7 +19,7 @@ def _pick_token(tokens, key: str) -> int:
 
 def _where(tr, layer: int, pos: int) -> str:
     """The badge detail of the by-hand views: which layer, which token."""
-    return f"{ui.t('ui.layer')} {layer} · {position_label(tr.tokens, pos)}"
+    return f"{ui.t('ui.layer')} {layer} · {widgets.md(position_label(tr.tokens, pos))}"
 
 
 def _norms(tr, lang: str) -> None:
@@ -32,7 +32,7 @@ def _norms(tr, lang: str) -> None:
 
 def _sublayers(tr, lang: str) -> tuple[int, int]:
     st.subheader(ui.t("residual.h_sub"))
-    layer, _ = ui.layer_head_pickers("residual", tr.n_layers, tr.n_heads, with_head=False)
+    layer, _ = widgets.layer_head_pickers("residual", tr.n_layers, tr.n_heads, with_head=False)
     pos = _pick_token(list(tr.tokens), "residual_pos")
     one = st.toggle(ui.t("residual.one_token"), value=False, key="residual_one")
     a, m = lens.sublayer_norms(tr, pos if one else None)

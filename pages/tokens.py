@@ -9,7 +9,7 @@ from core import backends
 from core.engine.tokens import position_label
 from core.inside import embeddings
 from core.inside import figures as inside_fig
-from core.web import cache, chips, ui
+from core.web import cache, chips, ui, widgets
 
 
 def _chips(tr, spec: str) -> None:
@@ -32,7 +32,7 @@ def _lookup(tr, loaded, spec: str) -> bool:
         return False
     tid = int(tr.token_ids[pos])
     row, traced = cache.embedding_rows(spec, (tid,))[0], tr.embeddings[pos]
-    st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=tr.d_model, tok=tr.tokens[pos]))
+    st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=tr.d_model, tok=widgets.code(tr.tokens[pos])))
     st.dataframe(embeddings.lookup_table(row, traced, tid, pos, ndims).style.format("{:+.4f}"), width="stretch")
     st.caption(ui.t("tokens.lookup_check", diff=embeddings.max_gap(row, traced)))
     ui.badge("model")
@@ -55,7 +55,8 @@ def _pca(spec: str, lang: str) -> None:
         st.info(ui.t("tokens.pca_need_two"))
         return
     st.plotly_chart(inside_fig.fig_pca(words, coords, expl, lang), width="stretch")
-    st.caption(embeddings.pca_caption(words, pieces, lang))
+    # the words are the user's own text: shown as typed, never rendered as Markdown or HTML
+    st.caption(embeddings.pca_caption([widgets.md(w) for w in words], [widgets.md(p) for p in pieces], lang))
     ui.badge("model")
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 from core.engine import i18n, tokens
 from core.learn import figures as learn_fig
 from core.learn import tour
-from core.web import chips, nav, presenter, ui
+from core.web import chips, nav, presenter, ui, widgets
 
 
 def _go(step: int) -> None:
@@ -42,8 +42,8 @@ def render() -> None:
     layer = 0
     view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids))
     if view.uses_layer:  # the layer lives in the URL too (?layer=), shared with the other pages
-        layer = st.slider(ui.t("tour.layer_pick"), 0, tr.n_layers - 1, ui.qp_int("layer", tr.n_layers - 1, 0, tr.n_layers - 1),
-                          key="tour_layer")
+        layer = widgets.int_slider(ui.t("tour.layer_pick"), 0, tr.n_layers - 1, ui.qp_int("layer", tr.n_layers - 1, 0, tr.n_layers - 1),
+                                   key="tour_layer")
         ui.set_qp(layer=layer)
         view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids), layer)
     st.markdown(ui.t(f"tour.{stage.key}.body", **view.fill))

@@ -6,7 +6,7 @@ import streamlit as st
 
 from core.engine.types import TOY_ID
 from core.toy import figures as toy_fig
-from core.web import cache, live, presenter, ui
+from core.web import cache, live, presenter, ui, widgets
 
 
 def _site(tr, stage: str, layer: int, head: int, lang: str) -> None:
@@ -40,7 +40,7 @@ def _sites_section(lang: str) -> None:
     if tr.truncated_from:
         st.warning(ui.t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
     st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
-    layer, head = ui.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
+    layer, head = widgets.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
     c1, c2 = st.columns(2)
     a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
     mlp_stages = toy_fig.mlp_stages(tr)

@@ -90,7 +90,8 @@ def test_empty_prompt_gives_a_hint_and_no_model_call():
     assert before == backends.FORWARD_PASSES
 
 
-def test_wrong_model_folder_keeps_the_previous_model(tmp_path):
+def test_wrong_model_folder_keeps_the_previous_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("XRAY_ALLOW_LOCAL", "1")  # the local-folder box exists only when the operator turns it on
     at = AppTest.from_file(APP, default_timeout=240)
     at.run()
     at.selectbox(key="model_pick").set_value("__local__").run()

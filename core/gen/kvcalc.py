@@ -35,6 +35,15 @@ def attention_variants(shape: HeadGeometry) -> list[tuple[str, HeadGeometry]]:
     return out
 
 
+INT64_MAX = 2**63 - 1
+
+
+def table_number(n: int) -> int | float:
+    """``n`` as a table or a figure can hold it: an int while it fits 64 bits, a float beyond (a
+    10⁷-token context for 10⁵ requests of a large model is more bytes than an int64 counts)."""
+    return n if -INT64_MAX <= n <= INT64_MAX else float(n)
+
+
 def variant_rows(shape: HeadGeometry, tokens: int, bytes_per_value: int, requests: int = 1) -> list[dict[str, Any]]:
     """One row per attention variant: KV heads, bytes per token, total bytes, ratio to MHA."""
     rows = []
@@ -42,8 +51,11 @@ def variant_rows(shape: HeadGeometry, tokens: int, bytes_per_value: int, request
     for kind, s in attention_variants(shape):
         total = s.kv_bytes(tokens, bytes_per_value, requests)
         rows.append({"kind": kind, "kv_heads": s.n_kv_heads, "group": s.group_size,
-                     "bytes_per_token": s.kv_bytes_per_token(bytes_per_value), "total_bytes": total,
+                     "bytes_per_token": table_number(s.kv_bytes_per_token(bytes_per_value)), "total_bytes": table_number(total),
                      "vs_mha": total / mha if mha else 0.0})
+    if any(isinstance(r["total_bytes"], float) for r in rows):  # one column, one type
+        for r in rows:
+            r["total_bytes"] = float(r["total_bytes"])
     return rows
 
 
@@ -54,7 +66,8 @@ def formula_terms(shape: HeadGeometry, tokens: int, bytes_per_value: int, reques
 
 
 def from_config(cfg: dict[str, Any] | str, name: str | None = None) -> HeadGeometry:
-    """The KV shape of a pasted config.json (dict or its text), across common naming schemes."""
+    """The KV shape of a pasted config.json (dict or its text), across common naming schemes; ConfigError
+    (from ``core.engine.config``, the one validation module) for anything impossible in it."""
     return cfgread.geometry(cfg, name, source="pasted config.json")
 
 

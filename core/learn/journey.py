@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from core.engine.numbers import top_k
-from core.engine.tokens import readable_tokens
+from core.engine.tokens import readable_tokens, visible
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel
 from core.gen.generate import Stepper
@@ -33,6 +34,11 @@ def top_next_tokens(tr: Trace, tokenizer: Any, k: int = 8) -> list[tuple[str, in
 
     texts = readable_tokens(tokenizer, [int(i) for i in order])
     return [(txt, int(i), float(tr.last_logits[i]), float(p[i])) for txt, i in zip(texts, order)]
+
+
+def top_frame(rows: Sequence[tuple[str, int, float, float]], token_header: str) -> pd.DataFrame:
+    """The next-token table: each candidate made visible by the one label rule (a newline shows as ⏎)."""
+    return pd.DataFrame([(visible(txt), i, logit, p) for txt, i, logit, p in rows], columns=[token_header, "ID", "logit", "p"])
 
 
 def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = 24) -> tuple[list[int], bool]:

@@ -145,7 +145,7 @@ def block_args(rows: list[dict[str, Any]], n_layers: int, n_params: int) -> dict
 
 
 def parse_config(text: str) -> dict[str, Any]:
-    """JSON text → dict, or ConfigError('json' | 'not_object') naming the problem."""
+    """JSON text → a validated dict, or ConfigError naming the problem (``core.engine.config.parse``)."""
     return cfgread.parse(text)
 
 
@@ -221,26 +221,25 @@ def checklist_table(report: ConfigReport, lang: str) -> pd.DataFrame:
 
 
 def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
-    """Read a config dict; raises ConfigError('missing' | 'bad_value') naming the field."""
+    """Read a config dict; raises ConfigError naming the field that is missing or impossible (every field
+    read here is validated by ``core.engine.config``, the one validation module)."""
+    cfg = cfgread.check(cfg)
     for key in REQUIRED:
         if cfgread.get(cfg, key) is None:
             raise ConfigError("missing", key)
-    mt = str(cfg.get("model_type", "?"))
+    mt = cfgread.text(cfg.get("model_type"), "model_type") or "?"
     d = cfgread.pos_int(cfg, "hidden_size")
     H = cfgread.pos_int(cfg, "num_attention_heads")
     Hkv = cfgread.pos_int(cfg, "num_key_value_heads", H)  # absent → one KV head per query head (MHA)
-    if H % Hkv:
-        raise ConfigError("bad_value", f"num_attention_heads ({H}) is not a multiple of num_key_value_heads ({Hkv})")
-    head_dim = cfgread.pos_int(cfg, "head_dim", d // H)
-    gated = bool(cfg.get("mlp_gated", mt not in UNGATED_TYPES and "n_embd" not in cfg))
+    head_dim = cfgread.head_size(cfg, d, H)
+    cfgread.check_heads(H, Hkv, head_dim, cfgread.pos_int(cfg, "num_hidden_layers"))
+    gated = _flag(cfg, "mlp_gated", mt not in UNGATED_TYPES and "n_embd" not in cfg)
     ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
-    max_pos = cfgread.get(cfg, "max_position_embeddings")
     theta, rope_type = cfgread.rope(cfg)
     ln = mt in UNGATED_TYPES or any(k in cfg for k in ("layer_norm_epsilon", "layer_norm_eps", "layernorm_epsilon"))
-    use_sw = cfg.get("use_sliding_window", True)
-    sw = cfg.get("sliding_window") if use_sw else None
-    qkv_bias = bool(cfg.get("attention_bias", mt == "qwen2"))  # Qwen2 always has q/k/v biases
-    o_bias = bool(cfg.get("attention_bias", False)) and mt != "qwen2"
+    sw = cfgread.opt_int(cfg, "sliding_window") if _flag(cfg, "use_sliding_window", True) else None
+    qkv_bias = _flag(cfg, "attention_bias", mt == "qwen2")  # Qwen2 always has q/k/v biases
+    o_bias = _flag(cfg, "attention_bias", False) and mt != "qwen2"
     return ConfigReport(
         model_type=mt,
         vocab_size=cfgread.pos_int(cfg, "vocab_size"),
@@ -250,21 +249,26 @@ def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
         num_key_value_heads=Hkv,
         head_dim=head_dim,
         intermediate_size=ff,
-        hidden_act=str(cfgread.get(cfg, "hidden_act", "?")),
-        max_position_embeddings=int(max_pos) if isinstance(max_pos, (int, float)) else None,
+        hidden_act=cfgread.text(cfgread.get(cfg, "hidden_act"), "hidden_act") or "?",
+        max_position_embeddings=cfgread.opt_int(cfg, "max_position_embeddings"),
         rope_theta=theta,
         rope_type=rope_type,
         norm_type="LayerNorm" if ln else "RMSNorm",
         # every HF decoder-only family read here normalises before the sub-layer; the toy may not
-        norm_placement=str(cfg.get("norm_placement", "pre-norm")),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", mt in UNGATED_TYPES)),
+        norm_placement=cfgread.text(cfg.get("norm_placement"), "norm_placement") or "pre-norm",
+        tied_embeddings=_flag(cfg, "tie_word_embeddings", mt in UNGATED_TYPES),
         gated_mlp=gated,
         qkv_bias=qkv_bias,
         o_bias=o_bias,
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        sliding_window=int(sw) if isinstance(sw, (int, float)) and sw else None,
-        n_experts=cfg.get("num_local_experts") or cfg.get("num_experts"),
+        mlp_bias=_flag(cfg, "mlp_bias", False),
+        sliding_window=sw,
+        n_experts=cfgread.n_experts(cfg),
     )
+
+
+def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
+    v = cfgread.flag(cfg.get(key), key)
+    return default if v is None else v
 
 
 def estimate_params(r: ConfigReport, n_positions: int | None = None) -> dict[str, int]:

@@ -34,15 +34,35 @@ PAGES: tuple[tuple[str, str, str], ...] = (
 )
 STEMS: tuple[str, ...] = tuple(stem for _, stem, _ in PAGES)
 DEFAULT = "journey"
+# Hidden second routes (URL path → page stem). The default page is served at the app's root, so a
+# deep link to "/journey" would answer "Page not found"; this route opens the same script there.
+ALIASES: dict[str, str] = {DEFAULT: DEFAULT}
+# Streamlit still reserves the default page's own url_path (its internal key, never a URL: the default
+# page answers at "/" only), so that path must differ from the alias above.
+ROOT_KEY = "root"
+
+
+def route(url_path: str) -> str | None:
+    """The page stem a URL path opens ("" is the default page); None if no page answers there."""
+    path = url_path.strip("/")
+    if path == "":
+        return DEFAULT
+    if path in STEMS and path != DEFAULT:
+        return path
+    return ALIASES.get(path)
 
 
 def navigation() -> Any:
-    """The st.navigation object of every registered page, grouped by section (titles translated)."""
+    """The st.navigation object of every registered page, grouped by section (titles translated), with
+    the hidden alias routes next to their page (registered after it, so links still go to its main route)."""
     sections: dict[str, list[Any]] = {}
     for section, stem, icon in PAGES:
-        sections.setdefault(ui.t(section), []).append(
-            st.Page(f"pages/{stem}.py", title=ui.t(f"page.{stem}"), icon=icon, url_path=stem, default=(stem == DEFAULT))
-        )
+        title = ui.t(f"page.{stem}")
+        pages = sections.setdefault(ui.t(section), [])
+        default = stem == DEFAULT
+        pages.append(st.Page(f"pages/{stem}.py", title=title, icon=icon, url_path=ROOT_KEY if default else stem, default=default))
+        pages.extend(st.Page(f"pages/{stem}.py", title=title, icon=icon, url_path=path, visibility="hidden")
+                     for path, target in ALIASES.items() if target == stem)
     return st.navigation(sections, expanded=True)
 
 

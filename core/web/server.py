@@ -15,8 +15,15 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
+from core.engine import offer
+
 
 def main(argv: list[str] | None = None) -> int:
+    try:  # a malformed XRAY_MODELS / XRAY_ALLOW_LOCAL stops the launch with the reason, before serving anyone
+        offer.from_env()
+    except offer.OfferError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     PagesManager.uses_pages_directory = False
     app = str(Path(__file__).resolve().parents[2] / "app.py")
     sys.argv = ["streamlit", "run", app, *(sys.argv[1:] if argv is None else argv)]

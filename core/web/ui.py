@@ -11,6 +11,7 @@ from typing import Any
 import streamlit as st
 
 from core.engine import i18n
+from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, encode
 from core.engine.trace import Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
@@ -23,6 +24,8 @@ PRESETS = (
     "成都今天适合跑步吗",
 )
 DEFAULT_PROMPT = PRESETS[0]
+MAX_PROMPT_CHARS = 20_000  # the prompt box's cap, for a prompt typed or arriving by a link alike
+URL_PROMPT_CHARS = 2_000  # a link carries the whole prompt up to this length, or no prompt at all
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,15 +57,51 @@ def fmt(pattern: str, **kw: Any):
 
 
 # ---------------------------------------------------------------------------------------------
-# shared state: model spec, prompt, chat switch
+# shared state: the offered models, the model in use, prompt, chat switch
+
+
+def offered() -> Offer:
+    """The models this server offers (``XRAY_MODELS``, ``XRAY_ALLOW_LOCAL``), parsed once per setting.
+    Raises ``OfferError`` on a malformed setting (app.main says so before anything else runs)."""
+    return from_env()
 
 
 def model_spec() -> str:
-    return st.session_state.get("model_spec_ok", st.query_params.get("model", EMBEDDED_ID))
+    """What the loader and the caches take for the model in use: a built-in id, a canonical folder or
+    an HF cache id. Never read from the URL: app.main resolves a link's ``model`` id through the offer."""
+    return st.session_state.get("model_spec_ok", EMBEDDED_ID)
+
+
+def model_id() -> str:
+    """The offered id of the model in use (``LOCAL_ID`` for a folder typed in the local-folder box)."""
+    return st.session_state.get("model_id", EMBEDDED_ID)
+
+
+def model_label() -> str:
+    """How the page names the model in use: its offered id (never the operator's folder), or the
+    folder the user typed into the local-folder box."""
+    return model_spec() if model_id() == LOCAL_ID else model_id()
+
+
+def load_error_text(e: Exception, spec: str) -> str:
+    """A load failure as a sentence; for an offered model the operator's folder is named by its id."""
+    msg = str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"
+    mid = offered().id_for(spec)
+    return msg.replace(spec, mid) if mid and mid != spec else msg
+
+
+def link_prompt() -> tuple[str, int | None]:
+    """The prompt a link carries, capped like the prompt box: (text, its length before the cut or None)."""
+    raw = st.query_params.get("prompt")
+    if raw is None:
+        return DEFAULT_PROMPT, None
+    if len(raw) > MAX_PROMPT_CHARS:
+        return raw[:MAX_PROMPT_CHARS], len(raw)
+    return raw, None
 
 
 def prompt() -> str:
-    return st.session_state.get("prompt", st.query_params.get("prompt", DEFAULT_PROMPT))
+    return st.session_state.get("prompt", link_prompt()[0])
 
 
 def chat() -> bool:
@@ -75,12 +114,11 @@ def is_toy() -> bool:
 
 def loaded_model():
     """The current LoadedModel, or None with a message already shown."""
+    spec = model_spec()
     try:
-        return cache.get_model(model_spec())
-    except ModelLoadError as e:
-        st.error(t("err.model_load", msg=str(e)))
+        return cache.get_model(spec)
     except Exception as e:  # never a traceback in the page
-        st.error(t("err.model_load", msg=f"{type(e).__name__}: {e}"))
+        st.error(t("err.model_load", msg=load_error_text(e, spec)))
     return None
 
 
@@ -185,7 +223,7 @@ def badge(kind: str, detail: str | None = None) -> None:
     icon, key = _BADGE[kind]
     text = t(key)
     if kind == "real":
-        text = f"{text} · {model_spec()}"
+        text = f"{text} · {model_label()}"
     if detail:
         text = f"{text} · {detail}"
     st.caption(f"{icon} {text}")

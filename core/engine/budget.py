@@ -1,0 +1,179 @@
+"""How big a model is before it exists: its parameter count read off ``config.json`` alone, what its
+float32 weights weigh, and how much this server lets one model take.
+
+The loader asks these questions *before* anything is allocated, so a config that describes a model
+too big for the machine is refused with the figure instead of filling the memory with random weights.
+
+* ``estimate_params(cfg)`` → parameters per role (embeddings, attention q/k/v/o with GQA, gated or
+  two-matrix MLP, norms, an untied LM head …); ``n_params(cfg)`` is their sum. Exact for the
+  Llama / Mistral / Qwen2 / Qwen3 / GPT-2 families (SmolLM2-135M: 134,515,008; Qwen2.5-0.5B:
+  494,032,768); other families are approximated (it sizes a memory budget, it does not audit).
+* ``budget_bytes()`` → the most one model's float32 weights may take: ``XRAY_MEMORY_BUDGET_GB`` when
+  the operator sets it, else 40 % of the machine's memory (never less than 1 GB, so the embedded
+  SmolLM2, about 0.54 GB, always fits; it is never checked against the setting either).
+
+Works on a ``config.json`` dict and on a transformers config object alike (through
+``core.engine.config``'s reader). Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from core.engine import config as cfgread
+
+log = logging.getLogger(__name__)
+
+BUDGET_ENV = "XRAY_MEMORY_BUDGET_GB"
+BUDGET_SHARE = 0.40  # of the machine's memory, when the operator sets nothing
+BUDGET_FLOOR = 1.0e9  # bytes: the embedded model (≈ 0.54 GB in float32) always fits
+GB = 1.0e9  # decimal, as the setting is written
+
+# Families whose MLP is the classic two-matrix one (no gate) and whose norms are LayerNorm (gain + bias).
+UNGATED_TYPES = frozenset({
+    "gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "codegen", "starcoder2",
+    "gpt_bigcode", "biogpt", "xglm", "mpt",
+})
+# Families with a learned position table (wte + wpe), and how many extra rows it has (OPT keeps two).
+LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "gpt_neo": 0, "opt": 2, "biogpt": 2}
+
+
+def _field(cfg: Any, key: str, default: Any = None) -> Any:
+    return cfgread.get(cfg, key, default)
+
+
+def _flag(cfg: Any, key: str, default: bool) -> bool:
+    v = _field(cfg, key)
+    return default if v is None else bool(v)
+
+
+def estimate_params(cfg: Any) -> dict[str, int]:
+    """Parameters per role from the config's shapes alone (no weights, nothing allocated).
+
+    Llama-style (gated MLP, RMSNorm): q/k/v/o (+ biases: Llama's ``attention_bias``, Qwen2's q/k/v
+    biases always), gate/up/down (+ ``mlp_bias``), two RMSNorm gains per block and a final one,
+    Qwen3's per-head q/k norms. GPT-2-style (ungated): fused q/k/v with bias, a two-matrix MLP with
+    biases, LayerNorm gain and bias, a learned position table. An LM head unless the embeddings are
+    tied. Mixture-of-experts: the MLP once per expert plus the router ("other"). The roles are
+    ``core.stream.anatomy.ROLES``'s. Raises ``ConfigError`` naming a missing or impossible field.
+    """
+    if isinstance(cfg, (str, dict)):
+        cfg = cfgread.parse(cfg)  # a multimodal wrapper's text_config is where the shape lives
+    g = cfgread.geometry(cfg, name="config")
+    d = g.d_model or cfgread.pos_int(cfg, "hidden_size")
+    L, H, Hkv, hd = g.n_layers, g.n_heads, g.n_kv_heads, g.dh
+    V = cfgread.pos_int(cfg, "vocab_size")
+    mt = str(_field(cfg, "model_type", "") or "")
+    ungated = mt in UNGATED_TYPES or _field(cfg, "n_embd") is not None
+    gated = _flag(cfg, "mlp_gated", not ungated)
+    ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
+    q_out, kv_out = H * hd, Hkv * hd
+    norm = 2 * d if ungated else d  # LayerNorm has a bias too
+    experts = _field(cfg, "num_local_experts") or _field(cfg, "num_experts") or 0
+    experts = int(experts) if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1 else 0
+
+    out: dict[str, int] = {"embed": V * d}
+    if gated:
+        qkv_bias = True if mt == "qwen2" else _flag(cfg, "attention_bias", False)
+        o_bias = False if mt == "qwen2" else _flag(cfg, "attention_bias", False)
+        mlp_bias = _flag(cfg, "mlp_bias", False)
+        out["attn_q"] = L * (d * q_out + (q_out if qkv_bias else 0))
+        out["attn_k"] = L * (d * kv_out + (kv_out if qkv_bias else 0))
+        out["attn_v"] = L * (d * kv_out + (kv_out if qkv_bias else 0))
+        out["attn_o"] = L * (q_out * d + (d if o_bias else 0))
+        mlp = {"mlp_gate": d * ff + (ff if mlp_bias else 0), "mlp_up": d * ff + (ff if mlp_bias else 0),
+               "mlp_down": ff * d + (d if mlp_bias else 0)}
+    else:
+        if mt in LEARNED_POSITIONS:
+            n_pos = cfgread.pos_int(cfg, "max_position_embeddings")
+            out["pos_embed"] = (n_pos + LEARNED_POSITIONS[mt]) * d
+        out["attn_qkv"] = L * (d * (q_out + 2 * kv_out) + q_out + 2 * kv_out)
+        out["attn_o"] = L * (q_out * d + d)
+        mlp = {"mlp_up": d * ff + ff, "mlp_down": ff * d + d}
+    for role, n in mlp.items():
+        out[role] = L * n * max(experts, 1)
+    if experts:
+        out["other"] = L * d * experts  # the router
+    out["norm"] = (2 * L + 1) * norm + (L * 2 * hd if mt == "qwen3" else 0)  # Qwen3 also norms q and k per head
+    if not _flag(cfg, "tie_word_embeddings", ungated):
+        out["lm_head"] = V * d
+    return out
+
+
+def n_params(cfg: Any) -> int:
+    """The parameter count ``estimate_params`` adds up to (tied embeddings counted once)."""
+    return sum(estimate_params(cfg).values())
+
+
+def weight_bytes(n: int, bytes_per_value: int = 4) -> int:
+    """What ``n`` parameters weigh in memory (float32 unless told)."""
+    return int(n) * int(bytes_per_value)
+
+
+# ---------------------------------------------------------------------------------------------
+# the server's budget
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: the physical RAM, or a container's cgroup limit when
+    that is smaller. None when the system does not say."""
+    total: int | None = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+        except (OSError, ValueError, IndexError):
+            total = None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) > 0 and (total is None or int(raw) < total):
+            total = int(raw)
+    return total if total and total > 0 else None
+
+
+def default_budget_bytes() -> int:
+    """40 % of the machine's memory, at least 1 GB (8 GB assumed when the system does not say)."""
+    mem = machine_memory() or 8 * 1024**3
+    return int(max(BUDGET_SHARE * mem, BUDGET_FLOOR))
+
+
+def budget_bytes() -> int:
+    """The most one model's float32 weights may take on this server, in bytes: ``XRAY_MEMORY_BUDGET_GB``
+    (decimal GB, e.g. ``4`` or ``2.5``) when set to a positive number, else ``default_budget_bytes()``.
+    A setting that is not a positive finite number is ignored, with a warning in the server log."""
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if raw:
+        try:
+            gb = float(raw)
+        except ValueError:
+            gb = math.nan
+        if math.isfinite(gb) and gb > 0:
+            return int(gb * GB)
+        log.warning("%s=%r is not a positive number of GB; using the default budget", BUDGET_ENV, raw)
+    return default_budget_bytes()
+
+
+def fmt_gb(n_bytes: float) -> str:
+    """Decimal gigabytes with one decimal ('5.1 GB'); megabytes below 0.1 GB ('54 MB')."""
+    if n_bytes >= 0.1 * GB:
+        return f"{n_bytes / GB:.1f} GB"
+    return f"{max(n_bytes / 1e6, 0.0):.3g} MB"
+
+
+def fmt_count(n: float) -> str:
+    """A parameter count in words a learner reads: 1.27 B, 135 M, 30.7 K."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)}"

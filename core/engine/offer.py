@@ -1,0 +1,175 @@
+"""Which models this server offers, read once from the operator's setting. Pure Python: no Streamlit.
+
+A shared link may only *name* an offered model, by its id; it never carries a path. The operator
+chooses what is offered:
+
+* ``XRAY_MODELS``: a comma-separated list of ``id=target`` or bare ``target`` entries, where a target
+  is a folder (``/models/Qwen2.5-0.5B-Instruct``, ``~/models/x``) or an id already in the Hugging Face
+  cache (``Qwen/Qwen2.5-0.5B-Instruct``). A bare entry's id is its folder name, or the cache id itself.
+  The embedded SmolLM2 (id ``SmolLM2-135M-Instruct``) and the toy (id ``toy``) are always offered.
+* ``XRAY_ALLOW_LOCAL=1``: the sidebar also gets a free "local folder" box (right for a laptop, wrong
+  for a shared server). Off by default.
+
+Folders are canonicalised (``Path(...).expanduser().resolve()``), so ``<P>``, ``<P>/`` and ``<P>/.``
+are one model, loaded once. A malformed setting raises ``OfferError`` with a sentence for the
+operator; ``python -m core.engine.offer`` checks the setting and prints what is offered (``make run``
+does so before it starts the server).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+
+from core.engine.types import EMBEDDED_ID, TOY_ID
+
+ENV_MODELS = "XRAY_MODELS"
+ENV_ALLOW_LOCAL = "XRAY_ALLOW_LOCAL"
+LOCAL_ID = "__local__"  # the sidebar's "local folder" choice; never an offered id, never in a URL
+MAX_ID_CHARS = 64
+BUILT_IN: Mapping[str, str] = MappingProxyType({EMBEDDED_ID: EMBEDDED_ID, TOY_ID: TOY_ID})  # id → spec
+
+# An offered id: short, letters, digits and . _ - / only; it starts with a letter or digit and has no
+# empty, "." or ".." segment, so that it never reads as a path.
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+# An id in the Hugging Face cache, as the loader reads one: org/name.
+_HF_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+class OfferError(ValueError):
+    """The operator's model setting cannot be read; the message says which entry and why."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What this server offers: ``models`` maps each id (in menu order) to the spec the loader
+    takes (the built-in id, a canonical folder, or an HF cache id); ``allow_local`` turns on the free
+    local-folder box."""
+
+    models: Mapping[str, str] = field(default_factory=lambda: BUILT_IN, hash=False)
+    allow_local: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(self.models)
+
+    def spec(self, model_id: object) -> str | None:
+        """The spec of an offered id; None for anything else (a path, an unknown id, not a string)."""
+        return self.models.get(model_id) if isinstance(model_id, str) else None
+
+    def id_for(self, spec: str) -> str | None:
+        """The first offered id whose spec is ``spec`` (None if that model is not offered)."""
+        return next((i for i, s in self.models.items() if s == spec), None)
+
+
+def is_hf_id(text: str) -> bool:
+    """Whether ``text`` is spelled like a Hugging Face id (org/name)."""
+    return _HF_ID_RE.fullmatch(text) is not None
+
+
+def canonical_target(text: str) -> str:
+    """The one spelling of a model target: an HF cache id as is (when no folder of that name exists
+    here), anything else as an absolute folder with ``~``, ``.``, ``..``, doubled slashes and links
+    resolved. Raises OfferError if it cannot be read as a path."""
+    t = text.strip()
+    if not t:
+        raise OfferError("an empty model target")
+    try:
+        p = Path(t).expanduser()
+        if is_hf_id(t) and not p.exists():
+            return t
+        return str(p.resolve())
+    except (RuntimeError, ValueError, OSError) as e:  # no home folder for "~user", a NUL byte, a loop of links
+        raise OfferError(f"'{t}' cannot be read as a folder ({e})") from None
+
+
+def check_id(model_id: str) -> str:
+    """``model_id`` if it is a valid offered id; OfferError otherwise."""
+    if not model_id or len(model_id) > MAX_ID_CHARS:
+        raise OfferError(f"the id '{model_id}' must have 1 to {MAX_ID_CHARS} characters")
+    if _ID_RE.fullmatch(model_id) is None:
+        raise OfferError(f"the id '{model_id}' may only hold letters, digits and . _ - / (starting with a letter or digit, "
+                         "no empty, '.' or '..' part); write 'id=folder' to give the model another id")
+    return model_id
+
+
+def parse_models(text: str, *, must_exist: bool = True) -> dict[str, str]:
+    """The operator's models from an ``XRAY_MODELS`` value: {id: spec}, in the order written.
+    ``must_exist``: a listed folder must be a folder here (HF cache ids are checked when loaded)."""
+    out: dict[str, str] = {}
+    for n, raw in enumerate(text.split(","), 1):
+        entry = raw.strip()
+        if not entry:
+            continue
+        model_id, sep, target = entry.partition("=")
+        model_id, target = model_id.strip(), target.strip()
+        if not sep:
+            model_id, target = "", entry
+        where = f"{ENV_MODELS} entry {n} ('{entry}')"
+        if sep and not model_id:
+            raise OfferError(f"{where}: nothing before '='")
+        if sep and not target:
+            raise OfferError(f"{where}: nothing after '='")
+        try:
+            spec = canonical_target(target)
+            if not model_id:
+                model_id = spec if is_hf_id(spec) else Path(spec).name
+            check_id(model_id)
+        except OfferError as e:
+            raise OfferError(f"{where}: {e}") from None
+        if model_id in BUILT_IN or model_id in out:
+            raise OfferError(f"{where}: the id '{model_id}' is already taken; write 'other-id={target}'")
+        if must_exist and not is_hf_id(spec) and not Path(spec).is_dir():
+            raise OfferError(f"{where}: no folder at '{spec}'")
+        out[model_id] = spec
+    return out
+
+
+def parse_flag(text: str | None, name: str = ENV_ALLOW_LOCAL) -> bool:
+    """An on/off setting: 1/true/yes/on or 0/false/no/off (empty or unset: off)."""
+    v = (text or "").strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise OfferError(f"{name}='{text}': write 1 (on) or 0 (off)")
+
+
+@lru_cache(maxsize=8)
+def parse(models_text: str = "", allow_local_text: str = "") -> Offer:
+    """The Offer of a setting (built-in models first); parsed once per distinct setting."""
+    return Offer({**BUILT_IN, **parse_models(models_text)}, parse_flag(allow_local_text))
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Offer:
+    """The Offer of the process environment (or ``env``). Raises OfferError on a malformed setting."""
+    env = os.environ if env is None else env
+    return parse(env.get(ENV_MODELS, ""), env.get(ENV_ALLOW_LOCAL, ""))
+
+
+def main() -> int:
+    """Check the setting before the server starts: print what is offered, or why it cannot be read."""
+    try:
+        offer = from_env()
+    except OfferError as e:
+        print(f"Transformer X-Ray: the model setting cannot be read: {e}", file=sys.stderr)
+        return 2
+    for model_id, spec in offer.models.items():
+        print(f"offered model  {model_id}" + ("" if spec == model_id else f"  ←  {spec}"))
+    print(f"local-folder box: {'on' if offer.allow_local else 'off'} ({ENV_ALLOW_LOCAL})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""The CLI (``python -m core trace|generate``) never lets an exception out (issue 15, section 4).
+
+Arguments and the output path are checked before any model loads; every refusal is one line,
+``error: <sentence>``, exit code 2; the file written is exactly the path given; ``generate`` shows
+progress on stderr, caps ``--steps`` at what the model's context leaves, and Ctrl-C saves the
+tokens generated so far (exit 130)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import core.__main__ as cli
+from core import backends
+from core.gen import generate
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRESS = re.compile(r"^(\d+)/(\d+) tokens, [\d.]+ s$")
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fails the test if the CLI loads a model."""
+
+    def refuse(*a, **kw):
+        raise AssertionError("a model was loaded for an argument or path error")
+
+    monkeypatch.setattr(backends, "load_model", refuse)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments: refused with a sentence, before the model loads
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["trace", "hi", "--max-tokens", "-5"], "--max-tokens"),
+    (["trace", "hi", "--max-tokens", "0"], "--max-tokens"),
+    (["trace", "hi", "--max-tokens", "100000"], "--max-tokens"),
+    (["generate", "hi", "--top-k", "-3"], "--top-k"),
+    (["generate", "hi", "--top-p", "0"], "--top-p"),
+    (["generate", "hi", "--top-p", "-1"], "--top-p"),
+    (["generate", "hi", "--top-p", "1.5"], "--top-p"),
+    (["generate", "hi", "--temperature", "nan"], "--temperature"),
+    (["generate", "hi", "--temperature", "inf"], "--temperature"),
+    (["generate", "hi", "--temperature", "-1"], "--temperature"),
+    (["generate", "hi", "--steps", "0"], "--steps"),
+    (["generate", "hi", "--seed", "-1"], "--seed"),
+    (["generate", "hi", "--steps", "many"], "--steps"),
+])
+def test_bad_argument_is_one_sentence_before_loading(argv, flag, no_model, capsys, tmp_path):
+    t0 = time.perf_counter()
+    rc = cli.main([*argv, "--model", "toy", "-o", str(tmp_path / "x.npz")])
+    assert time.perf_counter() - t0 < 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2
+    assert flag in line and line.endswith(".") and line.count(flag) == 1, line
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_max_tokens_names_the_trace_limit(no_model, capsys):
+    assert cli.main(["trace", "hi", "--max-tokens", "0"]) == 2
+    assert "512" in _one_error_line(capsys.readouterr().err)
+
+
+def test_empty_prompt_is_refused_before_loading(no_model, capsys, tmp_path):
+    assert cli.main(["trace", "  ", "-o", str(tmp_path / "x.npz")]) == 2
+    assert "empty" in _one_error_line(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------------------------------------
+# the output path: checked first, reported exactly as written
+
+
+def _refused_path(out: str, capsys) -> str:
+    t0 = time.perf_counter()
+    rc = cli.main(["trace", "hi", "--model", "toy", "-o", out])
+    assert time.perf_counter() - t0 < 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and out in line, line
+    return line
+
+
+def test_output_in_a_missing_folder(no_model, capsys):
+    line = _refused_path("/nonexistent/x.npz", capsys)
+    assert "/nonexistent does not exist" in line
+
+
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs /sys")
+def test_output_where_nothing_can_be_created(no_model, capsys):
+    _refused_path("/sys/x.npz", capsys)
+    assert not Path("/sys/x.npz").exists()
+
+
+def test_output_is_an_existing_folder(no_model, capsys, tmp_path):
+    line = _refused_path(str(tmp_path), capsys)
+    assert "is a folder" in line
+    assert not Path(str(tmp_path) + ".npz").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_under_a_file(no_model, capsys, tmp_path):
+    (tmp_path / "f").write_text("x")
+    line = _refused_path(str(tmp_path / "f" / "x.npz"), capsys)
+    assert "is not a folder" in line
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_disk_full_is_one_line_and_no_new_file(capsys):
+    existed = Path("/dev/full.npz").exists()
+    rc = cli.main(["trace", "hi", "--model", "toy", "-o", "/dev/full"])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "/dev/full" in line and "space" in line.lower(), line
+    assert existed or not Path("/dev/full.npz").exists()
+
+
+def test_the_file_written_is_the_path_given(capsys, tmp_path):
+    """numpy appends .npz to a name without it: the CLI used to report ``out`` and write ``out.npz``."""
+    out = tmp_path / "trace_without_suffix"
+    assert cli.main(["trace", "hi", "--model", "toy", "-o", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: ")
+    assert out.is_file() and not Path(str(out) + ".npz").exists()
+    with np.load(out) as z:
+        assert json.loads(str(z["meta"]))["prompt"] == "hi"
+
+
+def test_a_failed_write_is_a_sentence_and_leaves_no_file(tmp_path):
+    out = tmp_path / "x.npz"
+
+    def full(f):
+        f.write(b"PK")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(cli.CliError, match=re.escape(f"Could not write {out}: No space left on device.")):
+        cli.write_output(str(out), full)
+    assert not out.exists()
+
+
+def test_model_errors_are_one_line_on_stderr(capsys, tmp_path):
+    rc = cli.main(["generate", "hi", "--model", str(tmp_path / "no_such_model"), "-o", str(tmp_path / "g.npz")])
+    assert rc == 2
+    _one_error_line(capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------------------------------------
+# long runs: the cap, the progress lines, Ctrl-C
+
+
+def test_huge_steps_are_capped_by_the_context_with_progress(tiny_dirs, capsys, tmp_path):
+    out = tmp_path / "g.npz"
+    rc = cli.main(["generate", "Hello there", "--steps", "100000", "--model", str(tiny_dirs["llama"]), "-o", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "Traceback" not in cap.err
+    with np.load(out) as z:
+        meta = json.loads(str(z["meta"]))
+        n, T = len(z["token_ids"]), len(z["prompt_ids"])
+    room = 256 - T  # the tiny llama's max_position_embeddings
+    assert meta["steps_requested"] == 100000 and meta["steps_at_most"] == room
+    assert f"--steps 100000 is more than the model's context leaves after the prompt; generating at most {room} tokens." in cap.err
+    assert any(PROGRESS.match(ln) and ln.endswith(" s") and f"/{room} tokens" in ln for ln in cap.err.splitlines()), cap.err
+    assert meta["stop_reason"] in ("context", "eos")
+    assert n == room if meta["stop_reason"] == "context" else n < room
+
+
+def test_generate_record_keeps_the_tokens_when_interrupted():
+    toy = backends.load_model("toy")
+    seen = []
+
+    def on_step(done, total, seconds):
+        seen.append((done, total))
+        if done == 4:
+            raise KeyboardInterrupt
+
+    rec = generate.generate_record(toy, "hi", 50, on_step=on_step, warmup=False)
+    meta = json.loads(str(rec["meta"]))
+    assert meta["stop_reason"] == "interrupted"
+    assert seen == [(i, 50) for i in range(1, 5)]
+    for key in ("token_ids", "tokens", "kv_tokens", "kv_bytes", "step_seconds"):
+        assert len(rec[key]) == 4, key
+
+
+def test_ctrl_c_saves_the_tokens_so_far(tmp_path):
+    """A subprocess on the embedded model (8192 positions: minutes of decoding on a CPU): after a few
+    progress lines, SIGINT → exit 130, the .npz holds the tokens so far, stop_reason "interrupted"."""
+    out = tmp_path / "g.npz"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([str(ROOT / ".venv" / "bin" / "python"), "-m", "core", "generate", "Once upon a time",
+                          "--steps", "100000", "-o", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    err: list[str] = []
+
+    def read() -> None:
+        for ln in p.stderr:
+            err.append(ln)
+            lines.put(ln.rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    progress: list[int] = []
+    deadline = time.monotonic() + 300
+    try:
+        while len(progress) < 3:
+            ln = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            m = PROGRESS.match(ln)
+            if m:
+                progress.append(int(m.group(1)))
+        p.send_signal(signal.SIGINT)
+        stdout, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    reader.join(timeout=10)
+    stderr = "".join(err)
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    with np.load(out) as z:
+        meta = json.loads(str(z["meta"]))
+        n = len(z["token_ids"])
+        assert len(z["tokens"]) == len(z["step_seconds"]) == len(z["kv_tokens"]) == n
+    assert meta["stop_reason"] == "interrupted"
+    assert progress[-1] <= n < meta["steps_at_most"]
+    assert f"interrupted: saved the {n} tokens generated so far to {out}" in stderr
+    assert f"wrote {out}" in stdout
