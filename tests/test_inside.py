@@ -353,13 +353,14 @@ def test_ablation_page_sweep_matches_core(smol):
     assert kl_page[5] == pytest.approx(ablation.kl_divergence(before, after), rel=1e-4, abs=1e-9)
 
 
-def test_pages_on_a_tiny_local_model_with_full_sweep(tiny_dirs):
-    """A user's local model (tiny Llama): every page renders, and the all-heads sweep matches core."""
+def test_pages_on_a_tiny_local_model_with_full_sweep(tiny_dirs, monkeypatch):
+    """A local model the operator offers (tiny Llama): every page renders, and the all-heads sweep matches core."""
     from streamlit.testing.v1 import AppTest
 
+    monkeypatch.setenv("XRAY_MODELS", f"tiny-llama={tiny_dirs['llama']}")  # links name offered ids, never paths
     for stem in PAGES:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-        at.query_params["model"] = str(tiny_dirs["llama"])
+        at.query_params["model"] = "tiny-llama"
         at.switch_page(f"pages/{stem}.py")
         at.run()
         assert not at.exception and not at.error, (stem, at.exception, [e.value for e in at.error])

@@ -198,9 +198,9 @@ def test_smol_checklist(smol):
         ('{"vocab_size": 10,', "json", "line 1"),
         ("[1, 2]", "not_object", "list"),
         ('{"vocab_size": 10, "num_hidden_layers": 2, "num_attention_heads": 2}', "missing", "hidden_size"),
-        ('{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": "two"}', "bad_value", "num_attention_heads"),
-        ('{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3}', "bad_value", "multiple"),
-        ('{"vocab_size": -5, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 4}', "bad_value", "vocab_size"),
+        ('{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": "two"}', "not_integer", "num_attention_heads"),
+        ('{"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3}', "not_multiple", "num_key_value_heads"),
+        ('{"vocab_size": -5, "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 4}', "not_positive", "vocab_size"),
     ],
 )
 def test_bad_configs(text, code, detail):

@@ -14,7 +14,7 @@ from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, encode
 from core.engine.trace import Trace
-from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
+from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache
 
 PRESETS = (
@@ -187,22 +187,8 @@ def set_qp(**kw: Any) -> None:
             st.query_params[k] = str(v)
 
 
-def layer_slider(key: str, n_layers: int, label_key: str = "ui.layer") -> int:
-    """One layer slider bound to the URL's ``layer``."""
-    layer = st.slider(t(label_key), 0, n_layers - 1, qp_int("layer", 0, 0, n_layers - 1), key=key)
-    set_qp(layer=layer)
-    return layer
 
 
-def layer_head_pickers(key: str, n_layers: int, n_heads: int, *, with_head: bool = True) -> tuple[int, int]:
-    """Layer (and head) sliders bound to the URL's ``layer`` and ``head``."""
-    c1, c2 = st.columns(2)
-    layer = c1.slider(t("ui.layer"), 0, n_layers - 1, qp_int("layer", 0, 0, n_layers - 1), key=f"{key}_layer")
-    head = 0
-    if with_head:
-        head = c2.slider(t("ui.head"), 0, n_heads - 1, qp_int("head", 0, 0, n_heads - 1), key=f"{key}_head")
-    set_qp(layer=layer, head=head if with_head else st.query_params.get("head"))
-    return layer, head
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,9 +230,6 @@ def download_trace(key: str) -> None:
     )
 
 
-def config_error(e: ConfigError) -> None:
-    """A config that cannot be read, said in the user's language (which field, and why)."""
-    st.error(t(f"anatomy.err_{e.code}", detail=e.detail))
 
 
 def header(title_key: str, intro_key: str | None = None) -> None:
