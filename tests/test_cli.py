@@ -224,7 +224,8 @@ def test_ctrl_c_saves_the_tokens_so_far(tmp_path):
             if m:
                 progress.append(int(m.group(1)))
         p.send_signal(signal.SIGINT)
-        stdout, _ = p.communicate(timeout=120)
+        p.wait(timeout=120)  # not communicate(): it would race the reader thread for stderr's last lines
+        stdout = p.stdout.read()  # a few lines: the pipe cannot fill
     finally:
         if p.poll() is None:
             p.kill()
