@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from core import backends
-from core.engine.trace import MAX_TOKENS
+from core.engine.trace import MAX_TOKENS, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate
 from core.gen.sampling import SamplingConfig
@@ -169,6 +169,20 @@ def _prompt(a: argparse.Namespace) -> None:
 # trace
 
 
+def _guarded(work: Callable[[], Any]) -> tuple[Any, int | None]:
+    """Run the part of a command that loads and uses the model: (result, None), or (None, exit code)
+    after one line on stderr — never a traceback."""
+    try:
+        return work(), None
+    except CliError as e:
+        return None, _fail(str(e))
+    except MODEL_ERRORS as e:
+        return None, _fail(_model_error(e))
+    except KeyboardInterrupt:
+        print("interrupted: nothing was saved.", file=sys.stderr)
+        return None, EXIT_INTERRUPTED
+
+
 def trace_main(argv: list[str]) -> int:
     ap = _Parser(prog="python -m core trace", description="Trace one forward pass and save it as .npz")
     ap.add_argument("prompt")
@@ -183,17 +197,15 @@ def trace_main(argv: list[str]) -> int:
         check_output(a.out, "-o", "trace.npz")
     except CliError as e:
         return _fail(str(e))
-    try:
+    def work() -> Trace:
         loaded = backends.load_model(a.model)
         tr = backends.trace(loaded, a.prompt, chat=a.chat, max_tokens=a.max_tokens)
         write_output(a.out, lambda f: backends.export_npz(loaded, tr, f))
-    except CliError as e:
-        return _fail(str(e))
-    except MODEL_ERRORS as e:
-        return _fail(_model_error(e))
-    except KeyboardInterrupt:
-        print("interrupted: nothing was saved.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return tr
+
+    tr, code = _guarded(work)
+    if code is not None:
+        return code
     for n in tr.notes:
         print(f"note: {n}", file=sys.stderr)
     print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: "
@@ -248,20 +260,18 @@ def generate_main(argv: list[str]) -> int:
                   file=sys.stderr)
     else:
         cfg = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
-    try:
+    def work() -> dict:
         loaded = backends.load_model(a.model)
         rec = generate.generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat, on_step=_progress(a.steps))
-        stop = json.loads(str(rec["meta"]))["stop_reason"]
-        n = len(rec["token_ids"])
-        if n:
+        if len(rec["token_ids"]):
             write_output(a.output, lambda f: np.savez(f, **rec))
-    except CliError as e:
-        return _fail(str(e))
-    except MODEL_ERRORS as e:
-        return _fail(_model_error(e))
-    except KeyboardInterrupt:
-        print("interrupted: nothing was saved.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return rec
+
+    rec, code = _guarded(work)
+    if code is not None:
+        return code
+    stop = json.loads(str(rec["meta"]))["stop_reason"]
+    n = len(rec["token_ids"])
     if not n:  # Ctrl-C during the prefill
         print("interrupted before the first token: nothing was saved.", file=sys.stderr)
         return EXIT_INTERRUPTED
