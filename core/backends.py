@@ -97,6 +97,39 @@ def export_npz_bytes(loaded: LoadedModel, tr: Trace) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
+# one layer of a trace, in detail: the ONE accessor every page uses for q, k, v, the attention
+# weights and the two sub-layer outputs (see core.engine.trace: they may be derived on demand)
+
+
+@dataclass(frozen=True)
+class LayerDetail:
+    layer: int
+    q: np.ndarray  # [H, T, dh] after RoPE
+    k: np.ndarray  # [Hkv, T, dh] after RoPE
+    v: np.ndarray  # [Hkv, T, dh]
+    weights: np.ndarray  # [H, T, T] float32, after mask and softmax: HF eager's numbers
+    attn_out: np.ndarray  # [T, d]
+    mlp_out: np.ndarray  # [T, d]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.q, self.k, self.v, self.weights, self.attn_out, self.mlp_out))
+
+
+def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
+    """Everything one layer computed for ``tr`` (q, k, v, weights, sub-layer outputs)."""
+    if not 0 <= layer < tr.n_layers:
+        raise IndexError(f"layer {layer} is outside 0 … {tr.n_layers - 1}")
+    return LayerDetail(layer, tr.q[layer], tr.k[layer], tr.v[layer], tr.attn_pattern[layer].astype(np.float32),
+                       tr.attn_out[layer], tr.mlp_out[layer])
+
+
+def attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray:
+    """[H, T, T] float32 attention weights of one layer (after mask and softmax)."""
+    return layer_detail(loaded, tr, layer).weights
+
+
+# ---------------------------------------------------------------------------------------------
 # one forward step of generation (prefill, decode, or a no-cache pass)
 
 
