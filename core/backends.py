@@ -22,7 +22,7 @@ from transformers import DynamicCache
 
 from core.engine import hf, hf_trace, xray
 from core.engine.tokens import encode
-from core.engine.trace import MAX_TOKENS, Trace
+from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
 from core.toy import run as toy_run
 
@@ -89,11 +89,11 @@ def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
 
 
 def export_npz(loaded: LoadedModel, tr: Trace, path: str | Path | BinaryIO) -> None:
-    tr.to_npz(path, logits=full_logits(loaded, tr))
+    tr.to_npz(path, logits=full_logits(loaded, tr), layers=stacked_layers(loaded, tr))
 
 
 def export_npz_bytes(loaded: LoadedModel, tr: Trace) -> bytes:
-    return tr.to_npz_bytes(logits=full_logits(loaded, tr))
+    return tr.to_npz_bytes(logits=full_logits(loaded, tr), layers=stacked_layers(loaded, tr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,32 +101,37 @@ def export_npz_bytes(loaded: LoadedModel, tr: Trace) -> bytes:
 # weights and the two sub-layer outputs (see core.engine.trace: they may be derived on demand)
 
 
-@dataclass(frozen=True)
-class LayerDetail:
-    layer: int
-    q: np.ndarray  # [H, T, dh] after RoPE
-    k: np.ndarray  # [Hkv, T, dh] after RoPE
-    v: np.ndarray  # [Hkv, T, dh]
-    weights: np.ndarray  # [H, T, T] float32, after mask and softmax: HF eager's numbers
-    attn_out: np.ndarray  # [T, d]
-    mlp_out: np.ndarray  # [T, d]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.q, self.k, self.v, self.weights, self.attn_out, self.mlp_out))
-
-
 def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
-    """Everything one layer computed for ``tr`` (q, k, v, weights, sub-layer outputs)."""
+    """Everything layer ``layer`` computed for ``tr``: q, k, v, the attention weights (float16) and the
+    two sub-layer outputs. The toy keeps them in the trace; for an HF model they are derived exactly
+    by replaying that one block (``core.engine.hf_trace.layer_detail``). Callers cache the result
+    (``core.web.cache.layer``): at 4,096 tokens one layer's weights are 0.3 GB."""
     if not 0 <= layer < tr.n_layers:
         raise IndexError(f"layer {layer} is outside 0 … {tr.n_layers - 1}")
-    return LayerDetail(layer, tr.q[layer], tr.k[layer], tr.v[layer], tr.attn_pattern[layer].astype(np.float32),
-                       tr.attn_out[layer], tr.mlp_out[layer])
+    if tr.attn_pattern is not None:  # kept eagerly (the toy)
+        return LayerDetail(layer, tr.q[layer], tr.k[layer], tr.v[layer], tr.attn_pattern[layer],
+                           tr.attn_out[layer], tr.mlp_out[layer])
+    return hf_trace.layer_detail(loaded, tr, layer)
 
 
 def attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray:
     """[H, T, T] float32 attention weights of one layer (after mask and softmax)."""
-    return layer_detail(loaded, tr, layer).weights
+    return layer_detail(loaded, tr, layer).weights.astype(np.float32)
+
+
+def stacked_layers(loaded: LoadedModel, tr: Trace, with_pattern: bool | None = None) -> dict[str, np.ndarray]:
+    """Every layer's details stacked [L, …] under the contract's keys (the .npz export). The weights
+    are included up to ``PATTERN_EXPORT_MAX`` tokens unless ``with_pattern`` says otherwise."""
+    if with_pattern is None:
+        with_pattern = tr.n_tokens <= PATTERN_EXPORT_MAX
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("q", "k", "v", "attn_out", "mlp_out")}
+    if with_pattern:
+        parts["attn_pattern"] = []
+    for layer in range(tr.n_layers):
+        d = layer_detail(loaded, tr, layer)
+        for k in parts:
+            parts[k].append(d.weights if k == "attn_pattern" else getattr(d, k))
+    return {k: np.stack(v) for k, v in parts.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,6 +201,14 @@ def forward_step(loaded: LoadedModel, new_ids: Sequence[int], cache: Any = None,
         last = logits[0, -1].float().numpy()  # [V]
         seconds = time.perf_counter() - t0
     return Step(last, attn, cache if use_cache else None, seconds)
+
+
+def last_logits(loaded: LoadedModel, x: torch.Tensor) -> torch.Tensor:
+    """One plain forward pass of a batch, no cache: ids [B, T] → the scores for the next token after
+    each row, [B, V]. The caller holds ``loaded.lock`` and picks the grad mode (inference_mode for
+    patched runs, enable_grad for attributions) and its own scoped hooks (core.cause)."""
+    logits, _, _ = (_toy_forward if loaded.is_toy else _hf_forward)(loaded, x, None, False, False)
+    return logits[:, -1]
 
 
 def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:

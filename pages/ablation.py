@@ -33,7 +33,7 @@ def _target(tr) -> ablation.Target:
 
 
 def _metrics(loaded, eff: ablation.Effect) -> None:
-    top, new = tokens.readable_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
+    top, new = tokens.visible_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("ablation.m_kl"), f"{eff.kl:.4g}")
     m2.metric(ui.t("ablation.m_top", tok=widgets.code(top)), f"{eff.p_after:.2%}", f"{eff.delta:+.2%}")
@@ -52,7 +52,9 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
         layer, head = target.layer, target.head
         atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
         title = ui.t("ablation.map_title", l=layer, h=head, **heads.head_stats(atlas, layer, head))
-        st.plotly_chart(inside_fig.fig_single_map(tr.attn_pattern[layer, head].astype(float), tr.tokens, title, lang), width="stretch")
+        d = ui.layer_detail(tr, layer)
+        if d is not None:
+            presenter.chart(inside_fig.fig_single_map(d.head(head), tr.tokens, title, lang), width="stretch")
         ui.badge("model")
     return atlas
 
@@ -61,13 +63,13 @@ def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: a
     L, H = tr.n_layers, tr.n_heads
     st.subheader(ui.t("ablation.sweep_title", l=target.layer))
     sharp = atlas.max_weight[target.layer]  # [H]
-    st.plotly_chart(inside_fig.fig_sweep(sharp, kl_layer, ablation.head_names(H), target.marked, lang), width="stretch")
+    presenter.chart(inside_fig.fig_sweep(sharp, kl_layer, ablation.head_names(H), target.marked, lang), width="stretch")
     st.markdown(ui.t("ablation.sweep_result", **ablation.sweep_args(sharp, kl_layer)))
     ui.badge("model", ui.t("ablation.badge_sweep", n=H))
     if st.toggle(ui.t("ablation.all_toggle", n=L * H), key="ablation_all"):
         with st.spinner(ui.t("ablation.all_wait", n=L * H)):
             kl_all = cache.model_sweep(spec, ids)  # [L, H]
-        st.plotly_chart(inside_fig.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), ablation.head_names(H, L), target.marked_in_model(H),
+        presenter.chart(inside_fig.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), ablation.head_names(H, L), target.marked_in_model(H),
                                              lang), width="stretch")
         ui.badge("model", ui.t("ablation.badge_sweep", n=L * H))
 

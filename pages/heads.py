@@ -11,22 +11,30 @@ from core.web import cache, presenter, ui, widgets
 
 
 def _jump(layer: int, head: int) -> None:
-    """Button callback: put the head in the URL and let the sliders re-read it."""
+    """Button callback: move the sliders to the head (the browser shows it too) and the URL with them."""
     ui.set_qp(layer=layer, head=head)
-    for k in ("heads_layer", "heads_head"):
-        st.session_state.pop(k, None)
+    widgets.put("heads_layer", layer)
+    widgets.put("heads_head", head)
 
 
 def _grid(tr, layer: int, head: int, lang: str) -> bool:
     """The small maps; returns whether the first-token column is hidden."""
     c1, c2 = st.columns(2)
-    mode = c1.radio(ui.t("heads.mode"), ["layer", "head"], format_func=ui.fmt("heads.mode_{}", l=layer, h=head),
-                    horizontal=True, key="heads_mode")
-    hide = c2.toggle(ui.t("heads.hide_first"), key="heads_hide", help=ui.t("heads.hide_help"))
-    g = heads.head_grid(tr.attn_pattern, mode, layer, head, tr.kv_head_of, hide)
-    st.plotly_chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols), width="stretch")
-    if g.clipped:
-        st.caption(ui.t("heads.window_note", n=g.end, T=g.n_tokens))
+    mode = widgets.radio_url(ui.t("heads.mode"), ["layer", "head"], "layer", format_func=ui.fmt("heads.mode_{}", l=layer, h=head),
+                             horizontal=True, key="heads_mode", param="show", where=c1)
+    hide = widgets.toggle_url(ui.t("heads.hide_first"), False, key="heads_hide", param="hide", where=c2, help=ui.t("heads.hide_help"))
+    start = widgets.map_window("heads", tr.n_tokens)
+    if mode == "layer":
+        d = ui.layer_detail(tr, layer)
+        if d is None:
+            return hide
+        g = heads.head_grid(d.weights, heads.layer_titles(tr.n_heads, tr.kv_head_of), hide, start)
+    else:
+        with st.spinner(ui.t("heads.deriving_all", h=head, L=tr.n_layers)):
+            g = cache.head_across_layers(ui.model_spec(), tr.prompt, tr.chat, head, hide, start)
+    presenter.chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols, g.view), width="stretch")
+    if note := inside_fig.map_note(g.view, lang):
+        st.caption(note)
     st.caption(ui.t("heads.gqa_note", **heads.gqa_args(tr.n_heads, tr.n_kv_heads)))
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
     return hide
@@ -37,7 +45,10 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     st.subheader(ui.t("heads.query_title", l=layer, h=head))
     q = widgets.int_slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
     ui.set_qp(pos=q)
-    st.plotly_chart(inside_fig.fig_query_bars(heads.query_row(tr.attn_pattern, layer, head, q, hide), tr.tokens, q, lang), width="stretch")
+    d = ui.layer_detail(tr, layer)
+    if d is None:
+        return
+    presenter.chart(inside_fig.fig_query_bars(heads.query_row(d.weights[head], q, hide), tr.tokens, q, lang), width="stretch")
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
 
 
@@ -45,8 +56,9 @@ def _atlas(tr, layer: int, head: int, lang: str) -> None:
     st.subheader(ui.t("heads.atlas_title"))
     st.markdown(ui.t("heads.atlas_intro"))
     atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
-    metric = st.radio(ui.t("heads.metric"), heads.METRICS, format_func=ui.fmt("heads.metric_{}"), horizontal=True, key="heads_metric")
-    st.plotly_chart(inside_fig.fig_atlas(getattr(atlas, metric), ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang,
+    metric = widgets.radio_url(ui.t("heads.metric"), heads.METRICS, heads.METRICS[0], format_func=ui.fmt("heads.metric_{}"),
+                               horizontal=True, key="heads_metric", param="metric")
+    presenter.chart(inside_fig.fig_atlas(getattr(atlas, metric), ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang,
                                          (layer, head)), width="stretch")
     ui.badge("model", ui.t("heads.atlas_badge"))
     c1, c2 = st.columns([3, 1])

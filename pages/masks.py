@@ -17,9 +17,9 @@ def _panel(panel: A.MaskPanel, lang: str) -> None:
     """One mask, side by side: the ✓/× grid and the additive matrix."""
     title = ui.t(f"masks.title_{panel.key}")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(P.mask_figure(panel.visible, f"{title} · ✓/×", lang, row_labels=panel.rows, col_labels=panel.cols),
+    presenter.chart_in(c1, P.mask_figure(panel.visible, f"{title} · ✓/×", lang, row_labels=panel.rows, col_labels=panel.cols),
                     width="stretch", key=f"masks_fig_{panel.key}_grid")
-    c2.plotly_chart(P.mask_figure(panel.visible, f"{title} · 0 / −∞", lang, additive=True, row_labels=panel.rows,
+    presenter.chart_in(c2, P.mask_figure(panel.visible, f"{title} · 0 / −∞", lang, additive=True, row_labels=panel.rows,
                                   col_labels=panel.cols), width="stretch", key=f"masks_fig_{panel.key}_add")
     ui.badge("formula")
 
@@ -31,12 +31,15 @@ def _real_tab(lang: str) -> None:
     if tr is None:
         return
     layer, head = widgets.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
-    pattern = tr.attn_pattern[layer, head]  # [T, T] float16, straight from the trace
+    d = ui.layer_detail(tr, layer)
+    if d is None:
+        return
+    pattern = d.weights[head]  # [T, T] float16, HF eager's numbers for this layer
     labels = position_labels(tr.tokens)
-    st.plotly_chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
+    presenter.chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
                     width="stretch", key="masks_fig_real_pattern")
     ui.badge("model")
-    st.plotly_chart(P.mask_figure(A.pattern_support(pattern), ui.t("masks.fig_support"), lang, row_labels=labels,
+    presenter.chart(P.mask_figure(A.pattern_support(pattern), ui.t("masks.fig_support"), lang, row_labels=labels,
                                   col_labels=labels), width="stretch", key="masks_fig_real_support")
     s = A.support_readout(pattern)
     m1, m2 = st.columns(2)

@@ -25,7 +25,7 @@ def _where(tr, layer: int, pos: int) -> str:
 def _norms(tr, lang: str) -> None:
     st.subheader(ui.t("residual.h_norms"))
     log = st.toggle(ui.t("residual.log"), value=True, key="residual_log")
-    st.plotly_chart(ps.fig_stream_norms(lens.stream_norms(tr), list(tr.tokens), lang, log), width="stretch")
+    presenter.chart(ps.fig_stream_norms(lens.stream_norms(tr), list(tr.tokens), lang, log), width="stretch")
     ui.badge("model")
     st.caption(ui.t("residual.norms_note"))
 
@@ -37,7 +37,7 @@ def _sublayers(tr, lang: str) -> tuple[int, int]:
     one = st.toggle(ui.t("residual.one_token"), value=False, key="residual_one")
     a, m = lens.sublayer_norms(tr, pos if one else None)
     title = ui.t("residual.fig_sub_tok", tok=position_label(tr.tokens, pos)) if one else ui.t("residual.fig_sub_mean")
-    st.plotly_chart(ps.fig_sublayer_norms(a, m, lang, title), width="stretch")
+    presenter.chart(ps.fig_sublayer_norms(a, m, lang, title), width="stretch")
     ui.badge("model")
     return layer, pos
 
@@ -46,7 +46,7 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
     try:
         opts = [ui.t("residual.norm_attn"), ui.t("residual.norm_mlp")]  # translated labels, mapped back below
         which = ("attn", "mlp")[opts.index(st.radio(ui.t("residual.which_norm"), opts, horizontal=True, key=f"residual_which_{lang}"))]
-        ns = lens.block_norm_steps(loaded, tr, layer, pos, which)
+        ns = lens.block_norm_steps(loaded, tr, layer, pos, which, ui.layer_detail(tr, layer) if which == "mlp" else None)
     except Exception as e:  # a model whose blocks have other names: say so, never a traceback
         st.info(ui.t("residual.unsupported", msg=str(e)))
         return
@@ -54,7 +54,7 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
     st.caption(ui.t("residual.norm_formula"))
     for col, (key, value) in zip(st.columns(3), lens.norm_metrics(ns)):
         col.metric(ui.t(key), value)
-    st.plotly_chart(ps.fig_norm_steps(ns, lang), width="stretch")
+    presenter.chart(ps.fig_norm_steps(ns, lang), width="stretch")
     ui.badge("model", _where(tr, layer, pos))
 
 
@@ -62,12 +62,12 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     st.subheader(ui.t("residual.h_mlp"))
     st.caption(ui.t("residual.mlp_formula", ff=facts.get("d_ff", "?")))
     try:
-        ms = lens.mlp_steps(loaded, tr, layer, pos)
+        ms = lens.mlp_steps(loaded, tr, layer, pos, ui.layer_detail(tr, layer))
     except Exception as e:
         st.info(ui.t("residual.not_gated", msg=str(e)))
         return
     n_top = st.slider("n", 5, 50, 20, key="residual_ntop", label_visibility="collapsed")
-    st.plotly_chart(ps.fig_mlp_neurons(ms, lang, n_top), width="stretch")
+    presenter.chart(ps.fig_mlp_neurons(ms, lang, n_top), width="stretch")
     ui.badge("model", _where(tr, layer, pos))
     kw = ms.args()
     st.caption(ui.t("residual.mlp_active", **kw))

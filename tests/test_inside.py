@@ -161,8 +161,10 @@ def test_drop_first_key_renormalises():
 
 def test_head_atlas_on_real_trace(smol):
     tr = backends.trace(smol, "The cat sat on the mat because it was tired.")
-    at = heads.head_atlas(tr.attn_pattern)
-    w = tr.attn_pattern.astype(np.float64)
+    w = backends.stacked_layers(smol, tr, with_pattern=True)["attn_pattern"].astype(np.float64)
+    at = heads.head_atlas(w)
+    streamed = heads.head_atlas_of(backends.layer_detail(smol, tr, i).weights for i in range(tr.n_layers))
+    np.testing.assert_allclose(streamed.entropy, at.entropy, atol=1e-3)
     l, h, T = 5, 4, tr.n_tokens
     assert at.prev_token[l, h] == pytest.approx(np.mean([w[l, h, i, i - 1] for i in range(1, T)]))
     assert at.first_token[l, h] == pytest.approx(w[l, h, 1:, 0].mean())

@@ -146,31 +146,28 @@ def test_bad_model_folder_keeps_previous_model(bad_folders, which, words, monkey
 # memory: the trace cache is bounded
 
 
-def _trace_cache_entries() -> int:
-    """Entries held by core.web.cache.get_trace's st.cache_data store (Streamlit internals)."""
-    from streamlit.runtime.caching import cache_data_api
-
-    total = 0
-    for caches in cache_data_api._data_caches._function_caches.values():
-        for cache in caches.values():
-            if cache.display_name.endswith("cache.get_trace"):
-                total += len(cache.storage._mem_cache)
-    return total
-
-
-def test_trace_cache_stays_bounded_after_50_prompts(tiny_dirs, forward_count):
+def test_trace_cache_stays_bounded_by_bytes_after_50_prompts(tiny_dirs, forward_count, monkeypatch):
+    """The traces of every session share one cache bounded by bytes (XRAY_CACHE_GB): 50 prompts never
+    hold more than the budget, the newest stay, the oldest are traced again when asked."""
     from core.web import cache
 
     spec = str(tiny_dirs["llama"])
-    for i in range(50):
-        tr = cache.get_trace(spec, f"prompt number {i}: {'x' * i}", False)
-        assert tr.prompt.startswith(f"prompt number {i}:")
-    assert forward_count["n"] == 50  # 50 different prompts, 50 forward passes
-    n = _trace_cache_entries()
-    assert 1 <= n <= cache.MAX_TRACES, n
-    cache.get_trace(spec, "prompt number 49: " + "x" * 49, False)  # the newest is still cached
-    assert forward_count["n"] == 50
-    cache.get_trace(spec, "prompt number 0: ", False)  # the oldest was evicted: traced again
-    assert forward_count["n"] == 51
+    one = cache.backends.trace(cache.get_model(spec), "prompt number 0: ").nbytes
+    forward_count["n"] = 0
+    monkeypatch.setenv("XRAY_CACHE_GB", str(10.5 * one / 1e9))  # room for about ten of these traces
+    cache.store.clear()
+    try:
+        for i in range(50):
+            tr = cache.get_trace(spec, f"prompt number {i}: {'x' * (i % 3)}", False)
+            assert tr.prompt.startswith(f"prompt number {i}:")
+        assert forward_count["n"] == 50  # 50 different prompts, 50 forward passes
+        st = cache.store().stats()
+        assert st["bytes"] <= st["max_bytes"] and 5 <= st["entries"] <= 11, st
+        cache.get_trace(spec, "prompt number 49: " + "x" * (49 % 3), False)  # the newest is still cached
+        assert forward_count["n"] == 50
+        cache.get_trace(spec, "prompt number 0: ", False)  # the oldest was evicted: traced again
+        assert forward_count["n"] == 51
+    finally:
+        cache.store.clear()
     # the model itself is not re-tokenised by the cache key: the config in the folder is intact
     assert json.loads((Path(spec) / "config.json").read_text())["model_type"] == "llama"

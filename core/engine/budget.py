@@ -152,7 +152,15 @@ def budget_bytes() -> int:
     """The most one model's float32 weights may take on this server, in bytes: ``XRAY_MEMORY_BUDGET_GB``
     (decimal GB, e.g. ``4`` or ``2.5``) when set to a positive number, else ``default_budget_bytes()``.
     A setting that is not a positive finite number is ignored, with a warning in the server log."""
-    raw = os.environ.get(BUDGET_ENV, "").strip()
+    return _gb_setting(BUDGET_ENV, default_budget_bytes())
+
+
+CACHE_ENV = "XRAY_CACHE_GB"
+CACHE_DEFAULT_GB = 1.5
+
+
+def _gb_setting(env: str, default: int) -> int:
+    raw = os.environ.get(env, "").strip()
     if raw:
         try:
             gb = float(raw)
@@ -160,8 +168,14 @@ def budget_bytes() -> int:
             gb = math.nan
         if math.isfinite(gb) and gb > 0:
             return int(gb * GB)
-        log.warning("%s=%r is not a positive number of GB; using the default budget", BUDGET_ENV, raw)
-    return default_budget_bytes()
+        log.warning("%s=%r is not a positive number of GB; using the default", env, raw)
+    return default
+
+
+def cache_bytes() -> int:
+    """What the server keeps of traces and their derived layers, in all sessions together:
+    ``XRAY_CACHE_GB`` (decimal GB) when set to a positive number, else 1.5 GB."""
+    return _gb_setting(CACHE_ENV, int(CACHE_DEFAULT_GB * GB))
 
 
 def fmt_gb(n_bytes: float) -> str:

@@ -170,6 +170,7 @@ def _from_pretrained(path: str | Path, **kw: Any) -> Any:
     )
     model.eval()
     model.requires_grad_(False)
+    xray.allow_fast(model)
     return model, info
 
 

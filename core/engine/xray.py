@@ -11,6 +11,15 @@ so the numbers are exactly HF eager's. If, and only if, the current thread has o
 
 Recording is keyed on the thread, so many browser sessions can share one model: nothing is stored
 on the model, and another thread's forward pass never lands in your record.
+
+**Two speeds.** Only a call whose weights are wanted (a ``recording()`` that keeps weights) runs
+eager attention, which materialises the [H, Tq, Tk] weights. Every other call — a plain forward,
+generation, ablation, and the trace itself, which derives weights later per layer on demand (see
+``core.engine.hf_trace.layer_detail``) — runs torch's fused scaled-dot-product attention through
+transformers' own ``sdpa_attention_forward``, for architectures whose HF class declares SDPA
+support (``_supports_sdpa``) and calls without a soft-cap. When the mask is exactly the causal
+triangle (or a single query row with nothing masked) it is handed to SDPA as ``is_causal`` / no
+mask, so the fused kernel runs; any other mask (sliding window, padding) is passed as it is.
 """
 
 from __future__ import annotations
@@ -18,24 +27,63 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
 NAME = "xray"
 
 _local = threading.local()
 _registered = False
+_FAST: set[type] = set()  # attention module classes whose model declares SDPA support
 
 
 class AttentionRecord:
-    """What one forward pass's attention calls saw, in call order, for one thread."""
+    """What one forward pass's attention calls saw, in call order, for one thread.
 
-    def __init__(self, keep_weights: bool = True) -> None:
+    ``keep_weights``: run eager and keep q, k, v and the weights of every call; without it the calls
+    run fast (SDPA where allowed) and only their count and settings are kept (``calls[i]["kwargs"]``)."""
+
+    def __init__(self, keep_weights: bool = True, last_row: bool = False) -> None:
         self.keep_weights = keep_weights
+        self.last_row = last_row
         self.calls: list[dict[str, Any]] = []
+
+
+def allow_fast(model: Any) -> None:
+    """Let calls that keep no weights run SDPA for this model's attention modules, if its HF class
+    declares SDPA support (HF then guarantees SDPA computes what eager computes)."""
+    if not getattr(model, "_supports_sdpa", False):
+        return
+    for m in model.modules():
+        if hasattr(m, "layer_idx") and any(n in ("q_proj", "c_attn", "qkv_proj") for n, _ in m.named_children()):
+            _FAST.add(type(m))
+
+
+def _causal_or_none(mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.Tensor | None:
+    """The mask to hand SDPA: None when ``mask`` is exactly causal (q_len == k_len) or masks nothing
+    for one query row; otherwise the mask itself. The verdict is memoised per mask tensor and thread
+    (one forward pass hands the same mask object to every layer)."""
+    if mask is None or mask.dim() != 4 or mask.shape[0] != 1 or not mask.is_floating_point():
+        return mask
+    memo = getattr(_local, "mask_memo", None)  # (weak reference to the mask, verdict); masks are never edited in place
+    if memo is not None and memo[0]() is mask:
+        return memo[1]
+    allowed = mask[0, 0] == 0  # [Tq, Tk]
+    if q_len == k_len and q_len > 1:
+        simple = bool(torch.equal(allowed, torch.ones(q_len, k_len, dtype=torch.bool).tril_()))
+    elif q_len == 1:
+        simple = bool(allowed.all())
+    else:
+        simple = False
+    out = None if simple else mask
+    _local.mask_memo = (weakref.ref(mask), out)
+    return out
 
 
 def _eager_for(module: Any) -> Callable:
@@ -49,10 +97,27 @@ def _eager_for(module: Any) -> Callable:
     return fn
 
 
+def _scalars(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is None or isinstance(v, (bool, int, float, str))}
+
+
 def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any):
+    rec: AttentionRecord | None = getattr(_local, "record", None)
+    wants_weights = rec is not None and rec.keep_weights
+    if not wants_weights and type(module) in _FAST and kwargs.get("softcap") is None:
+        mask = _causal_or_none(attention_mask, query.shape[2], key.shape[2])
+        out, _ = sdpa_attention_forward(module, query, key, value, mask, **kwargs)
+        if rec is not None:
+            last = None
+            if rec.last_row:  # the last query's weights, by the model's own eager function on that one row
+                m = attention_mask[:, :, -1:, :] if attention_mask is not None else None
+                _, w = _eager_for(module)(module, query[:, :, -1:, :], key, value, m, **kwargs)
+                last = w.detach()  # [B, H, 1, Tk]
+            rec.calls.append({"layer": getattr(module, "layer_idx", None), "module": module, "kwargs": _scalars(kwargs),
+                              "query": None, "key": None, "value": None, "weights": None, "mask": None, "last_row": last})
+        return out, None
     eager = _eager_for(module)
     out, weights = eager(module, query, key, value, attention_mask, **kwargs)
-    rec: AttentionRecord | None = getattr(_local, "record", None)
     if rec is not None:
         rec.calls.append(
             {
@@ -63,6 +128,8 @@ def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attent
                 "value": value.detach(),
                 "weights": weights.detach() if (weights is not None and rec.keep_weights) else None,
                 "mask": attention_mask.detach() if attention_mask is not None else None,
+                "kwargs": _scalars(kwargs),
+                "last_row": weights[:, :, -1:, :].detach() if (weights is not None and rec.last_row) else None,
             }
         )
     return out, weights
@@ -80,10 +147,10 @@ def register() -> None:
 
 
 @contextlib.contextmanager
-def recording(keep_weights: bool = True) -> Iterator[AttentionRecord]:
+def recording(keep_weights: bool = True, last_row: bool = False) -> Iterator[AttentionRecord]:
     """Record the attention calls this thread makes inside the block; always cleared on exit."""
     prev = getattr(_local, "record", None)
-    rec = AttentionRecord(keep_weights)
+    rec = AttentionRecord(keep_weights, last_row)
     _local.record = rec
     try:
         yield rec

@@ -1,18 +1,21 @@
 """What each attention head does, summarised from a trace's attention weights.
 
-All functions take ``attn_pattern`` [L, H, T, T] (rows = queries, columns = keys, rows sum to 1,
-zero above the diagonal) and return numpy arrays. No model, no Streamlit.
+Functions take attention weights (rows = queries, columns = keys, rows sum to 1, zero above the
+diagonal) one layer [H, T, T] or one map [T, T] at a time — at 4,096 tokens a whole trace's weights
+would be 9 GB — and return numpy arrays. No model, no Streamlit.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-GRID_TOKENS = 48  # positions drawn per small map (the single-query view shows all)
+from core.engine import attnview
+from core.engine.attnview import MapView
+
 METRICS = ("prev_token", "first_token", "entropy", "max_weight")  # the atlas's metrics, as HeadAtlas names them
 SMALLER_IS_SHARPER = {"entropy"}  # metrics whose most telling heads are the lowest
 
@@ -32,23 +35,32 @@ class HeadAtlas:
 
 
 def head_atlas(pattern: np.ndarray) -> HeadAtlas:
-    """Entropy, previous-token score, first-token mass and sharpness for every head."""
-    L, H, T, _ = pattern.shape
+    """Entropy, previous-token score, first-token mass and sharpness for every head ([L, H, T, T])."""
+    return head_atlas_of(pattern[layer] for layer in range(pattern.shape[0]))
+
+
+def layer_metrics(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(entropy, prev_token, first_token, max_weight), each [H], of one layer's weights [H, T, T]."""
+    H, T, _ = w.shape
     if T < 2:  # one token: every head trivially looks at itself
-        z = np.zeros((L, H))
-        return HeadAtlas(z, z.copy(), np.ones((L, H)), np.ones((L, H)))
-    entropy, prev, first, sharp = (np.zeros((L, H)) for _ in range(4))
+        return np.zeros(H), np.zeros(H), np.ones(H), np.ones(H)
+    entropy, prev, first, sharp = (np.zeros(H) for _ in range(4))
     idx = np.arange(1, T)
-    for layer in range(L):  # one layer at a time: [H, T, T] in float64 stays small even at T = 512
-        w = np.asarray(pattern[layer], dtype=np.float64)  # [H, T, T]
-        rows = w[:, 1:, :]  # [H, T-1, T] queries 1 … T-1
+    for h in range(H):  # one head at a time: [T, T] in float64 stays small even at T = 4096 (134 MB)
+        rows = np.asarray(w[h, 1:, :], dtype=np.float64)  # [T-1, T] queries 1 … T-1
         with np.errstate(divide="ignore", invalid="ignore"):
             plogp = np.where(rows > 0, rows * np.log2(rows), 0.0)
-        entropy[layer] = (-plogp.sum(axis=-1)).mean(axis=-1)
-        prev[layer] = w[:, idx, idx - 1].mean(axis=-1)  # w[i, i-1]
-        first[layer] = w[:, 1:, 0].mean(axis=-1)  # w[i, 0]
-        sharp[layer] = rows.max(axis=-1).mean(axis=-1)
-    return HeadAtlas(entropy, prev, first, sharp)
+        entropy[h] = (-plogp.sum(axis=-1)).mean()
+        prev[h] = rows[idx - 1, idx - 1].mean()  # w[i, i-1]
+        first[h] = rows[:, 0].mean()  # w[i, 0]
+        sharp[h] = rows.max(axis=-1).mean()
+    return entropy, prev, first, sharp
+
+
+def head_atlas_of(layers: Iterable[np.ndarray]) -> HeadAtlas:
+    """The atlas from one layer's weights [H, T, T] at a time (derived layers need not all be held)."""
+    rows = [layer_metrics(w) for w in layers]
+    return HeadAtlas(*(np.stack([r[i] for r in rows]) for i in range(4)))
 
 
 def drop_first_key(weights: np.ndarray) -> np.ndarray:
@@ -76,43 +88,37 @@ def top_heads(values: np.ndarray, k: int = 8, largest: bool = True) -> list[tupl
     return [(int(i // H), int(i % H), float(flat[i])) for i in order]
 
 
-def window(T: int, max_len: int) -> tuple[int, int]:
-    """The positions [start, end) drawn in the small-multiples grid: the first ``max_len`` tokens
-    (a 30-head grid of 512×512 maps would be 8 M cells; the single-query view shows everything)."""
-    return 0, min(T, max_len)
-
-
 def shown(weights: np.ndarray, hide_first: bool) -> np.ndarray:
     """Weights as drawn: float, with the first-token column hidden and rows renormalised if asked."""
-    return drop_first_key(weights) if hide_first else weights.astype(float)
+    return drop_first_key(weights) if hide_first else weights.astype(np.float32)
 
 
 @dataclass(frozen=True)
 class Grid:
     """The small-multiples view: one map per head of a layer, or per layer for one head."""
 
-    maps: np.ndarray  # [N, T', T'] positions 0 … end−1
+    maps: np.ndarray  # [N, n, n] what each panel draws (see ``view``)
     titles: list[str]
     cols: int  # panels per row: a square-ish grid
-    end: int  # T': the positions drawn
-    n_tokens: int  # T: the prompt's length
-
-    @property
-    def clipped(self) -> bool:
-        return self.end < self.n_tokens
+    view: MapView  # the whole map averaged into blocks, or a window of exact weights (same for every panel)
 
 
-def head_grid(pattern: np.ndarray, mode: str, layer: int, head: int, kv_head_of: Callable[[int], int], hide_first: bool = False,
-              max_len: int = GRID_TOKENS) -> Grid:
-    """``mode`` "layer": every head of ``layer`` (titled with the KV head it reads); "head": ``head`` in every layer."""
-    L, H, T, _ = pattern.shape
-    s, e = window(T, max_len)
-    if mode == "layer":
-        maps, titles = pattern[layer, :, s:e, s:e], [f"h{h} · KV{kv_head_of(h)}" for h in range(H)]  # [H, T', T']
-    else:
-        maps, titles = pattern[:, head, s:e, s:e], [f"L{i}" for i in range(L)]  # [L, T', T']
-    maps = shown(maps, hide_first)
-    return Grid(maps, titles, max(1, math.ceil(math.sqrt(maps.shape[0]))), e, T)
+def head_grid(weights: Iterable[np.ndarray], titles: Sequence[str], hide_first: bool = False, start: int | None = None) -> Grid:
+    """``weights``: N maps [T, T] — every head of one layer, or one head in every layer (one at a time). ``start`` None: the
+    whole map (averaged cells beyond ``attnview.CELLS`` positions); else exact weights from ``start``.
+    Hiding the first key renormalises the full rows before anything is averaged or cut."""
+    views = [attnview.view(shown(w, hide_first), start) for w in weights]
+    return Grid(np.stack([v.z for v in views]), list(titles), max(1, math.ceil(math.sqrt(len(views)))), views[0])
+
+
+def layer_titles(n_heads: int, kv_head_of: Callable[[int], int]) -> list[str]:
+    """Panel titles for every head of a layer, with the KV head each reads."""
+    return [f"h{h} · KV{kv_head_of(h)}" for h in range(n_heads)]
+
+
+def head_titles(n_layers: int) -> list[str]:
+    """Panel titles for one head in every layer."""
+    return [f"L{i}" for i in range(n_layers)]
 
 
 def gqa_args(n_heads: int, n_kv_heads: int) -> dict[str, int]:
@@ -120,9 +126,10 @@ def gqa_args(n_heads: int, n_kv_heads: int) -> dict[str, int]:
     return {"H": n_heads, "Hkv": n_kv_heads, "g": n_heads // n_kv_heads}
 
 
-def query_row(pattern: np.ndarray, layer: int, head: int, query: int, hide_first: bool = False) -> np.ndarray:
-    """One query position's weights over every key [T], as drawn."""
-    return shown(pattern[layer, head], hide_first)[query]
+def query_row(weights: np.ndarray, query: int, hide_first: bool = False) -> np.ndarray:
+    """One query position's weights over every key [T], as drawn (``weights``: one head's [T, T])."""
+    row = np.asarray(weights[query : query + 1], dtype=np.float64)  # [1, T]
+    return drop_first_key(row)[0] if hide_first else row[0]
 
 
 def best_heads(atlas: HeadAtlas, metric: str, k: int = 10) -> list[tuple[int, int, float]]:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import core.backends as backends
 from core.engine.roles import find_sites
-from core.engine.tokens import visible_tokens
-from core.engine.trace import Trace
+from core.engine.tokens import visible_tokens, window
+from core.engine.trace import LayerDetail, Trace
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
 # ---------------------------------------------------------------------------------------------
@@ -33,8 +34,8 @@ def stream_norms(tr: Trace) -> np.ndarray:
 
 def sublayer_norms(tr: Trace, pos: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """‖attn_out‖ and ‖mlp_out‖ per layer ([L] each): at token ``pos``, or the mean over tokens."""
-    a = np.linalg.norm(tr.attn_out.astype(np.float64), axis=-1)  # [L, T]
-    m = np.linalg.norm(tr.mlp_out.astype(np.float64), axis=-1)  # [L, T]
+    a = tr.attn_out_norm.astype(np.float64)  # [L, T], taken as the model ran
+    m = tr.mlp_out_norm.astype(np.float64)  # [L, T]
     if pos is None:
         return a.mean(axis=1), m.mean(axis=1)
     return a[:, pos], m[:, pos]
@@ -71,7 +72,7 @@ def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4) -> tuple[np.ndarr
     top_probs = np.zeros((n_rows, T), dtype=np.float32)
     with loaded.lock, torch.inference_mode():
         for start in range(0, n_rows, batch):
-            x = torch.from_numpy(np.ascontiguousarray(tr.resid[start : start + batch]))  # [b, T, d]
+            x = torch.from_numpy(np.array(tr.resid[start : start + batch]))  # [b, T, d]
             logits = head(norm(x)).float()  # [b, T, V]
             probs = torch.softmax(logits, dim=-1)
             p, i = probs.max(dim=-1)  # [b, T]
@@ -98,7 +99,7 @@ def lens_view(ids: np.ndarray, probs: np.ndarray, cells: list[str], tokens: Any,
     """Positions lo … hi−1 (at least one) of the lens ``ids``/``probs`` [L+1, T] and ``cells`` [(L+1)·T]."""
     hi = max(hi, lo + 1)
     grid = np.asarray(cells, dtype=object).reshape(ids.shape)[:, lo:hi]
-    return LensView(ids[:, lo:hi], probs[:, lo:hi], grid.ravel().tolist(), list(tokens[lo:hi]), lo)
+    return LensView(ids[:, lo:hi], probs[:, lo:hi], grid.ravel().tolist(), window(tokens, lo, hi), lo)  # the window keeps its neighbours for labels
 
 
 
@@ -163,10 +164,16 @@ def norm_steps(module: Any, x: np.ndarray) -> NormSteps:
     )
 
 
-def block_norm_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, which: str = "attn") -> NormSteps:
-    """The pre-attention norm reads resid[l, t]; the pre-MLP norm reads resid_mid = resid + attn_out."""
+def block_norm_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, which: str = "attn",
+                     detail: LayerDetail | None = None) -> NormSteps:
+    """The pre-attention norm reads resid[l, t]; the pre-MLP norm reads resid_mid = resid + attn_out
+    (``detail``: the layer's cached details; derived here when not given)."""
     _check_pre_norm(loaded)
-    x = tr.resid[layer, pos] if which == "attn" else tr.resid[layer, pos] + tr.attn_out[layer, pos]
+    if which == "attn":
+        x = tr.resid[layer, pos]
+    else:
+        d = detail or backends.layer_detail(loaded, tr, layer)
+        x = tr.resid[layer, pos] + d.attn_out[pos]
     return norm_steps(find_sites(loaded.model).block_norm(layer, which), x)
 
 
@@ -222,7 +229,7 @@ def is_gated(loaded: LoadedModel) -> bool:
     return all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj"))
 
 
-def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int) -> MlpSteps:
+def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, detail: LayerDetail | None = None) -> MlpSteps:
     """down_proj(SiLU(gate_proj(h)) · up_proj(h)) for token ``pos`` of block ``layer``, from the weights.
 
     h = post_attention_layernorm(resid[l, t] + attn_out[l, t]), recomputed by ``norm_steps``.
@@ -232,7 +239,8 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int) -> MlpSteps:
         raise UnsupportedArchitectureError(f"the MLP of {type(loaded.model).__name__} is not gated (no gate_proj/up_proj/down_proj).")
     if str(loaded.facts.activation).lower() not in ("silu", "swish"):
         raise UnsupportedArchitectureError(f"the gate uses {loaded.facts.activation}, not SiLU.")
-    h = block_norm_steps(loaded, tr, layer, pos, "mlp").out  # [d]
+    d = detail or backends.layer_detail(loaded, tr, layer)
+    h = block_norm_steps(loaded, tr, layer, pos, "mlp", d).out  # [d]
 
     def lin(m: Any, v: np.ndarray) -> np.ndarray:
         y = _w(m.weight).astype(np.float64) @ v  # weight [out, in] · [in]
@@ -243,7 +251,7 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int) -> MlpSteps:
     act = silu(gate)
     prod = act * up
     out = lin(mlp.down_proj, prod)  # [d]
-    return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=tr.mlp_out[layer, pos].astype(np.float64))
+    return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=d.mlp_out[pos].astype(np.float64))
 
 
 # ---------------------------------------------------------------------------------------------

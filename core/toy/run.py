@@ -98,6 +98,7 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
         extras["gate"] = stack("gate")
     extras["mask"] = _np(lay[0]["mask"])  # [T, T]: the same mask in every layer
     extras["pos"] = _np(pos)
+    attn_out, mlp_out, q = stack("attn_out"), stack("down"), stack("q")  # [L, T, d], [L, T, d], [L, H, T, dh]
     lse = torch.logsumexp(logits, dim=-1)
     top = torch.topk(logits, k=min(TOP_K, logits.shape[-1]), dim=-1)
     meta = {"model": loaded.facts.name, "model_kind": "toy", "source": loaded.source, "facts": loaded.facts.to_dict(),
@@ -106,8 +107,11 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
         prompt=prompt, text=enc.text, chat=chat,
         tokens=np.asarray(readable_tokens(loaded.tokenizer, ids), dtype=object),
         token_ids=np.asarray(ids, dtype=np.int64),
-        embeddings=_np(probes["embeddings"]), resid=_np(resid), attn_out=stack("attn_out"), mlp_out=stack("down"),
-        q=stack("q"), k=stack("k"), v=stack("v"), attn_pattern=_np(torch.stack([p["weights"] for p in lay]), np.float16),
+        embeddings=_np(probes["embeddings"]), resid=_np(resid), attn_out=attn_out, mlp_out=mlp_out,
+        attn_out_norm=np.linalg.norm(attn_out, axis=-1), mlp_out_norm=np.linalg.norm(mlp_out, axis=-1),
+        last_attn=_np(torch.stack([p["weights"][:, -1, :] for p in lay])),
+        q=q, k=stack("k"), v=stack("v"), attn_pattern=_np(torch.stack([p["weights"] for p in lay]), np.float16),
+        head_shape=(int(q.shape[1]), int(model.cfg.n_kv_heads), int(q.shape[3])), kv_itemsize=4,
         final_hidden=_np(probes["final_hidden"]), last_logits=_np(logits[-1]),
         top_ids=top.indices.numpy().astype(np.int64), top_logits=_np(top.values), logsumexp=_np(lse),
         meta=meta, truncated_from=enc.truncated_from, notes=notes, extras=extras,
@@ -117,4 +121,4 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
     """[T, V]: the LM head applied to the traced final hidden states."""
     with loaded.lock, torch.inference_mode():
-        return _np(loaded.model.lm_head(torch.from_numpy(np.ascontiguousarray(tr.final_hidden))))
+        return _np(loaded.model.lm_head(torch.from_numpy(np.array(tr.final_hidden))))

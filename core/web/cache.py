@@ -1,9 +1,12 @@
 """The one place where Streamlit's caches wrap core/ (the rest of core/ never imports Streamlit).
 
 * the model: ``st.cache_resource`` — one object shared by every session;
-* traces: ``st.cache_data`` — keyed on (model, prompt, settings), bounded in entries; a page that
-  only changes what it *looks at* (layer, head, colour) reads the cached trace and never runs
-  the model again.
+* traces and their derived layers (``layer``: q, k, v, attention weights, sub-layer outputs): one
+  process-wide ``ByteLRU`` bounded by bytes (``XRAY_CACHE_GB``, 1.5 GB by default), keyed on
+  (model, prompt, settings[, layer]). Values are shared read-only, never pickled or copied; a page
+  that only changes what it *looks at* (layer, head, colour) reads the cached trace and never runs
+  the model again;
+* everything else: ``st.cache_data`` / ``st.cache_resource``, bounded in entries (small results).
 """
 
 from __future__ import annotations
@@ -14,17 +17,17 @@ import numpy as np
 import streamlit as st
 
 import core.backends as backends
-from core.engine import tokens
-from core.engine.trace import MAX_TOKENS, Trace
+from core.engine import budget, tokens
+from core.engine.memo import ByteLRU
+from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
 from core.gen import generate
+from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
 from core.learn.journey import greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
 from core.toy import load_loss_curve, word_order_demo
-
-MAX_TRACES = 8  # ≤ 1 GB at 256 tokens on SmolLM2 (≈ 120 MB each), ≤ 2.5 GB at 512; older entries are evicted
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -40,12 +43,25 @@ def get_model(spec: str) -> LoadedModel:
         bar.empty()
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_TRACES)
+@st.cache_resource(show_spinner=False)
+def store() -> ByteLRU:
+    """The traces and derived layers of every session, bounded by bytes."""
+    return ByteLRU(budget.cache_bytes())
+
+
 def get_trace(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> Trace:
-    return backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens)
+    return store().get(("trace", spec, prompt, chat, max_tokens),
+                       lambda: backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens))
 
 
-@st.cache_data(show_spinner=False, max_entries=MAX_TRACES)
+def get_layer(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int = MAX_TOKENS) -> LayerDetail:
+    """One layer of the cached trace in full (q, k, v, weights, sub-layer outputs), derived once."""
+    tr = get_trace(spec, prompt, chat, max_tokens)
+    return store().get(("layer", spec, prompt, chat, max_tokens, layer_idx),
+                       lambda: backends.layer_detail(get_model(spec), tr, layer_idx))
+
+
+@st.cache_data(show_spinner=False, max_entries=2)
 def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> bytes:
     loaded = get_model(spec)
     return backends.export_npz_bytes(loaded, get_trace(spec, prompt, chat, max_tokens))
@@ -63,28 +79,16 @@ def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = 24) -> t
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0) -> dict[str, Any]:
-    """The same ``n`` greedy tokens with and without the KV cache, timed per token; the prompt is
-    repeated up to ``min_len`` tokens so that the prefix the no-cache run recomputes is long."""
+def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0, run: int = 0) -> generate.CacheComparison:
+    """The same ``n`` greedy tokens with and without the KV cache, each timed ``TPOT_REPS`` times after a
+    warm-up (``generate.compare_with_without``); the prompt's text is repeated up to ``min_len`` tokens so
+    that the prefix the no-cache run recomputes is long. ``run``: a new number measures again."""
     loaded = get_model(spec)
-    enc = tokens.encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS)
-    ids = generate.extend_ids(enc.ids, min_len, max_len=min(generate.MAX_PROMPT_TOKENS, _room(loaded, n)))
-    generate.run_with_cache(loaded, ids[:8], 2)  # warm-up, so the first timed pass is not penalised
-    with_c = generate.run_with_cache(loaded, ids, n)
-    without = generate.run_without_cache(loaded, ids, n)
-    T = len(ids)
-    return {
-        "n_prompt": T,
-        "with_ids": list(with_c.generated),
-        "with_tokens": [r.token for r in with_c.records],
-        "with_seconds": [r.seconds for r in with_c.records],
-        # pass i of the cached run feeds T tokens (i = 0) or 1 token, at sequence length T + i
-        "with_lengths": [T + i for i in range(len(with_c.records))],
-        "without_ids": list(without.token_ids),
-        "without_tokens": tokens.readable_tokens(loaded.tokenizer, without.token_ids),
-        "without_seconds": list(without.seconds),
-        "without_lengths": list(without.lengths),
-    }
+    ids = generate.extended_prompt_ids(loaded.tokenizer, prompt, chat, min_len,
+                                       max_len=min(generate.MAX_PROMPT_TOKENS, _room(loaded, n)))
+    if not ids:
+        raise EmptyPromptError("empty prompt")
+    return generate.compare_with_without(loaded, ids, n)
 
 
 def _room(loaded: LoadedModel, n: int) -> int:
@@ -93,12 +97,20 @@ def _room(loaded: LoadedModel, n: int) -> int:
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
-def measured_costs(spec: str) -> dict[str, float]:
-    """Prefill seconds per prompt token and decode seconds per new token on this model, here."""
+def measured_costs(spec: str, run: int = 0) -> generate.TpotMeasure:
+    """Prefill and decode costs per token on this model, here (``generate.measure_costs``: the one TPOT
+    method). ``run``: a new number measures again."""
     loaded = get_model(spec)
     n_prefill = min(128, max(8, int(loaded.facts.max_positions or 128) - 16))
-    pre, dec = generate.measure_costs(loaded, n_prefill=n_prefill, n_decode=8)
-    return {"prefill_s_per_token": pre, "decode_s_per_token": dec, "n_prefill": n_prefill}
+    return generate.measure_costs(loaded, n_prefill=n_prefill)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: int = 0) -> generate.TpotMeasure:
+    """The one TPOT of this prompt (``generate.measure_tpot``) under the sampling settings ``cfg``
+    (``astuple`` of a SamplingConfig; greedy when empty), as the stepper shows it beside its own
+    recorded passes. ``run``: a new number measures again."""
+    return generate.measure_tpot(get_model(spec), list(ids), cfg=SamplingConfig(*cfg) if cfg else None)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -158,8 +170,16 @@ def layer_sweep(spec: str, ids: tuple[int, ...], layer: int) -> np.ndarray:
 
 @st.cache_data(show_spinner=False, max_entries=12)
 def atlas(spec: str, prompt: str, chat: bool) -> heads.HeadAtlas:
-    """Head metrics of the cached trace (computed once per prompt, not per slider move)."""
-    return heads.head_atlas(get_trace(spec, prompt, chat).attn_pattern)
+    """Head metrics of the cached trace (computed once per prompt, not per slider move), one layer at a time."""
+    n = get_trace(spec, prompt, chat).n_layers
+    return heads.head_atlas_of(get_layer(spec, prompt, chat, i).weights for i in range(n))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def head_across_layers(spec: str, prompt: str, chat: bool, head: int, hide: bool, start: int | None) -> heads.Grid:
+    """One head in every layer, as drawn (small: at most attnview.CELLS² cells per layer)."""
+    n = get_trace(spec, prompt, chat).n_layers
+    return heads.head_grid((get_layer(spec, prompt, chat, i).weights[head] for i in range(n)), heads.head_titles(n), hide, start)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -200,13 +220,13 @@ def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> di
 @st.cache_data(show_spinner=False, max_entries=16)
 def rope_check(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
     """RoPE redone by hand on layer ``layer`` of the cached trace (see core.maths.positions.rope_check)."""
-    return positions.rope_check(get_model(spec), get_trace(spec, prompt, chat), layer)
+    return positions.rope_check(get_model(spec), get_trace(spec, prompt, chat), get_layer(spec, prompt, chat, layer))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def recombine(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
     """Per-head outputs → concat → W_O on the cached trace (see core.maths.attention.recombine_layer)."""
-    return attention.recombine_layer(get_model(spec), get_trace(spec, prompt, chat), layer)
+    return attention.recombine_layer(get_model(spec), get_layer(spec, prompt, chat, layer))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,16 +1,27 @@
-"""Benchmark: a full trace vs a plain eager HF forward of the same prompt, in one run.
+"""Benchmark: a full trace vs a plain HF forward of the same prompt, in one run.
 
-    .venv/bin/python tests/benchmarks/bench_trace.py [--reps 7] [--model PATH]
+    PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_trace.py [--reps 7] [--model PATH] [--quick]
 
-The plain forward is an independent, untouched HF model loaded with attn_implementation="eager"
-(the implementation that returns attention weights at all), use_cache=False like the trace.
-Runs alternate (plain, trace, plain, trace …) so drift hits both; the median of each is reported.
-Last two lines: ``ratio_256=<x>`` and ``trace_mb_256=<y>``.
+Baselines: two independent, untouched HF models loaded from the same folder, one with
+``attn_implementation="eager"`` and one with ``"sdpa"``, both called with ``use_cache=False`` like
+the trace (all positions' logits, as a plain forward computes them). Runs are interleaved (eager,
+sdpa, trace, eager, sdpa, trace …) so that drift hits all three; the median of each is reported and
+the ratio is the trace over the *faster* baseline.
+
+A trace keeps the residual stream, sub-layer norms, top-K logits and a replay recipe; a layer's
+attention is derived on demand (``core.backends.layer_detail``). The script also prints what a
+trace weighs when pickled (what ``st.cache_data`` would copy) and, at the longest length, how long
+one layer's attention takes to derive once the trace exists.
+
+Last lines: ``ratio_256=``, ``trace_mb_256=`` and (without ``--quick``) ``ratio_2048=``,
+``trace_mb_4096=``, ``layer_s_4096=``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import pickle
 import statistics
 import time
 
@@ -33,45 +44,80 @@ def ids_of_length(tokenizer, n: int) -> list[int]:
     return ids[:n]
 
 
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--model", default=None)
-    ap.add_argument("--lengths", default="64,256,512")
+    ap.add_argument("--quick", action="store_true", help="256 tokens only (what CI runs)")
     a = ap.parse_args()
 
     from transformers import AutoModelForCausalLM
 
     loaded = load_model(a.model)
     folder = a.model or str(converted_dir(embedded_gguf_path()))
-    plain = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    plain = {impl: AutoModelForCausalLM.from_pretrained(folder, attn_implementation=impl, dtype=torch.float32).eval()
+             for impl in ("eager", "sdpa")}
     print(f"model: {loaded.facts.name}; torch threads: {torch.get_num_threads()}; reps: {a.reps}")
 
-    results = {}
-    for n in [int(x) for x in a.lengths.split(",")]:
+    lengths = [256] if a.quick else [256, 2048]
+    results: dict[int, tuple[float, float]] = {}
+    for n in lengths:
+        reps = a.reps if n <= 512 else max(3, a.reps // 2)
         ids = ids_of_length(loaded.tokenizer, n)
         x = torch.tensor([ids])
-        with torch.inference_mode():
-            plain(input_ids=x, use_cache=False)  # warm-up both paths
-        backends.trace_ids(loaded, ids)
-        t_plain, t_trace = [], []
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
+
+        def run_plain(impl: str, x: torch.Tensor = x) -> None:
             with torch.inference_mode():
-                plain(input_ids=x, use_cache=False)
-            t_plain.append(time.perf_counter() - t0)
+                plain[impl](input_ids=x, use_cache=False)
+
+        for impl in plain:  # warm-up every path once
+            run_plain(impl)
+        backends.trace_ids(loaded, ids)
+        times: dict[str, list[float]] = {"eager": [], "sdpa": [], "trace": []}
+        tr = None
+        for _ in range(reps):
+            times["eager"].append(_timed(lambda: run_plain("eager")))
+            times["sdpa"].append(_timed(lambda: run_plain("sdpa")))
+            gc.collect()
             t0 = time.perf_counter()
             tr = backends.trace_ids(loaded, ids)
-            t_trace.append(time.perf_counter() - t0)
-        mp, mt = statistics.median(t_plain), statistics.median(t_trace)
-        mb = tr.nbytes / 1e6
-        results[n] = (mt / mp, mb)
-        print(f"T={n:4d}  plain eager forward {mp * 1e3:8.1f} ms   full trace {mt * 1e3:8.1f} ms   "
-              f"ratio {mt / mp:5.2f}x   trace holds {mb:7.1f} MB")
+            times["trace"].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        base = min(med["eager"], med["sdpa"])
+        mb = len(pickle.dumps(tr)) / 1e6
+        results[n] = (med["trace"] / base, mb)
+        print(f"T={n:5d}  eager {med['eager'] * 1e3:8.1f} ms  sdpa {med['sdpa'] * 1e3:8.1f} ms  trace {med['trace'] * 1e3:8.1f} ms  "
+              f"ratio {med['trace'] / base:5.3f}x (vs the faster)  pickled {mb:7.1f} MB  (medians of {reps})")
         del tr
-    if 256 in results:
-        print(f"ratio_256={results[256][0]:.3f}")
-        print(f"trace_mb_256={results[256][1]:.1f}")
+        gc.collect()
+
+    print(f"ratio_256={results[256][0]:.3f}")
+    print(f"trace_mb_256={results[256][1]:.1f}")
+    if a.quick:
+        return
+    ids = ids_of_length(loaded.tokenizer, 4096)
+    t0 = time.perf_counter()
+    tr = backends.trace_ids(loaded, ids)
+    t_trace = time.perf_counter() - t0
+    mb = len(pickle.dumps(tr)) / 1e6
+    layer_s = []
+    for layer in (0, 15, 29):
+        t0 = time.perf_counter()
+        d = backends.layer_detail(loaded, tr, layer)
+        layer_s.append(time.perf_counter() - t0)
+        del d
+        gc.collect()
+    print(f"T= 4096  trace {t_trace:6.2f} s  pickled {mb:7.1f} MB  one layer's attention derived in "
+          + ", ".join(f"{s:.2f} s" for s in layer_s) + " (layers 0, 15, 29)")
+    print(f"ratio_2048={results[2048][0]:.3f}")
+    print(f"trace_mb_4096={mb:.1f}")
+    print(f"layer_s_4096={statistics.median(layer_s):.2f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""A cache bounded by bytes, not entries: a few long traces and many short ones both fit.
+
+``ByteLRU.get(key, compute)`` returns the cached value or computes it once — two sessions asking for
+the same key at the same moment wait for one computation instead of running two — and evicts the
+least recently used values until the total size is within the budget. A value bigger than the
+whole budget is returned but not kept. Values are shared, not copied: whatever is cached must be
+read-only (``Trace`` marks its arrays so).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+
+def size_of(value: Any) -> int:
+    """Bytes a cached value holds: its ``nbytes`` (a Trace, a LayerDetail, an array), else 0."""
+    n = getattr(value, "nbytes", 0)
+    return int(n) if isinstance(n, (int, float)) else 0
+
+
+class ByteLRU:
+    def __init__(self, max_bytes: int, size: Callable[[Any], int] = size_of) -> None:
+        if max_bytes < 0:
+            raise ValueError("a cache budget cannot be negative")
+        self.max_bytes = int(max_bytes)
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._inflight: dict[Hashable, threading.Event] = {}
+        self.total = 0
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._items
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    self.hits += 1
+                    return self._items[key][0]
+                wait = self._inflight.get(key)
+                if wait is None:
+                    done = self._inflight[key] = threading.Event()
+                    self.misses += 1
+                    break
+            wait.wait()  # another thread is computing this key: take its result (or retry if it failed)
+        try:
+            value = compute()
+            self.put(key, value)
+            return value
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            done.set()
+
+    def put(self, key: Hashable, value: Any) -> None:
+        n = self._size(value)
+        with self._lock:
+            if key in self._items:
+                self.total -= self._items.pop(key)[1]
+            if n > self.max_bytes:
+                return  # bigger than the whole budget: used once, not kept
+            self._items[key] = (value, n)
+            self.total += n
+            while self.total > self.max_bytes and self._items:
+                _, (_, m) = self._items.popitem(last=False)
+                self.total -= m
+
+    def discard(self, match: Callable[[Hashable], bool]) -> int:
+        """Drop every entry whose key matches; returns how many were dropped."""
+        with self._lock:
+            keys = [k for k in self._items if match(k)]
+            for k in keys:
+                self.total -= self._items.pop(k)[1]
+            return len(keys)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.total = 0
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"entries": len(self._items), "bytes": self.total, "max_bytes": self.max_bytes,
+                    "hits": self.hits, "misses": self.misses}
