@@ -13,7 +13,8 @@ import streamlit as st
 from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, OfferError, canonical_target
 from core.engine.types import EMBEDDED_ID, TOY_ID
-from core.web import cache, nav, presenter, ui
+from core.learn import long_docs
+from core.web import cache, nav, presenter, replica, ui
 
 
 def sidebar() -> None:
@@ -70,10 +71,14 @@ def model_box() -> None:
 def prompt_box() -> None:
     """The shared prompt. One arriving by a link is capped like a typed one; the URL carries the
     whole prompt or, past URL_PROMPT_CHARS, none (a caption says so), never a silently cut one."""
-    preset = st.selectbox(ui.t("sb.presets"), ["—", *ui.PRESETS], key="preset_pick")
+    longs = [f"long:{k}" for k in long_docs.KEYS]
+    preset = st.selectbox(ui.t("sb.presets"), ["—", *ui.PRESETS, *longs], key="preset_pick",
+                          format_func=lambda p: ui.t(f"sb.long_{p[5:]}") if p in longs else p)
     if preset != "—" and st.session_state.get("_last_preset") != preset:
         st.session_state["_last_preset"] = preset
-        st.session_state["prompt"] = preset
+        st.session_state["prompt"] = long_docs.load(preset[5:]).text if preset in longs else preset
+    if "prompt" not in st.session_state and st.query_params.get("doc") in long_docs.KEYS:
+        st.session_state["prompt"] = long_docs.load(st.query_params["doc"]).text  # a link to a long document names it
     if "prompt" not in st.session_state:
         text, cut_from = ui.link_prompt()
         st.session_state["prompt"] = text
@@ -84,10 +89,15 @@ def prompt_box() -> None:
     cut = st.session_state.get("_prompt_cut")
     if cut is not None and cut[1] == hash(text):
         st.warning(ui.t("sb.prompt_capped", n=f"{cut[0]:,}", k=f"{ui.MAX_PROMPT_CHARS:,}"))
-    if "chat" not in st.session_state:
-        st.session_state["chat"] = st.query_params.get("chat", "0") == "1"
+    ui.chat()  # the switch's first value: the link's, else on for a model with a chat template
     st.toggle(ui.t("sb.chat"), key="chat", help=ui.t("sb.chat_help"))
-    if len(text) <= ui.URL_PROMPT_CHARS:
+    st.caption(ui.t("sb.chat_caption"))
+    doc = long_docs.which(text)
+    st.query_params.pop("doc", None)
+    if doc is not None:
+        st.query_params.pop("prompt", None)
+        st.query_params["doc"] = doc
+    elif len(text) <= ui.URL_PROMPT_CHARS:
         st.query_params["prompt"] = text
     else:
         st.query_params.pop("prompt", None)
@@ -124,7 +134,8 @@ def model_from_link(offer: Offer) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Transformer X-Ray", page_icon="🩻", layout="wide")
+    st.set_page_config(page_title="Transformer X-Ray", page_icon="🩻", layout="wide",
+                       initial_sidebar_state=presenter.sidebar_state())  # a ?present=1 link opens with it collapsed
     try:
         offer = ui.offered()
     except OfferError as e:  # the operator's setting: said on the console, never echoed to a visitor
@@ -135,6 +146,8 @@ def main() -> None:
         model_from_link(offer)
     sidebar()
     presenter.apply_css()
+    replica.moved_notice()  # behind `make serve`: this browser's replica stopped and it came back here
+    replica.keep_alive()
     nav.navigation().run()
 
 

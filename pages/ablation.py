@@ -7,7 +7,7 @@ import numpy as np
 import streamlit as st
 
 from core import backends
-from core.engine import tokens
+from core.engine import attnview, tokens
 from core.engine.types import UnsupportedArchitectureError
 from core.inside import ablation, heads
 from core.inside import figures as inside_fig
@@ -36,8 +36,10 @@ def _metrics(loaded, eff: ablation.Effect) -> None:
     top, new = tokens.visible_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("ablation.m_kl"), f"{eff.kl:.4g}")
-    m2.metric(ui.t("ablation.m_top", tok=widgets.code(top)), f"{eff.p_after:.2%}", f"{eff.delta:+.2%}")
-    m3.metric(ui.t("ablation.m_new"), new, ui.t("ablation.same") if eff.same_top else ui.t("ablation.changed"), delta_color="off")
+    moved = f"{eff.delta:+.2%}" if abs(eff.delta) >= 5e-5 else None  # an arrow only where it rose or fell
+    m2.metric(ui.t("ablation.m_top", tok=widgets.code(top)), f"{eff.p_after:.2%}", moved)
+    m3.metric(ui.t("ablation.m_new"), new)
+    m3.caption(ui.t("ablation.same") if eff.same_top else ui.t("ablation.changed"))
 
 
 def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ablation.Target, lang: str) -> heads.HeadAtlas:
@@ -54,7 +56,10 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
         title = ui.t("ablation.map_title", l=layer, h=head, **heads.head_stats(atlas, layer, head))
         d = ui.layer_detail(tr, layer)
         if d is not None:
-            presenter.chart(inside_fig.fig_single_map(d.head(head), tr.tokens, title, lang), width="stretch")
+            v = attnview.overview(d.weights[head])
+            presenter.chart(inside_fig.fig_single_map(v.z, tr.tokens, title, lang, v), width="stretch")
+            if note := inside_fig.map_note(v, lang):
+                st.caption(note)
         ui.badge("model")
     return atlas
 

@@ -55,7 +55,10 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
 def _atlas(tr, layer: int, head: int, lang: str) -> None:
     st.subheader(ui.t("heads.atlas_title"))
     st.markdown(ui.t("heads.atlas_intro"))
-    atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
+    if tr.n_tokens > heads.ATLAS_EAGER and not st.toggle(ui.t("heads.atlas_long", T=tr.n_tokens, L=tr.n_layers), key="heads_atlas_on"):
+        return  # every layer must be derived for the atlas: on a long prompt only when asked
+    with st.spinner(ui.t("heads.deriving_atlas", L=tr.n_layers)):
+        atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
     metric = widgets.radio_url(ui.t("heads.metric"), heads.METRICS, heads.METRICS[0], format_func=ui.fmt("heads.metric_{}"),
                                horizontal=True, key="heads_metric", param="metric")
     presenter.chart(inside_fig.fig_atlas(getattr(atlas, metric), ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.engine import attnview
 from core.engine.tokens import position_labels
+from core.inside import figures as inside_fig
 from core.maths import attention as A
 from core.maths import figures as P
 from core.web import presenter, ui, widgets
@@ -35,12 +37,16 @@ def _real_tab(lang: str) -> None:
     if d is None:
         return
     pattern = d.weights[head]  # [T, T] float16, HF eager's numbers for this layer
-    labels = position_labels(tr.tokens)
-    presenter.chart(P.matrix_figure(pattern, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
+    view = attnview.view(pattern, widgets.map_window("masks", tr.n_tokens))
+    labels = attnview.labels(view, position_labels(tr.tokens))
+    presenter.chart(P.matrix_figure(view.z, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),
                     width="stretch", key="masks_fig_real_pattern")
+    if note := inside_fig.map_note(view, lang):
+        st.caption(note)
     ui.badge("model")
-    presenter.chart(P.mask_figure(A.pattern_support(pattern), ui.t("masks.fig_support"), lang, row_labels=labels,
-                                  col_labels=labels), width="stretch", key="masks_fig_real_support")
+    if view.exact:  # where the weights are non-zero: only meaningful cell by cell
+        presenter.chart(P.mask_figure(A.pattern_support(view.z), ui.t("masks.fig_support"), lang, row_labels=labels,
+                                      col_labels=labels), width="stretch", key="masks_fig_real_support")
     s = A.support_readout(pattern)
     m1, m2 = st.columns(2)
     m1.metric(ui.t("masks.above"), s["above"])
@@ -58,7 +64,7 @@ def render() -> None:
     la = c2.slider(ui.t("masks.len_a"), 1, 8, 4, key="masks_len_a")
     lb = c3.slider(ui.t("masks.len_b"), 1, 8, 2, key="masks_len_b")
     window = c4.slider(ui.t("masks.window"), 1, 12, 3, key="masks_window")
-    gallery = A.mask_gallery(T, (la, lb), window, T_enc=T + 1)
+    gallery = A.mask_gallery(T, (la, lb), window, T_enc=T + 1, lang=lang)
     tabs = st.tabs([ui.t(f"masks.tab_{k}") for k in TABS])
     for name, tab in zip(TABS[:-1], tabs):
         with tab:

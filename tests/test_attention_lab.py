@@ -93,10 +93,11 @@ def smol_trace(smol):
 
 
 @pytest.mark.parametrize("layer,head", [(0, 0), (7, 4), (29, 8)])
-def test_real_row_reproduces_model_weights(smol_trace, layer, head):
+def test_real_row_reproduces_model_weights(smol, smol_trace, layer, head):
+    smol_trace_model = smol
     tr = smol_trace
     for pos in (0, 3, tr.n_tokens - 1):
-        ex = A.real_row(tr, layer, head, pos)
+        ex = A.real_row(tr, backends.layer_detail(smol_trace_model, tr, layer), head, pos)
         assert int(ex["kv_head"]) == head // 3
         s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
         assert np.abs(s.weights[0] - ex["reference"]).max() < 1e-3
@@ -108,8 +109,9 @@ def test_rope_rotate_reproduces_real_q(smol, smol_trace):
     for layer in (0, 15, 29):
         raw = R.pre_rope_q(smol, tr.resid[layer], layer)  # [H, T, dh]
         rotated = R.rope_rotate(raw, np.arange(tr.n_tokens), smol.facts.rope_theta)
-        assert np.abs(rotated - tr.q[layer]).max() < 1e-4
-        assert np.abs(raw - tr.q[layer]).max() > 0.1  # the rotation is what closes the gap
+        q = backends.layer_detail(smol, tr, layer).q
+        assert np.abs(rotated - q).max() < 1e-4
+        assert np.abs(raw - q).max() > 0.1  # the rotation is what closes the gap
 
 
 def test_recombine_heads_gives_attn_out(smol, smol_trace):
@@ -117,14 +119,15 @@ def test_recombine_heads_gives_attn_out(smol, smol_trace):
 
     layer = 3
     o = find_sites(smol.model).attns[layer].o_proj.weight.detach().numpy()
-    parts = A.recombine_heads(smol_trace.attn_pattern[layer], smol_trace.v[layer], o)
+    d = backends.layer_detail(smol, smol_trace, layer)
+    parts = A.recombine_heads(d.weights, d.v, o)
     assert parts["concat"].shape == (smol_trace.n_tokens, 576)
-    scale = np.abs(smol_trace.attn_out[layer]).max()
-    assert np.abs(parts["out"] - smol_trace.attn_out[layer]).max() < 2e-3 * max(1.0, scale)
+    scale = np.abs(d.attn_out).max()
+    assert np.abs(parts["out"] - d.attn_out).max() < 2e-3 * max(1.0, scale)
 
 
-def test_real_pattern_support_is_causal(smol_trace):
-    s = A.support_summary(smol_trace.attn_pattern[5, 2])
+def test_real_pattern_support_is_causal(smol, smol_trace):
+    s = A.support_summary(backends.layer_detail(smol, smol_trace, 5).weights[2])
     assert s["above_nonzero"] == 0 and s["above_total"] == smol_trace.n_tokens * (smol_trace.n_tokens - 1) // 2
     assert s["below_nonzero"] > 0
 
@@ -192,6 +195,9 @@ def test_mask_gallery_exact():
     np.testing.assert_array_equal(A.additive_text(np.array([[True, False]])), [["0", "−∞"]])
     g = A.mask_gallery(4, (4, 2), 2)
     assert [p.key for p in g["padding"]] == ["padding_a", "padding_b"] and g["cross"][0].visible.shape == (4, 5)
+    # the English gallery is labelled in English, the Chinese one in Chinese
+    assert g["causal"][0].rows == ["0·I", "1·like", "2·artificial", "3·intelligence"]
+    assert A.mask_gallery(4, lang="zh")["causal"][0].rows == ["0·我", "1·喜欢", "2·人工", "3·智能"]
 
 
 def test_sliding_window_matches_sdpa_with_mask():
@@ -286,3 +292,105 @@ def test_page_empty_prompt_is_a_message():
     at.run()
     assert not at.exception
     assert any("prompt" in i.value.lower() for i in at.info)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14: the calculator keeps what you typed, says why a row differs, draws weights on one scale
+
+
+def test_weights_figure_fixed_range_and_masked_cells_apart():
+    ex = A.worked_example()
+    s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
+    fig = PM.weights_figure(s.weights, ~np.isfinite(s.masked), "w", ["q0"], ["k0", "k1", "k2"], "en")
+    heat, masked, text = fig.data[0], fig.data[1], fig.data[2]
+    assert (heat.zmin, heat.zmax) == (0.0, 1.0)  # 0.33 is blue on every example, never rescaled to white
+    assert np.isnan(np.asarray(heat.z, dtype=float)[0, 2]) and not np.isnan(np.asarray(masked.z, dtype=float)[0, 2])
+    assert list(text.text) == ["0.67", "0.33", "×"]  # the masked cell says so
+    assert list(text.textfont.color) == ["white", "#111827", "white"]  # readable on its own background
+
+
+def test_cost_table_view_has_no_none_and_readable_numbers():
+    df = A.cost_table(A.COST_LENGTHS, "n²", "×")
+    html = A.cost_table_view(df).to_html()
+    assert "None" not in html and "nan" not in html and "—" in html
+    assert "1,073,741,824" in html and "×4" in html  # 32,768² with separators; ×4 per doubling
+
+
+def test_log_axes_label_the_values_not_the_minor_digits():
+    fig = PM.complexity_figure(np.array([1024.0, 2048, 4096, 32768]), np.array([0.5, 2.0, 8.0, 300.0]), "en")
+    assert list(fig.layout.xaxis.ticktext) == ["1K", "2K", "4K", "32K"]
+    assert list(fig.layout.yaxis2.ticktext) == ["10⁻¹", "1", "10", "100", "1,000"]
+    assert fig.layout.yaxis.ticktext[0] == "10⁶"
+    fig = PM.scale_figure(A.scale_experiment(A.SCALE_D_VALUES, n_trials=4), "en")
+    assert list(fig.layout.xaxis.ticktext) == ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512", "1K"]
+
+
+def test_multihead_kv_table_view_shows_whole_numbers():
+    from core.engine.types import HeadGeometry
+
+    cfg = HeadGeometry("M", 32, 32, 8, 128, 4096)
+    html = A.kv_table_view(A.kv_table([cfg], 4096, 2, "en")).to_html()
+    assert "131,072" in html and "512.0" in html and "2,048.0" in html  # bytes/token, MiB, MiB if MHA
+
+
+def test_rope_path_labels_do_not_overlap():
+    _, traj = R.rope_pair_demo(64, 10000.0, 0)  # the fastest pair: points a radian apart, several laps
+    labels = PM._path_labels(traj, 5)
+    shown = [i for i, t in enumerate(labels) if t]
+    assert 0 in shown and 5 in shown
+    r = float(np.hypot(*traj[0]))
+    for a in shown:
+        for b in shown:
+            if a < b:
+                assert np.hypot(*(traj[a] - traj[b])) >= 0.22 * r or 5 in (a, b) or 0 in (a, b)
+
+
+def _calc_app(**qp):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file("../app.py", default_timeout=180)
+    for k, v in qp.items():
+        at.query_params[k] = v
+    at.switch_page("pages/attention_lab.py")
+    at.run()
+    return at
+
+
+def _editor_ids(at) -> list[str]:
+    return [e.proto.id for e in at.dataframe if e.proto.id]  # the data editors (plain tables have no id)
+
+
+def test_unmask_keeps_the_q_k_v_editors_and_renews_only_the_mask():
+    """An edited Q survives "Unmask": Q, K and V keep their editors (Streamlit keeps a data editor's
+    edits by its key), only the mask's editor is new."""
+    at = _calc_app()
+    before = _editor_ids(at)
+    at.checkbox(key="attention_lab_unmask").check().run()
+    after = _editor_ids(at)
+    assert not at.exception and len(before) == len(after) == 4
+    for name in ("q", "k", "v"):
+        assert [i for i in before if f"attention_lab_{name}_" in i] == [i for i in after if f"attention_lab_{name}_" in i]
+    assert [i for i in before if "attention_lab_mask_" in i] != [i for i in after if "attention_lab_mask_" in i]
+
+
+def test_real_row_scaling_is_its_own_and_unscaled_says_why():
+    at = _calc_app()
+    at.checkbox(key="attention_lab_scaled_worked").uncheck().run()  # unscaled on the tutorial's example …
+    at.radio(key="attention_lab_preset").set_value("real").run()
+    assert at.checkbox(key="attention_lab_scaled_real").value is True  # … leaves the real row scaled like the model
+    diff = [m for m in at.metric if m.label.startswith("max |")]
+    assert diff and float(diff[0].value) < 1e-3 and not at.warning
+    at.checkbox(key="attention_lab_scaled_real").uncheck().run()
+    diff = float(next(m for m in at.metric if m.label.startswith("max |")).value)
+    assert diff > 0.01 and any("√64 = 8" in w.value and f"{diff:.2f}" in w.value for w in at.warning)
+
+
+def test_cost_tab_table_is_formatted():
+    import pyarrow as pa
+
+    at = _calc_app()
+    cost = next(d for d in at.table if list(d.value.columns)[0] == "n")
+    assert not at.exception and cost.value.iloc[0, 0] == 1024  # the numbers stay numbers …
+    shown = pa.ipc.open_stream(cost.proto.arrow_data.styler.display_values).read_all().to_pandas()  # … drawn formatted
+    text = shown.to_string()
+    assert "1,024" in text and "1,048,576" in text and "—" in text and "×4" in text and "None" not in text and "nan" not in text

@@ -88,12 +88,13 @@ def test_prompt_kv_equal_trace(smol):
     st = generate.Stepper(smol, ids, None, max_steps=3)
     st.prefill()
     tr = backends.trace_ids(smol, ids)
+    lay = backends.stacked_layers(smol, tr, with_pattern=True)
     for layer in (0, 13, 29):
         k, v = st.cache_kv(layer)
-        np.testing.assert_allclose(k, tr.k[layer], atol=1e-5)
-        np.testing.assert_allclose(v, tr.v[layer], atol=1e-5)
+        np.testing.assert_allclose(k, lay["k"][layer], rtol=1e-5, atol=2e-5)
+        np.testing.assert_allclose(v, lay["v"][layer], rtol=1e-5, atol=2e-5)
     # the prefill's recorded weights are the trace's attention pattern
-    np.testing.assert_allclose(st.prefill_pattern.astype(np.float32), tr.attn_pattern.astype(np.float32), atol=1e-3)
+    np.testing.assert_allclose(st.prefill_pattern.astype(np.float32), lay["attn_pattern"].astype(np.float32), atol=1e-3)
 
 
 def test_decode_attention_row_equals_full_forward(smol):
@@ -105,7 +106,8 @@ def test_decode_attention_row_equals_full_forward(smol):
     fed = st.all_ids[: rec.kv_tokens]
     tr = backends.trace_ids(smol, fed)
     assert rec.attn.shape == (30, 9, len(fed))
-    np.testing.assert_allclose(rec.attn.astype(np.float32), tr.attn_pattern[:, :, -1, :].astype(np.float32), atol=2e-3)
+    last = backends.stacked_layers(smol, tr, with_pattern=True)["attn_pattern"][:, :, -1, :]
+    np.testing.assert_allclose(rec.attn.astype(np.float32), last.astype(np.float32), atol=2e-3)
     np.testing.assert_allclose(rec.attn.astype(np.float32).sum(-1), 1.0, atol=5e-3)
     # the chosen token is the argmax of the full forward's last logits (greedy)
     assert rec.token_id == int(np.argmax(tr.last_logits))
@@ -119,6 +121,56 @@ def test_with_and_without_cache_same_tokens_smol(smol):
     assert without.token_ids == with_c.generated
     assert without.lengths == list(range(len(ids), len(ids) + 8))
     assert len(without.seconds) == 8 and all(s > 0 for s in without.seconds)
+
+
+def test_one_tpot_measurement(smol):
+    """measure_tpot is the one TPOT: warm-up runs untimed, then every decode step of every timed run."""
+    ids = _ids(smol)
+    m = generate.measure_tpot(smol, ids, n_decode=3, reps=2, warmup=1)
+    assert m.n_prompt == len(ids) and m.n_decode == 3
+    assert m.prefill.n == 2 and m.prefill.warmup == 1 and m.decode.n == 6  # 2 runs × 3 decode steps
+    assert m.tpot == m.decode.median and m.prefill_per_token == pytest.approx(m.prefill.median / len(ids))
+    costs = generate.measure_costs(smol, n_prefill=16, n_decode=2, reps=2)  # the KV page's Section 3: the same method
+    assert costs.n_prompt == 16 and costs.decode.n == 4
+
+
+def test_compare_with_without_repeats_and_agrees(smol):
+    ids = generate.extended_prompt_ids(smol.tokenizer, PROMPT, False, 24)
+    assert len(ids) >= 24
+    c = generate.compare_with_without(smol, ids, 4, reps=2, warmup=1)
+    assert c.same and c.n_done == 4 and c.stop_reason == "max_steps"
+    assert c.with_total.n == c.without_total.n == 2
+    assert len(c.with_seconds) == len(c.without_seconds) == 4
+    assert c.without_lengths == list(range(len(ids), len(ids) + 4)) == c.with_lengths
+    assert c.verdict.ratio >= 1.0 and c.verdict.faster in ("a", "b", "same")
+
+
+def test_chat_prompt_extended_inside_the_template(smol):
+    """Repeating a chat prompt repeats the question inside one user turn, not the whole template."""
+    tok = smol.tokenizer
+    ids = generate.extended_prompt_ids(tok, "What is the capital of France?", True, 128)
+    text = tok.decode(ids)
+    assert len(ids) >= 128 and text.count("<|im_start|>assistant") == 1 and text.count("<|im_start|>user") == 1
+    assert generate.extended_prompt_ids(tok, "Hi", False, 0) == _ids(smol, "Hi")
+
+
+def test_comparison_said_the_right_way_round_and_why_it_stopped():
+    from core.engine.timing import Timing
+    from core.gen import report
+
+    def fake(w, wo, ids=(5, 6, 2), n=12, stop="eos"):
+        return generate.CacheComparison(40, n, list(ids), list(ids), Timing(w), Timing(wo), [0.1] * len(ids), [0.1] * len(ids),
+                                        list(range(40, 40 + len(ids))), list(range(40, 40 + len(ids))), stop)
+
+    slow = report.compare_totals(fake((1.968, 1.970, 1.965), (0.933, 0.935, 0.930)), "en")
+    assert "2.1× slower" in slow and "0.5" not in slow  # the issue's "0.5× longer", said the right way round
+    assert "**The cache was 10.0× faster.**" in report.compare_totals(fake((0.1,), (1.0,)), "en")
+    assert "快了 10.0 倍" in report.compare_totals(fake((0.1,), (1.0,)), "zh")
+    assert "About the same" in report.compare_totals(fake((0.100,), (0.102,)), "en")
+    why = report.compare_stop(fake((0.1,), (1.0,)), "<|im_end|>", "en")
+    assert why.startswith("Both runs stopped after 3 of 12 tokens") and "end token <|im_end|> (id 2)" in why
+    assert report.compare_stop(fake((0.1,), (1.0,), ids=range(12), stop="max_steps"), "x", "en") is None
+    assert fake((0.1, 0.1, 0.3, 0.5), (1.0, 1.0, 1.0)).busy and not fake((0.1,), (1.0,)).busy
 
 
 def test_stops_at_end_token(smol):
@@ -295,18 +347,56 @@ def _app(page: str, lang: str, prompt: str = PROMPT):
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_generation_page(smol, lang):
     at = _app("generation", lang)
-    T = len(_ids(smol))
+    assert at.toggle(key="chat").value  # SmolLM2 has a chat template: the stepper starts with it on
+    ids = _ids(smol, chat=True)
+    T = len(ids)
     at.button(key="generation_prefill").click().run()
     assert not at.exception and not at.error
+    # one pass: no TPOT yet, said in words, and no empty timing axis
+    assert any(("no decode step yet" if lang == "en" else "还没有 Decode 步骤") in c.value for c in at.caption)
+    assert not any("0 decode steps" in c.value or "TPOT 0.0" in c.value for c in at.caption)
+    n_charts = len(at.get("plotly_chart"))
     at.button(key="generation_next").click().run()
     assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) == n_charts + 1  # the timing chart appears with the first decode step
+    text = " ".join(c.value for c in at.caption) + " ".join(m.value for m in at.markdown)
+    assert "TPOT" in text and ("attention" in text if lang == "en" else "注意力" in text)  # what else the passes recorded
+    assert at.session_state["generation_stepper"].record_attention
     metrics = [m.value for m in at.metric]
     assert f"{T + 1} · {2 * 30 * 3 * 64 * (T + 1) * 4:,} B" in metrics  # the cache after one decode step
-    expected = _hf_greedy(smol, _ids(smol), 2)
+    expected = _hf_greedy(smol, ids, 2)
     assert at.session_state["generation_stepper"].generated == expected
+    assert expected[0] not in smol.eos_ids()  # the first screen answers (no <|im_end|> at once)
+    assert all(not m.proto.delta for m in at.metric)  # "id 2" is a caption, not a metric's ↑ delta
+    assert any(c.value == f"id {expected[-1]}" for c in at.caption)
     assert len(at.get("plotly_chart")) >= 5
     at.button(key="generation_reset").click().run()
     assert not at.exception and not at.session_state["generation_stepper"].started
+    assert "step" not in at.query_params
+
+
+def test_generation_step_kept_and_linked_run_replayed(smol):
+    """Leaving the stepper and coming back keeps the pass looked at; a link with step=3 replays the run."""
+    at = _app("generation", "en")
+    at.button(key="generation_run").click().run()  # prefill + 7 decode steps (Run 8)
+    assert len(at.session_state["generation_stepper"].records) == 8
+    at.slider(key="generation_step").set_value(2).run()
+    at.switch_page("pages/logits.py")
+    at.run()
+    at.query_params.pop("step", None)  # a browser drops the page's URL state when it navigates away
+    at.switch_page("pages/generation.py")
+    at.run()
+    assert not at.exception and at.slider(key="generation_step").value == 2
+    from streamlit.testing.v1 import AppTest
+
+    link = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    link.query_params.update({"step": "3", "prompt": PROMPT, "chat": "1"})
+    link.switch_page("pages/generation.py")
+    link.run()
+    assert not link.exception and not link.error
+    stp = link.session_state["generation_stepper"]
+    assert len(stp.records) == 4 and link.slider(key="generation_step").value == 3
+    assert stp.generated == _hf_greedy(smol, _ids(smol, chat=True), 4)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -316,6 +406,17 @@ def test_kv_cache_page(lang):
     at.button(key="kv_cache_measure").click().run()
     assert not at.exception and not at.error
     assert any(m.value.startswith("✓") for m in at.markdown)
+    text = " ".join(m.value for m in at.markdown)
+    verdicts = ("× faster", "× slower", "About the same") if lang == "en" else ("快了", "慢了", "差不多")
+    assert sum(v in text for v in verdicts) == 1  # said once, the right way round
+    assert ("median of" if lang == "en" else "次的中位数") in text  # totals and Section 3's costs: medians of repeated runs
+    assert at.button(key="kv_cache_measure").label == ("Measure again" if lang == "en" else "重新测量")
+    first = at.session_state["kv_cache_cmp"]
+    at.button(key="kv_cache_measure").click().run()  # every press measures afresh
+    assert not at.exception and at.session_state["kv_cache_cmp"][:5] == first[:5] and at.session_state["kv_cache_cmp"][5] == first[5] + 1
+    at.button(key="kv_cache_costs_again").click().run()
+    assert not at.exception and at.session_state["kv_cache_costs_run"] == 1
+    assert all(not m.proto.delta for m in at.metric)
     at.selectbox(key="kv_cache_preset").set_value("Llama-3-8B").run()
     at.number_input(key="kv_cache_tokens").set_value(1).run()
     assert any("131,072" in c.value for c in at.caption)
@@ -360,3 +461,36 @@ def test_generation_page_toy():
     chat.switch_page("pages/chat.py")
     chat.run()
     assert not chat.exception and chat.warning  # "no chat template", said clearly
+
+
+def test_chat_template_on_by_default_for_instruct_models(smol):
+    """A model with a chat template starts with the switch on (its first answer is an answer, not
+    <|im_end|>), the switch is explained in one line; a link's chat=0 and the toy start with it off."""
+    from streamlit.testing.v1 import AppTest
+
+    def app(**qp):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+        at.query_params.update(qp)
+        at.switch_page("pages/chat.py")
+        at.run()
+        assert not at.exception
+        return at
+
+    at = app(lang="en")
+    assert at.toggle(key="chat").value and "1" in at.query_params["chat"]  # and the link says so
+    assert any(c.value.startswith("On by default for a model with a chat template") for c in at.sidebar.caption)
+    assert not app(lang="en", chat="0").toggle(key="chat").value
+    assert not app(lang="en", model="toy").toggle(key="chat").value  # the toy's tokenizer has no template
+    bare = tokens.encode(smol.tokenizer, "What is the capital of France?", chat=False).ids
+    assert generate.run_with_cache(smol, bare, 1).generated[0] in smol.eos_ids()  # why: bare, it ends at once
+
+
+def test_no_metric_delta_used_as_a_caption():
+    """A metric's delta (an arrow) only where something rose or fell: none is switched to 'off' to
+    carry a caption (↑ unchanged, ↑ 94,371,840 B, ↑ √d_k = 8.00, ↑ id 2)."""
+    offenders = []
+    for f in [*(ROOT / "pages").glob("*.py"), *(ROOT / "core" / "web").glob("*.py")]:
+        text = f.read_text(encoding="utf-8")
+        if 'delta_color="off"' in text or 'delta_arrow="off"' in text:
+            offenders.append(f.name)
+    assert not offenders, offenders

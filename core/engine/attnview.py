@@ -82,3 +82,11 @@ def view(w: np.ndarray, start: int | None = None, cells: int = CELLS) -> MapView
     if start is None or w.shape[-1] <= cells:
         return overview(w, cells)
     return window(w, start, cells)
+
+
+def labels(view: MapView, position_labels: list[str]) -> list[str]:
+    """Axis labels of the drawn rows/columns: each position's own label in an exact view, the range of
+    positions ("128–191") behind each averaged cell otherwise."""
+    if view.exact:
+        return list(position_labels[view.start : view.start + view.n])
+    return [f"{a}–{b}" for a, b in (view.span(i) for i in range(view.n))]

@@ -30,7 +30,9 @@ import numpy as np
 import torch
 
 import core.backends as backends
+from core.engine import timing
 from core.engine.numbers import softmax, top_k
+from core.engine.timing import Timing
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS
 from core.engine.types import LoadedModel
@@ -140,8 +142,9 @@ class Stepper:
         return [r.seconds for r in self.records[1:]]
 
     # -- the model call ---------------------------------------------------------------------
-    def _forward(self, new_ids: list[int]) -> backends.Step:
-        step = backends.forward_step(self.loaded, new_ids, self.cache, record_attention=self.record_attention)
+    def _forward(self, new_ids: list[int], record: bool | None = None) -> backends.Step:
+        rec = self.record_attention if record is None else record
+        step = backends.forward_step(self.loaded, new_ids, self.cache, record_attention=rec)
         self.cache = step.cache  # the KV cache stays ours (per session), never on the shared model
         return step
 
@@ -186,8 +189,10 @@ class Stepper:
         """Run the whole prompt once, fill the cache, choose the first new token."""
         if self.started:
             raise RuntimeError("prefill() was already run; reset() first")
-        fw = self._forward(self.prompt_ids)
-        if fw.attn is not None and len(self.prompt_ids) <= MAX_PREFILL_PATTERN:
+        # a long prompt's prefill runs without its [L, H, T, T] weights (fused attention): at 4,096
+        # tokens they would be 18 GB in float32; every decode step still records its one new row
+        fw = self._forward(self.prompt_ids, record=self.record_attention and len(self.prompt_ids) <= MAX_PREFILL_PATTERN)
+        if fw.attn is not None:
             self.prefill_pattern = fw.attn.to(dtype=torch.float16).numpy()  # [L, H, T, T]
         return self._record("prefill", len(self.prompt_ids), fw)
 
@@ -291,6 +296,20 @@ def extend_ids(ids: Sequence[int], min_len: int, max_len: int = MAX_PROMPT_TOKEN
     return out[: max(min_len, len(ids))][:max_len]
 
 
+def extended_prompt_ids(tokenizer: Any, prompt: str, chat: bool, min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
+    """The prompt's ids, its *text* repeated until they are at least ``min_len`` tokens (at most ``max_len``).
+
+    Repeating the text, not the ids, keeps a chat-templated prompt well formed: one system turn, one
+    user turn holding the repeated question, then the assistant's cue — so the model answers as it
+    would the real prompt instead of stopping at once on a template repeated three times."""
+    enc = encode(tokenizer, prompt, chat=chat, max_tokens=max_len)
+    k = 1
+    while len(enc.ids) < min_len and not enc.truncated_from and k < 4096:
+        k += 1
+        enc = encode(tokenizer, " ".join([prompt.strip()] * k), chat=chat, max_tokens=max_len)
+    return list(enc.ids)
+
+
 def run_with_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: int, cfg: SamplingConfig | None = None,
                    *, record_attention: bool = False) -> Stepper:
     """The cached counterpart of ``run_without_cache``: prefill + decode steps, ``n_steps`` tokens."""
@@ -381,23 +400,138 @@ def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingC
 
 
 # ---------------------------------------------------------------------------------------------
-# Per-token costs for the request-shape simulation (core.kvcalc.simulate)
+# The one TPOT: how every page measures a decode step (and the prefill), and with vs without the cache
+
+TPOT_DECODE, TPOT_REPS, TPOT_WARMUP = 8, 3, 1  # decode steps per run, timed runs, untimed warm-up runs
 
 
-def measure_costs(loaded: LoadedModel, n_prefill: int = 256, n_decode: int = 16, repeats: int = 2) -> tuple[float, float]:
-    """(prefill seconds per prompt token, decode seconds per new token), measured here.
+@dataclass(frozen=True)
+class TpotMeasure:
+    """Pure generation steps of one prompt: no attention recorded, greedy, each pass timed inside the
+    model's lock (computation only, not the wait for another session), after an untimed warm-up run.
 
-    The prompt is ``n_prefill`` tokens of ordinary text (a sentence repeated); each figure is the
-    best of ``repeats`` runs, so a one-off stall from another process does not count as the cost.
-    """
-    tok = loaded.tokenizer
-    base = tok("The quick brown fox jumps over the lazy dog. 小明把书交给小红。", add_special_tokens=False)["input_ids"]
-    ids = (base * (n_prefill // max(1, len(base)) + 1))[:n_prefill]  # [n_prefill]
-    best_prefill, best_decode = float("inf"), float("inf")
-    for _ in range(max(1, repeats)):
-        st = Stepper(loaded, ids, greedy_config(), max_steps=n_decode + 1, record_attention=False, stop_at_eos=False)
-        st.run()
-        best_prefill = min(best_prefill, st.records[0].seconds / len(ids))
-        if st.tpots:
-            best_decode = min(best_decode, float(np.median(st.tpots)))
-    return best_prefill, best_decode
+    ``prefill``: seconds of the whole prefill, one sample per timed run (the TTFT);
+    ``decode``: seconds of each decode step of every timed run (the TPOT is its median)."""
+
+    prefill: Timing
+    decode: Timing | None  # None when the context window leaves no room for a decode step
+    n_prompt: int
+    n_decode: int  # decode steps per run
+
+    @property
+    def prefill_per_token(self) -> float:
+        return self.prefill.median / max(1, self.n_prompt)
+
+    @property
+    def tpot(self) -> float | None:
+        return None if self.decode is None else self.decode.median
+
+    @property
+    def busy(self) -> bool:
+        return self.prefill.busy or bool(self.decode is not None and self.decode.busy)
+
+
+def measure_tpot(loaded: LoadedModel, prompt_ids: Sequence[int], n_decode: int = TPOT_DECODE, reps: int = TPOT_REPS,
+                 warmup: int = TPOT_WARMUP, cfg: SamplingConfig | None = None) -> TpotMeasure:
+    """The TTFT and TPOT of ``prompt_ids`` on ``loaded``, measured the one way this app measures them.
+
+    Both the stepper and the KV-cache page call this, so "TPOT" means the same number everywhere:
+    ``warmup`` untimed runs, then ``reps`` runs of prefill + ``n_decode`` decode steps, with no
+    attention recorded and the end token ignored (a step's cost does not depend on which token it is).
+    ``cfg``: the sampling settings (greedy by default), since choosing the token is part of a step."""
+    ids = [int(i) for i in prompt_ids]
+    max_pos = int(loaded.facts.max_positions or 0) or 1 << 30
+    n_dec = max(0, min(int(n_decode), max_pos - len(ids) - 1))
+    prefills: list[float] = []
+
+    def one_run() -> list[float]:
+        s = Stepper(loaded, ids, cfg, max_steps=n_dec + 1, record_attention=False, stop_at_eos=False)
+        s.run()
+        prefills.append(float(s.ttft or 0.0))
+        return s.tpots
+
+    decode = timing.gather(one_run, reps, warmup) if n_dec > 0 else None
+    if decode is None:  # still time the prefill the same way
+        for _ in range(warmup + reps):
+            one_run()
+    return TpotMeasure(timing.of(prefills[warmup:], warmup), decode, len(ids), n_dec)
+
+
+def cost_prompt_ids(loaded: LoadedModel, n_prefill: int) -> list[int]:
+    """``n_prefill`` tokens of ordinary text (a sentence repeated): the prompt the per-token costs use."""
+    base = loaded.tokenizer("The quick brown fox jumps over the lazy dog. 小明把书交给小红。", add_special_tokens=False)["input_ids"]
+    return (base * (n_prefill // max(1, len(base)) + 1))[:n_prefill]  # [n_prefill]
+
+
+def measure_costs(loaded: LoadedModel, n_prefill: int = 128, n_decode: int = TPOT_DECODE, reps: int = TPOT_REPS) -> TpotMeasure:
+    """Per-token costs for the request-shape simulation (``core.gen.kvcalc.simulate``): ``measure_tpot``
+    on ``n_prefill`` tokens of ordinary text. Prefill seconds per prompt token = ``prefill_per_token``;
+    decode seconds per new token = ``tpot``."""
+    return measure_tpot(loaded, cost_prompt_ids(loaded, n_prefill), n_decode, reps)
+
+
+@dataclass(frozen=True)
+class CacheComparison:
+    """The same greedy tokens generated with and without the KV cache, ``reps`` times each (interleaved,
+    after a warm-up of both); per pass, the median over the timed runs."""
+
+    n_prompt: int
+    n_requested: int
+    with_ids: list[int]
+    without_ids: list[int]
+    with_total: Timing  # seconds for all the tokens, one sample per timed run
+    without_total: Timing
+    with_seconds: list[float]  # per pass, median over runs; pass 0 is the prefill
+    without_seconds: list[float]
+    with_lengths: list[int]  # sequence length the pass produced its token at
+    without_lengths: list[int]
+    stop_reason: str  # "eos" (an end token came before n), "max_steps" or "context"
+
+    @property
+    def n_done(self) -> int:
+        return len(self.with_ids)
+
+    @property
+    def same(self) -> bool:
+        return self.with_ids == self.without_ids
+
+    @property
+    def verdict(self) -> timing.Comparison:
+        """``faster == "a"``: the cache was faster; the ratio is the larger total over the smaller."""
+        return timing.compare(self.with_total, self.without_total)
+
+    @property
+    def busy(self) -> bool:
+        return self.with_total.busy or self.without_total.busy
+
+
+def _column_medians(rows: Sequence[Sequence[float]]) -> list[float]:
+    n = min(len(r) for r in rows)
+    return [float(np.median([r[i] for r in rows])) for i in range(n)]
+
+
+def compare_with_without(loaded: LoadedModel, prompt_ids: Sequence[int], n: int, reps: int = TPOT_REPS,
+                         warmup: int = TPOT_WARMUP) -> CacheComparison:
+    """``n`` greedy tokens with the cache (prefill + decode steps) and without it (the whole prefix
+    again for every token), ``reps`` timed runs of each, interleaved so that a busy spell hits both."""
+    ids = [int(i) for i in prompt_ids]
+    for _ in range(warmup):  # the first passes at these lengths pay one-off costs (allocator, kernels)
+        run_with_cache(loaded, ids, 2)
+        run_without_cache(loaded, ids, 1)
+    w_rows, wo_rows, w_tot, wo_tot = [], [], [], []
+    w = wo = None
+    for _ in range(max(1, reps)):
+        w = run_with_cache(loaded, ids, n)
+        wo = run_without_cache(loaded, ids, n)
+        w_rows.append([r.seconds for r in w.records])
+        wo_rows.append(list(wo.seconds))
+        w_tot.append(sum(w_rows[-1]))
+        wo_tot.append(sum(wo_rows[-1]))
+    assert w is not None and wo is not None
+    T = len(ids)
+    return CacheComparison(
+        n_prompt=T, n_requested=int(n), with_ids=list(w.generated), without_ids=list(wo.token_ids),
+        with_total=timing.of(w_tot, warmup), without_total=timing.of(wo_tot, warmup),
+        with_seconds=_column_medians(w_rows), without_seconds=_column_medians(wo_rows),
+        with_lengths=[T + i for i in range(len(w.records))],  # pass i feeds T tokens (i = 0) or 1, at length T + i
+        without_lengths=list(wo.lengths), stop_reason=w.stop_reason or "max_steps")

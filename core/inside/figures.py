@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.engine import i18n
+from core.engine.attnview import MapView
 from core.engine.tokens import position_label, visible
 
 
@@ -37,36 +38,83 @@ def fig_id_distance(distance: np.ndarray, cosine: np.ndarray, example: tuple[int
 def fig_pca(words: Sequence[str], coords: np.ndarray, explained: np.ndarray, lang: str) -> go.Figure:
     """Chosen words' embeddings projected on their first two principal axes."""
     fig = go.Figure(go.Scatter(x=coords[:, 0], y=coords[:, 1], mode="markers+text", text=[visible(w) for w in words],
-                               textposition="top center", marker=dict(size=9, color="#7c3aed")))
-    fig.update_layout(title=_t("tokens.fig_pca_title", lang), height=420, margin=dict(t=50, b=40),
+                               textposition=label_sides(coords), marker=dict(size=9, color="#7c3aed"),
+                               hovertemplate="%{text}<br>(%{x:.3f}, %{y:.3f})<extra></extra>"))
+    fig.update_layout(title=_t("tokens.fig_pca_title", lang), height=480, margin=dict(t=50, b=40),
                       xaxis_title=f"PC1 ({explained[0]:.0%})", yaxis_title=f"PC2 ({explained[1]:.0%})")
     return fig
 
 
-def fig_context(sim: np.ndarray, baseline: np.ndarray, lang: str) -> go.Figure:
-    """Cosine similarity of the chosen token's residual stream in prompt A vs prompt B, per layer."""
-    x = np.arange(len(sim))
+def label_sides(coords: np.ndarray) -> list[str]:
+    """Where to write each point's label so that close neighbours do not print over each other: on
+    the side facing away from the nearest other point (above it, below it, left or right)."""
+    xy = np.asarray(coords, dtype=np.float64)[:, :2]
+    n = len(xy)
+    if n < 2:
+        return ["top center"] * n
+    span = np.ptp(xy, axis=0)
+    span[span == 0] = 1.0
+    unit = xy / span  # both axes on one scale, as the eye sees them
+    out = []
+    for i in range(n):
+        d = np.hypot(*(unit - unit[i]).T)
+        d[i] = np.inf
+        dx, dy = unit[i] - unit[int(np.argmin(d))]  # pointing away from the nearest neighbour
+        if abs(dy) >= abs(dx):
+            out.append("top center" if dy >= 0 else "bottom center")
+        else:
+            out.append("middle right" if dx >= 0 else "middle left")
+    return out
+
+
+def fig_context(sims: Sequence[np.ndarray], names: Sequence[str], baseline: np.ndarray, lang: str) -> go.Figure:
+    """Cosine similarity of the followed tokens' residual streams in prompt A vs prompt B, per layer
+    boundary: one line per token of the word (the last, which has read the whole word, drawn thickest)."""
+    x = np.arange(len(sims[-1]))
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=_t("context.curve_same", lang), line=dict(width=3)))
+    n = len(sims)
+    for k, (sim, name) in enumerate(zip(sims, names)):
+        last = k == n - 1
+        fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=name if n > 1 else _t("context.curve_same", lang),
+                                 line=dict(width=3 if last else 1.5), marker=dict(size=6 if last else 4), opacity=1.0 if last else 0.8))
     fig.add_trace(go.Scatter(x=x, y=baseline, mode="lines", name=_t("context.curve_base", lang), line=dict(dash="dot", color="#94a3b8")))
     fig.update_layout(title=_t("context.fig_title", lang), xaxis_title=_t("context.fig_x", lang),
-                      yaxis_title=_t("context.fig_y", lang), height=400, margin=dict(t=50, b=40), legend=dict(orientation="h", y=-0.25))
+                      yaxis_title=_t("context.fig_y", lang), height=420, margin=dict(t=50, b=40),
+                      legend=dict(orientation="h", y=-0.3, yanchor="top"))
     return fig
 
 
-def _hover(tokens: Sequence[str], n: int, lang: str) -> list[list[str]]:
+def _hover(tokens: Sequence[str], n: int, lang: str, view: MapView | None = None) -> list[list[str]]:
+    """Hover text per drawn cell: the query and key tokens, or the position ranges an averaged cell covers."""
     q, k = _t("heads.query", lang), _t("heads.key", lang)
-    return [[f"{q} {position_label(tokens, i)}<br>{k} {position_label(tokens, j)}" for j in range(n)] for i in range(n)]
+    if view is None or view.exact:
+        s = 0 if view is None else view.start
+        labels = [position_label(tokens, s + i) for i in range(n)]
+    else:
+        labels = [f"{a}–{b}" for a, b in (view.span(i) for i in range(n))]
+    return [[f"{q} {labels[i]}<br>{k} {labels[j]}" for j in range(n)] for i in range(n)]
 
 
-def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str], lang: str, cols: int = 3) -> go.Figure:
-    """Small multiples: maps [N, T, T] (queries × keys), one heatmap per panel, positions on the axes."""
+def map_note(view: MapView, lang: str) -> str:
+    """The one sentence under a map that says what its cells are: averaged blocks or a window of exact weights."""
+    if not view.exact:
+        return _t("attnview.averaged", lang, b=view.block, T=view.n_tokens, n=view.n)
+    if not view.whole:
+        return _t("attnview.window", lang, a=view.start, b=view.start + view.n - 1, T=view.n_tokens)
+    return ""
+
+
+def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str], lang: str, cols: int = 3,
+                  view: MapView | None = None) -> go.Figure:
+    """Small multiples: maps [N, n, n] (queries × keys), one heatmap per panel, positions on the axes
+    (``view``: what the cells are — averaged blocks or a window — when not the whole exact map)."""
     n, T = maps.shape[0], maps.shape[1]
     rows = int(np.ceil(n / cols))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.04, vertical_spacing=0.08 if rows < 6 else 0.04)
-    hover = _hover(tokens, T, lang)
+    hover = _hover(tokens, T, lang, view)
+    pos = view.positions() if view is not None else list(range(T))
     for k in range(n):
-        fig.add_trace(go.Heatmap(z=maps[k], coloraxis="coloraxis", customdata=hover,
+        fig.add_trace(go.Heatmap(z=maps[k], x=pos, y=pos, coloraxis="coloraxis", customdata=hover,
                                  hovertemplate="%{customdata}<br>w = %{z:.3f}<extra></extra>"), row=k // cols + 1, col=k % cols + 1)
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="w")), height=max(320, 240 * rows),
@@ -99,10 +147,11 @@ def fig_atlas(values: np.ndarray, title: str, colorbar: str, lang: str, mark: tu
     return fig
 
 
-def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang: str) -> go.Figure:
-    """One head's full attention map [T, T]."""
+def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang: str, view: MapView | None = None) -> go.Figure:
+    """One head's attention map [n, n]: the whole map, or what ``view`` says it is."""
     T = weights.shape[0]
-    fig = go.Figure(go.Heatmap(z=weights, colorscale="Blues", zmin=0, zmax=1, customdata=_hover(tokens, T, lang),
+    pos = view.positions() if view is not None else list(range(T))
+    fig = go.Figure(go.Heatmap(z=weights, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=1, customdata=_hover(tokens, T, lang, view),
                                hovertemplate="%{customdata}<br>w = %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.query_pos", lang), height=420,
                       margin=dict(t=50, b=40))
@@ -117,4 +166,45 @@ def fig_sweep(sharpness: np.ndarray, kl: np.ndarray, names: Sequence[str], chose
                                textposition="top center", marker=dict(size=10 if len(names) <= 12 else 7, color=colors), hovertemplate="%{text}<br>x = %{x:.3f}<br>KL = %{y:.4g}<extra></extra>"))
     fig.update_layout(title=_t("ablation.fig_sweep_title", lang), xaxis_title=_t("ablation.fig_sweep_x", lang),
                       yaxis_title=_t("ablation.fig_sweep_y", lang), height=400, margin=dict(t=50, b=40))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# long context (core.inside.longctx)
+
+
+def fig_reader_map(z: np.ndarray, block: int, n_tokens: int, span: tuple[int, int] | None, lang: str) -> go.Figure:
+    """[L, n] the last position's attention over the document, per layer (keys pooled by ``block``)."""
+    x = [i * block for i in range(z.shape[1])]
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=list(range(z.shape[0])), colorscale="Magma", reversescale=True, zmin=0,
+                               colorbar=dict(title="w"),
+                               hovertemplate=f"{_t('ui.layer', lang)} %{{y}}<br>{_t('longctx.keys_from', lang)} %{{x}}<br>w = %{{z:.4f}}<extra></extra>"))
+    if span is not None:
+        fig.add_vrect(x0=span[0] - 0.5, x1=span[1] + 0.5, line=dict(color="#22c55e", width=2), fillcolor="rgba(0,0,0,0)")
+    fig.update_layout(title=_t("longctx.fig_reader", lang, T=n_tokens), xaxis_title=_t("heads.key_pos", lang),
+                      yaxis_title=_t("ui.layer", lang), height=max(320, 14 * z.shape[0] + 120), margin=dict(t=50, b=40))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def fig_span_heads(mass: np.ndarray, uniform: float, lang: str) -> go.Figure:
+    """[L, H] each head's attention share on the chosen span, from the last position."""
+    L, H = mass.shape
+    fig = go.Figure(go.Heatmap(z=mass, x=list(range(H)), y=list(range(L)), colorscale="Viridis", zmin=0, zmax=max(1e-9, float(mass.max())),
+                               colorbar=dict(title=_t("longctx.share", lang)),
+                               hovertemplate=f"{_t('ui.layer', lang)} %{{y}} · {_t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
+    fig.update_layout(title=_t("longctx.fig_span", lang, u=f"{uniform:.3f}"), xaxis_title=_t("ui.head", lang), yaxis_title=_t("ui.layer", lang),
+                      height=max(300, 16 * L + 120), margin=dict(t=50, b=40))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def fig_sink_curve(x: np.ndarray, y: np.ndarray, layer: int, lang: str) -> go.Figure:
+    """Per head (thin) and the mean (thick): the weight on key 0 against the query position."""
+    fig = go.Figure()
+    for h in range(y.shape[0]):
+        fig.add_trace(go.Scatter(x=x, y=y[h], mode="lines", line=dict(width=1), opacity=0.55, name=f"h{h}"))
+    fig.add_trace(go.Scatter(x=x, y=y.mean(axis=0), mode="lines", line=dict(width=4, color="#111827"), name=_t("longctx.mean", lang)))
+    fig.update_layout(title=_t("longctx.fig_sink", lang, l=layer), xaxis_title=_t("heads.query_pos", lang),
+                      yaxis_title=_t("longctx.w_first", lang), yaxis_range=[0, 1], height=380, margin=dict(t=50, b=40))
     return fig

@@ -16,6 +16,7 @@ import numpy as np
 from core.engine import attnview
 from core.engine.attnview import MapView
 
+ATLAS_EAGER = 512  # up to this many tokens the atlas (every layer derived) is computed with the page; beyond, on request
 METRICS = ("prev_token", "first_token", "entropy", "max_weight")  # the atlas's metrics, as HeadAtlas names them
 SMALLER_IS_SHARPER = {"entropy"}  # metrics whose most telling heads are the lowest
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from core.engine.numbers import entropy_bits
-from core.engine.tokens import visible
+from core.engine.tokens import label, token_labels, visible
 from core.engine.trace import Trace
 from core.engine.types import kv_bytes
 
@@ -57,7 +57,9 @@ class StageView:
     table: dict[str, list[Any]] | None = None  # column label key → values (a DataFrame for the page)
     chart: dict[str, Any] | None = None  # data for core.learn.figures.stage_figure
     fill: dict[str, Any] = field(default_factory=dict)  # placeholders of tour.<key>.body
-    chips: list[str] | None = None  # token pieces shown inline (tokens stage)
+    chips: list[str] | None = None  # token pieces shown inline (tokens stage, next-token stage)
+    chips_start: int = 0  # the absolute position of the first chip (a long prompt shows its tail)
+    chips_new: int = 0  # how many chips at the end are new (framed): the appended token
     uses_layer: bool = False  # the page shows a layer picker for this stage
 
 
@@ -85,9 +87,9 @@ def _tokens(tr: Trace, decode: Decode, layer: int) -> StageView:
     ids = [int(i) for i in tr.token_ids]
     return StageView(
         metrics=[("tour.m.n_tokens", str(tr.n_tokens)), ("tour.m.vocab", f"{tr.vocab_size:,}")],
-        table={"ui.position": list(range(len(ids))), "ui.token": [visible(t) for t in tr.tokens], "tour.col.id": ids},
+        table={"ui.position": list(range(len(ids))), "ui.token": token_labels(tr.tokens), "tour.col.id": ids},
         chips=[str(t) for t in tr.tokens],
-        fill={"T": tr.n_tokens, "first_id": ids[0], "first": visible(tr.tokens[0])},
+        fill={"T": tr.n_tokens, "first_id": ids[0], "first": label(tr.tokens, 0)},
     )
 
 
@@ -106,7 +108,7 @@ def _embeddings(tr: Trace, decode: Decode, layer: int) -> StageView:
     return StageView(
         metrics=metrics,
         table={"tour.col.dim": list(range(8)), "tour.col.value": [round(float(x), 5) for x in row[:8]]},
-        fill={"token": visible(tr.tokens[-1]), "id": int(tr.token_ids[-1]), "d": tr.d_model, "pos": pos},
+        fill={"token": label(tr.tokens, tr.n_tokens - 1), "id": int(tr.token_ids[-1]), "d": tr.d_model, "pos": pos},
     )
 
 
@@ -115,8 +117,8 @@ def _blocks(tr: Trace, decode: Decode, layer: int) -> StageView:
     p = tr.n_tokens - 1  # follow the last token: its stream is what predicts the next token
     norms = [_norm(tr.resid[i, p]) for i in range(tr.n_layers + 1)]
     return StageView(
-        metrics=[("tour.m.resid_in", _fmt(norms[layer], 2)), ("tour.m.attn_out", _fmt(_norm(tr.attn_out[layer, p]), 2)),
-                 ("tour.m.mlp_out", _fmt(_norm(tr.mlp_out[layer, p]), 2)), ("tour.m.resid_out", _fmt(norms[layer + 1], 2))],
+        metrics=[("tour.m.resid_in", _fmt(norms[layer], 2)), ("tour.m.attn_out", _fmt(float(tr.attn_out_norm[layer, p]), 2)),
+                 ("tour.m.mlp_out", _fmt(float(tr.mlp_out_norm[layer, p]), 2)), ("tour.m.resid_out", _fmt(norms[layer + 1], 2))],
         chart={"kind": "resid_norms", "norms": norms, "layer": layer},
         fill={"L": tr.n_layers, "layer": layer, "H": tr.n_heads, "Hkv": tr.n_kv_heads},
         uses_layer=True,
@@ -165,7 +167,7 @@ def _sampling(tr: Trace, decode: Decode, layer: int) -> StageView:
 
 
 def _kv_cache(tr: Trace, decode: Decode, layer: int) -> StageView:
-    bpv = tr.k.dtype.itemsize  # the traced K and V are the model's own values, in its dtype
+    bpv = tr.kv_itemsize  # the traced K and V are the model's own values, in its dtype
     total = kv_bytes(tr.n_layers, tr.n_kv_heads, tr.head_dim, tr.n_tokens, bpv)
     mha = kv_bytes(tr.n_layers, tr.n_heads, tr.head_dim, tr.n_tokens, bpv)  # if every query head had its own K/V
     return StageView(
@@ -176,14 +178,22 @@ def _kv_cache(tr: Trace, decode: Decode, layer: int) -> StageView:
     )
 
 
+NEXT_TAIL = 24  # the next-token stage shows at most this many prompt tokens (the tail), then the new one
+
+
 def _next_token(tr: Trace, decode: Decode, layer: int) -> StageView:
+    """The prompt's tokens (its last NEXT_TAIL on a long prompt, numbered by their real positions)
+    and the greedy next token appended at position T: T + 1 chips when the prompt is short."""
     top = int(np.argmax(tr.last_logits))
-    piece = visible(decode([top])[0])
-    grow = kv_bytes(tr.n_layers, tr.n_kv_heads, tr.head_dim, 1, tr.k.dtype.itemsize)
+    new_piece = decode([top])[0]
+    first = max(0, tr.n_tokens - NEXT_TAIL)
+    seq = [*(str(t) for t in tr.tokens), new_piece]
+    piece = label(seq, tr.n_tokens)  # the new token, read with its neighbours (it may finish a character)
+    grow = kv_bytes(tr.n_layers, tr.n_kv_heads, tr.head_dim, 1, tr.kv_itemsize)
     return StageView(
         metrics=[("tour.m.next", piece), ("tour.m.new_len", str(tr.n_tokens + 1)), ("tour.m.kv_grow", f"+{grow:,} B")],
-        chips=[*(str(t) for t in tr.tokens[-6:]), decode([top])[0]],
-        fill={"top": piece, "T1": tr.n_tokens + 1},
+        chips=seq[first:], chips_start=first, chips_new=1,
+        fill={"top": piece, "T1": tr.n_tokens + 1, "pos": tr.n_tokens, "hidden": first},
     )
 
 

@@ -26,7 +26,7 @@ from core.engine import i18n
 from core.engine.numbers import max_abs_diff, softmax
 from core.engine.roles import find_sites
 from core.engine.tokens import position_label
-from core.engine.trace import Trace
+from core.engine.trace import LayerDetail
 from core.engine.types import VALUE_WIDTHS, HeadGeometry, LoadedModel
 
 STEP_NAMES = ("scores", "scaled", "masked", "weights", "output")
@@ -146,18 +146,18 @@ def seed42_example(seq_len: int = 4, head_dim: int = 8) -> dict[str, np.ndarray]
     return {"q": q.numpy(), "k": k.numpy(), "v": v.numpy(), "mask": causal_visibility(seq_len)}
 
 
-def real_row(tr: Any, layer: int, head: int, pos: int) -> dict[str, np.ndarray]:
-    """One query row of the traced model: q of (layer, head, pos) after RoPE, the keys and values
-    of the KV head that query head reads (h // group), the causal mask row, and the model's own
-    weights for comparison."""
+def real_row(tr: Any, d: LayerDetail, head: int, pos: int) -> dict[str, np.ndarray]:
+    """One query row of the traced model (``d``: its layer, from ``core.backends.layer_detail``): q of
+    (layer, head, pos) after RoPE, the keys and values of the KV head that query head reads
+    (h // group), the causal mask row, and the model's own weights for comparison."""
     kv = tr.kv_head_of(head)
     T = tr.n_tokens
     return {
-        "q": tr.q[layer, head, pos : pos + 1].astype(np.float64),  # [1, dh]
-        "k": tr.k[layer, kv].astype(np.float64),  # [T, dh]
-        "v": tr.v[layer, kv].astype(np.float64),  # [T, dh]
+        "q": d.q[head, pos : pos + 1].astype(np.float64),  # [1, dh]
+        "k": d.k[kv].astype(np.float64),  # [T, dh]
+        "v": d.v[kv].astype(np.float64),  # [T, dh]
         "mask": (np.arange(T) <= pos)[None, :],  # [1, T] causal: keys 0…pos
-        "reference": tr.attn_pattern[layer, head, pos].astype(np.float64),  # [T]
+        "reference": d.weights[head, pos].astype(np.float64),  # [T]
         "kv_head": np.array(kv),
     }
 
@@ -379,6 +379,13 @@ def cost_table(lengths: Iterable[int], elements_label: str = "n²", ratio_label:
     return pd.DataFrame({"n": ns, elements_label: el, ratio_label: ratio})
 
 
+def cost_table_view(df: pd.DataFrame):
+    """``cost_table`` as a page shows it: whole numbers with thousands separators, the growth as
+    "×4", and "—" where there is no row above (never "None" or "nan")."""
+    n_col, el_col, ratio_col = df.columns
+    return df.style.format({n_col: "{:,}", el_col: "{:,}", ratio_col: "×{:g}"}, na_rep="—")
+
+
 @dataclass(frozen=True)
 class MaskPanel:
     """One matrix of the gallery, with its axis labels (the page translates ``key``)."""
@@ -389,11 +396,16 @@ class MaskPanel:
     cols: list[str]
 
 
-def mask_gallery(T: int = 4, lengths: tuple[int, int] = (4, 2), window: int = 2, T_enc: int = 5) -> dict[str, list[MaskPanel]]:
+SEED_WORDS = {"zh": ("我", "喜欢", "人工", "智能"), "en": ("I", "like", "artificial", "intelligence")}
+
+
+def mask_gallery(T: int = 4, lengths: tuple[int, int] = (4, 2), window: int = 2, T_enc: int = 5,
+                 lang: str = "en") -> dict[str, list[MaskPanel]]:
     """Every mask of the gallery, grouped by tab: causal, padding (sentence A and B of a
     right-padded batch), causal + padding, bidirectional, cross-attention, sliding window."""
-    # The seeds' four-token example (我 喜欢 人工 智能) labels the square masks when it fits.
-    seed_words = ("我", "喜欢", "人工", "智能")
+    # The seeds' four-token example (我 喜欢 人工 智能: I like artificial intelligence) labels the
+    # square masks when it fits, in the page's language.
+    seed_words = SEED_WORDS.get(lang, SEED_WORDS["en"])
     num = [f"{i}·{seed_words[i]}" if len(seed_words) >= T else str(i) for i in range(T)]
     Tb = max(lengths)
     pad = [[f"{i}·{'PAD' if i >= n else 'tok'}" for i in range(Tb)] for n in lengths]
@@ -444,15 +456,21 @@ def kv_table(configs: Iterable[HeadGeometry], n_tokens: int, bytes_per_value: in
     return pd.DataFrame(rows, columns=cols)
 
 
-def recombine_layer(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
-    """``recombine_heads`` with the model's own W_O (and bias, where it has one) for ``layer``, and the
-    gap to the traced attn_out. Raises ValueError for an attention without ``o_proj``."""
-    attn = find_sites(loaded.model).attns[layer]
+def kv_table_view(df: pd.DataFrame):
+    """``kv_table`` as a page shows it: bytes per token with thousands separators, MiB to one decimal."""
+    cols = list(df.columns)
+    return df.style.format({cols[6]: "{:,}", cols[7]: "{:,.1f}", cols[8]: "{:,.1f}"})
+
+
+def recombine_layer(loaded: LoadedModel, d: LayerDetail) -> dict[str, np.ndarray]:
+    """``recombine_heads`` with the model's own W_O (and bias, where it has one) for layer ``d.layer``,
+    and the gap to the traced attn_out. Raises ValueError for an attention without ``o_proj``."""
+    attn = find_sites(loaded.model).attns[d.layer]
     o = getattr(attn, "o_proj", None)
     if o is None:
         raise ValueError(f"{type(attn).__name__} has no o_proj")
-    parts = recombine_heads(tr.attn_pattern[layer], tr.v[layer], o.weight.detach().float().numpy())
+    parts = recombine_heads(d.weights, d.v, o.weight.detach().float().numpy())
     if getattr(o, "bias", None) is not None:  # Llama/SmolLM2 have none; some models do
         parts["out"] = parts["out"] + o.bias.detach().float().numpy()
-    parts["max_diff"] = np.array(max_abs_diff(parts["out"], tr.attn_out[layer]))
+    parts["max_diff"] = np.array(max_abs_diff(parts["out"], d.attn_out))
     return parts

@@ -20,7 +20,7 @@ import core.backends as backends
 from core.engine import i18n
 from core.engine.numbers import max_abs_diff
 from core.engine.roles import find_sites
-from core.engine.trace import Trace
+from core.engine.trace import LayerDetail, Trace
 from core.engine.types import LoadedModel, ModelFacts
 
 DEFAULT_THETA = 10000.0  # RoPE's base when a model names none (and the sinusoidal encoding's)
@@ -107,7 +107,7 @@ def pre_rope_q(loaded: LoadedModel, resid_in: np.ndarray, layer: int) -> np.ndar
         raise ValueError(f"{type(block).__name__} has no input_layernorm / self_attn.q_proj")
     H, dh = loaded.facts.n_heads, loaded.facts.head_dim
     with loaded.lock, torch.inference_mode():
-        x = torch.from_numpy(np.ascontiguousarray(resid_in, dtype=np.float32))[None]  # [1, T, d]
+        x = torch.from_numpy(np.array(resid_in, dtype=np.float32))[None]  # [1, T, d]
         q = proj(norm(x))[0]  # [T, H·dh]
     T = q.shape[0]
     return q.reshape(T, H, dh).permute(1, 0, 2).float().numpy()  # [H, T, dh]
@@ -185,9 +185,9 @@ def rope_check_readout(check: dict[str, np.ndarray], q_traced: np.ndarray) -> di
     return {"rotated": f"{float(check['max_diff']):.2e}", "raw": f"{max_abs_diff(check['raw'], q_traced):.3g}"}
 
 
-def rope_check(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
-    """Pre-RoPE q of ``layer`` from the weights, rotated here, and the gap to the traced (post-RoPE) q.
-    Raises ValueError for models without Llama-style q_proj."""
-    raw = pre_rope_q(loaded, tr.resid[layer], layer)  # [H, T, dh]
+def rope_check(loaded: LoadedModel, tr: Trace, d: LayerDetail) -> dict[str, np.ndarray]:
+    """Pre-RoPE q of layer ``d.layer`` from the weights, rotated here, and the gap to the traced
+    (post-RoPE) q. Raises ValueError for models without Llama-style q_proj."""
+    raw = pre_rope_q(loaded, tr.resid[d.layer], d.layer)  # [H, T, dh]
     rotated = rope_rotate(raw, np.arange(raw.shape[1]), rope_params(loaded.facts)[0])  # [H, T, dh]
-    return {"raw": raw, "rotated": rotated, "max_diff": np.array(max_abs_diff(rotated, tr.q[layer]))}
+    return {"raw": raw, "rotated": rotated, "max_diff": np.array(max_abs_diff(rotated, d.q))}

@@ -9,6 +9,7 @@ a teacher shares) would get that page's script alone, without the router and its
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from pathlib import Path
 
@@ -17,6 +18,22 @@ from streamlit.web import cli
 
 from core.engine import offer
 
+MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
+
+
+def give_back_freed_memory() -> bool:
+    """Make freed arrays go back to the system. glibc raises its mmap threshold (up to 32 MB) each time
+    a big block is freed, after which blocks of that size come from its heap and are kept there when
+    freed: a server that once traced a long prompt would hold that memory for good. A fixed threshold
+    (``mallopt``) keeps every block of 1 MB and more in its own mapping, unmapped when freed. Returns
+    whether the C library took the setting (False where it is not glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
+        return bool(libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(libc.mallopt(m_trim_threshold, 16 << 20))
+    except (OSError, AttributeError):
+        return False
+
 
 def main(argv: list[str] | None = None) -> int:
     try:  # a malformed XRAY_MODELS / XRAY_ALLOW_LOCAL stops the launch with the reason, before serving anyone
@@ -24,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except offer.OfferError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    give_back_freed_memory()
     PagesManager.uses_pages_directory = False
     app = str(Path(__file__).resolve().parents[2] / "app.py")
     sys.argv = ["streamlit", "run", app, *(sys.argv[1:] if argv is None else argv)]

@@ -6,14 +6,16 @@ Pages stay thin: read widgets → call core → draw. Everything that computes l
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
 
 from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, from_env
-from core.engine.tokens import Encoded, encode
-from core.engine.trace import Trace
+from core.engine.tokens import Encoded, encode, has_chat_template
+from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache
 
@@ -104,8 +106,24 @@ def prompt() -> str:
     return st.session_state.get("prompt", link_prompt()[0])
 
 
+def default_chat() -> bool:
+    """The chat switch's first value: the link's ``chat`` when it has one; otherwise on for a model whose
+    tokenizer has a chat template. An instruct model answers a question inside its template; given the
+    bare text it mostly predicts its end token at once (SmolLM2: ``<|im_end|>``, 67 %), so a class's
+    first screen would be an empty answer."""
+    raw = st.query_params.get("chat")
+    if raw in ("0", "1"):
+        return raw == "1"
+    try:
+        return has_chat_template(cache.get_model(model_spec()).tokenizer)
+    except Exception:  # the page says why the model cannot load; the switch just starts off
+        return False
+
+
 def chat() -> bool:
-    return bool(st.session_state.get("chat", st.query_params.get("chat", "0") == "1"))
+    if "chat" not in st.session_state:
+        st.session_state["chat"] = default_chat()
+    return bool(st.session_state["chat"])
 
 
 def is_toy() -> bool:
@@ -154,6 +172,24 @@ def model_and_trace() -> tuple[LoadedModel, Trace] | None:
     return None if loaded is None else (loaded, tr)
 
 
+def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
+    """Layer ``layer`` of the cached trace ``tr`` in full (q, k, v, weights, sub-layer outputs): the one
+    accessor pages use. Derived once per (trace, layer) and kept in the byte-bounded cache; a spinner
+    says so while it is derived; None, with the reason shown, if it cannot be."""
+    spec = model_spec()
+    key = ("layer", spec, tr.prompt, tr.chat, MAX_TOKENS, layer)
+    try:
+        if key in cache.store():
+            return cache.get_layer(spec, tr.prompt, tr.chat, layer)
+        with st.spinner(t("ui.deriving_layer", l=layer, T=tr.n_tokens)):
+            return cache.get_layer(spec, tr.prompt, tr.chat, layer)
+    except UnsupportedArchitectureError as e:
+        st.error(t("err.unsupported", msg=str(e)))
+    except Exception as e:  # never a traceback in the page
+        st.error(t("err.trace", msg=f"{type(e).__name__}: {e}"))
+    return None
+
+
 def encoded_prompt(loaded: LoadedModel, max_tokens: int) -> Encoded | None:
     """The shared prompt as ids (None, with a hint, when it is empty); warns when it was cut."""
     try:
@@ -177,6 +213,37 @@ def qp_int(name: str, default: int, lo: int, hi: int) -> int:
     except (TypeError, ValueError):
         v = default
     return max(lo, min(hi, v))
+
+
+def qp_choice(name: str, options: Sequence[Any], default: Any) -> Any:
+    """One of ``options`` named in the URL (compared as text), else ``default``: an unknown value is dropped."""
+    raw = st.query_params.get(name)
+    for o in options:
+        if raw is not None and str(o) == raw:
+            return o
+    return default
+
+
+def qp_bool(name: str, default: bool) -> bool:
+    """A switch from the URL: "1" / "0" (anything else is dropped)."""
+    raw = st.query_params.get(name)
+    return {"1": True, "0": False}.get(raw, default) if raw is not None else default
+
+
+def qp_float(name: str, default: float, lo: float, hi: float, step: float | None = None) -> float:
+    """A number from the URL, clamped to lo … hi and snapped to ``step`` from ``lo`` (a slider
+    refuses a value off its grid); NaN, infinities and text are dropped."""
+    try:
+        v = float(st.query_params.get(name, default))
+    except (TypeError, ValueError):
+        return default
+    if not math.isfinite(v):
+        return default
+    v = max(lo, min(hi, v))
+    if step:
+        v = round(lo + round((v - lo) / step) * step, 10)
+        v = max(lo, min(hi, v))
+    return v
 
 
 def set_qp(**kw: Any) -> None:

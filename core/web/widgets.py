@@ -6,6 +6,13 @@
   refuses a slider whose ends are equal, so the single value is shown as text instead. A value kept
   in the session from a longer prompt is pulled back into the new range.
 * ``layer_slider`` / ``layer_head_pickers``: the layer (and head) pickers bound to the URL, built on it.
+* ``hold`` / ``put``: a widget's value kept by the page itself and handed to the widget before it
+  is drawn — so it survives a relabelling (a language switch; a label that names the current
+  layer: Streamlit remembers a radio's choice by its label), leaving the page and coming back, and
+  a button that moves it (the browser is told to show the new value, not only the server).
+* ``radio_url`` / ``toggle_url`` / ``number_url`` / ``slider_url``: widgets whose value a link
+  carries (``?param=``): read once, validated where it enters (unknown choices dropped, numbers
+  clamped to the widget's range), written back on every run.
 * ``md`` / ``code``: text a user typed (or a token of it) made inert where the page renders Markdown:
   no HTML tag, no image or link, no emphasis; ``code`` for text quoted inside a `code span`.
 * ``config_error``: a ConfigError as a sentence in the user's language, its detail made inert.
@@ -14,10 +21,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
 
+from core.engine import attnview
 from core.engine.types import ConfigError
 from core.web import ui
 
@@ -42,6 +51,86 @@ def code(text: Any) -> str:
     return re.sub(r"[\r\n]+", " ", str(text).replace("`", "ˋ"))
 
 
+def _held(key: str) -> str:
+    return f"_held_{key}"
+
+
+def _remember(key: str) -> None:
+    st.session_state[_held(key)] = st.session_state.get(key)
+
+
+def hold(key: str, default: Any, options: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Give widget ``key`` the value this page holds for it (``default`` the first time, or when it
+    is no longer one of ``options``) before the widget is drawn. Spread the result into the widget
+    call (it is the on_change that keeps the held value up to date) and give the widget no
+    ``value``/``index`` of its own. Not for widgets inside a form (no on_change there)."""
+    v = st.session_state.get(_held(key), default)
+    if options is not None and v not in options:
+        v = default
+    st.session_state[_held(key)] = v
+    st.session_state[key] = v
+    return {"key": key, "on_change": _remember, "args": (key,)}
+
+
+def put(key: str, value: Any) -> None:
+    """Move widget ``key`` to ``value`` from a callback (a "go to" button): the held value too, so
+    the browser shows it on the next run."""
+    st.session_state[_held(key)] = value
+    st.session_state[key] = value
+
+
+def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
+              format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
+    """A radio whose choice a link carries (``?param=``, one of ``options``), kept across relabelling."""
+    first = ui.qp_choice(param, options, default)
+    v = (where or st).radio(label, list(options), format_func=format_func, **hold(key, first, options), **kw)
+    ui.set_qp(**{param: v})
+    return v
+
+
+def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
+                  format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
+    """A selectbox whose choice a link carries (``?param=``), kept across relabelling."""
+    first = ui.qp_choice(param, options, default)
+    v = (where or st).selectbox(label, list(options), format_func=format_func, **hold(key, first, options), **kw)
+    ui.set_qp(**{param: v})
+    return v
+
+
+def toggle_url(label: str, default: bool, *, key: str, param: str, where: Any = None, **kw: Any) -> bool:
+    """A toggle a link carries as ``?param=1`` / ``0``."""
+    v = bool((where or st).toggle(label, **hold(key, ui.qp_bool(param, default), (True, False)), **kw))
+    ui.set_qp(**{param: "1" if v else "0"})
+    return v
+
+
+def _in_range(v: Any, lo: float, hi: float) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: str, where: Any = None, **kw: Any) -> int:
+    """A whole-number input a link carries (``?param=``, clamped to lo … hi)."""
+    first = ui.qp_int(param, default, lo, hi)
+    held = st.session_state.get(_held(key))
+    if held is not None and not _in_range(held, lo, hi):
+        st.session_state[_held(key)] = first
+    v = int((where or st).number_input(label, lo, hi, **hold(key, first), **kw))
+    ui.set_qp(**{param: v})
+    return v
+
+
+def slider_url(label: str, lo: float, hi: float, default: float, step: float, *, key: str, param: str, where: Any = None,
+               **kw: Any) -> float:
+    """A number slider a link carries (``?param=``, clamped to lo … hi and snapped to ``step``)."""
+    first = ui.qp_float(param, default, lo, hi, step)
+    held = st.session_state.get(_held(key))
+    if held is not None and not _in_range(held, lo, hi):
+        st.session_state[_held(key)] = first
+    v = float((where or st).slider(label, float(lo), float(hi), step=float(step), **hold(key, float(first)), **kw))
+    ui.set_qp(**{param: f"{v:g}"})
+    return v
+
+
 def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: str, where: Any = None, **kw: Any) -> int:
     """A whole-number slider over ``lo..hi`` (``where``: a column or container; the page by default).
 
@@ -55,7 +144,8 @@ def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: s
     kept = st.session_state.get(key)
     if kept is not None and not (isinstance(kept, int) and lo <= kept <= hi):
         st.session_state[key] = max(lo, min(hi, int(kept))) if isinstance(kept, (int, float)) else lo
-        value = None  # the session holds the value now; a default beside it would be ignored
+    if kept is not None:
+        value = None  # the session holds the value (a "go to" button may just have set it): no default beside it
     if value is None:
         return int(box.slider(label, lo, hi, key=key, **kw))
     return int(box.slider(label, lo, hi, max(lo, min(hi, int(value))), key=key, **kw))
@@ -82,3 +172,22 @@ def layer_head_pickers(key: str, n_layers: int, n_heads: int, *, with_head: bool
 def config_error(e: ConfigError) -> None:
     """A config that cannot be read, said in the user's language (which field, and why)."""
     st.error(ui.t(f"anatomy.err_{e.code}", detail=code(e.detail)))
+
+
+def map_window(key: str, n_tokens: int, cells: int = attnview.CELLS) -> int | None:
+    """For a prompt longer than ``cells``: the whole map averaged, or a window of exact weights from a
+    chosen start (in the URL as ``win``). Returns the window's start, or None for the overview."""
+    if n_tokens <= cells:
+        return None
+    hi = n_tokens - cells
+    url = st.query_params.get("win")
+    default_mode = "window" if url not in (None, "") else "overview"
+    c1, c2 = st.columns([1, 2])
+    mode = c1.radio(ui.t("attnview.mode"), ["overview", "window"], index=0 if default_mode == "overview" else 1,
+                    format_func=ui.fmt("attnview.mode_{}"), key=f"{key}_mapmode")
+    if mode == "overview":
+        ui.set_qp(win=None)
+        return None
+    start = int_slider(ui.t("attnview.start"), 0, hi, ui.qp_int("win", hi, 0, hi), key=f"{key}_win", where=c2, step=1)
+    ui.set_qp(win=start)
+    return start

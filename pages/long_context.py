@@ -1,0 +1,76 @@
+"""Long context: what the predicting position reads across a whole document (which heads find a
+fact planted early), and how the first token soaks up attention as the sequence grows."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.inside import figures as inside_fig
+from core.inside import heads, longctx
+from core.learn import long_docs
+from core.web import presenter, ui, widgets
+
+
+def _span(loaded, tr) -> tuple[int, int]:
+    """The key span to follow: the planted fact of a long-document preset, else the user's choice."""
+    T = tr.n_tokens
+    doc = long_docs.which(tr.prompt)
+    found = long_docs.span_of(loaded.tokenizer, tr.text, tr.token_ids.tolist(), long_docs.load(doc).fact) if doc else None
+    a0, b0 = found or (0, min(T - 1, 9))
+    a, b = st.slider(ui.t("longctx.span"), 0, T - 1, (a0, b0), key=f"longctx_span_{doc or 'free'}_{T}")
+    if found:
+        st.caption(ui.t("longctx.fact_is", a=found[0], b=found[1], fact=widgets.md(long_docs.load(doc).fact)))
+    else:
+        st.caption(ui.t("longctx.span_free"))
+    return int(a), int(b)
+
+
+def _reader(loaded, tr, lang: str) -> None:
+    st.subheader(ui.t("longctx.h_reader"))
+    st.markdown(ui.t("longctx.reader_intro", T=tr.n_tokens))
+    a, b = _span(loaded, tr)
+    z, block = longctx.reader_map(tr.last_attn)
+    presenter.chart(inside_fig.fig_reader_map(z, block, tr.n_tokens, (a, b), lang), width="stretch")
+    st.caption(ui.t("longctx.pooled_note", b=block) if block > 1 else ui.t("longctx.exact_note"))
+    mass = longctx.span_mass(tr.last_attn, a, b)
+    uniform = longctx.uniform_share(a, b, tr.n_tokens)
+    presenter.chart(inside_fig.fig_span_heads(mass, uniform, lang), width="stretch")
+    best = ", ".join(heads.head_label(e) for e in heads.top_heads(mass, 5))
+    st.caption(ui.t("longctx.best_heads", best=best, u=f"{uniform:.3f}"))
+    st.caption(ui.t("longctx.not_proof"))
+    ui.badge("model", ui.t("longctx.badge_exact"))
+
+
+def _sink(tr, lang: str) -> None:
+    st.subheader(ui.t("longctx.h_sink"))
+    st.markdown(ui.t("longctx.sink_intro"))
+    layer = widgets.layer_slider("longctx", tr.n_layers)
+    d = ui.layer_detail(tr, layer)
+    if d is None:
+        return
+    x, y = longctx.binned(longctx.sink_by_query(d.weights))
+    presenter.chart(inside_fig.fig_sink_curve(x, y, layer, lang), width="stretch")
+    share = longctx.sink_by_layer(tr.last_attn)
+    st.caption(ui.t("longctx.sink_readout", l=layer, w=f"{share[layer]:.2f}", top=int(share.argmax()), wmax=f"{share.max():.2f}",
+                    bin=int(x[1] - x[0]) if len(x) > 1 else 1))
+    ui.badge("model")
+
+
+def render() -> None:
+    ui.header("page.long_context", "longctx.intro")
+    both = ui.model_and_trace()
+    if both is None:
+        return
+    loaded, tr = both
+    if tr.n_tokens < 2:
+        st.info(ui.t("longctx.one_token"))
+        return
+    if tr.n_tokens < 256:
+        st.info(ui.t("longctx.short_hint", T=tr.n_tokens))
+    lang = ui.lang()
+    _reader(loaded, tr, lang)
+    _sink(tr, lang)
+
+
+render()
+presenter.sources("attention")
