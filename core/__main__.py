@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from core import backends
-from core.engine.trace import MAX_TOKENS, Trace
+from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate
 from core.gen.sampling import SamplingConfig
@@ -208,8 +208,11 @@ def trace_main(argv: list[str]) -> int:
         return code
     for n in tr.notes:
         print(f"note: {n}", file=sys.stderr)
+    pattern = "attn_pattern " if tr.n_tokens <= PATTERN_EXPORT_MAX else ""
     print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: "
-          "tokens token_ids embeddings resid attn_out mlp_out q k v attn_pattern final_hidden logits meta")
+          f"tokens token_ids embeddings resid attn_out mlp_out q k v {pattern}final_hidden logits meta")
+    if not pattern:
+        print(f"note: attn_pattern is left out above {PATTERN_EXPORT_MAX} tokens (meta['omitted'] says why)", file=sys.stderr)
     return 0
 
 

@@ -9,7 +9,7 @@ from core.engine.tokens import position_label
 from core.gen import sampling
 from core.stream import candidates, lens
 from core.stream import figures as ps
-from core.web import cache, presenter, ui
+from core.web import cache, presenter, ui, widgets
 
 
 def _top(tr, spec: str, lang: str) -> None:
@@ -20,11 +20,11 @@ def _top(tr, spec: str, lang: str) -> None:
 
 
 def _controls(tr) -> sampling.SamplingConfig:
-    c = st.columns(4)
-    temp = c[0].slider(ui.t("logits.temperature"), 0.05, 3.0, 1.0, 0.05, key="logits_temp")
-    k = c[1].number_input(ui.t("logits.top_k"), 0, tr.vocab_size, 0, key="logits_topk")
-    top_p = c[2].slider(ui.t("logits.top_p"), 0.05, 1.0, 1.0, 0.01, key="logits_topp")
-    pen = c[3].slider(ui.t("logits.penalty"), 1.0, 2.0, 1.0, 0.05, key="logits_pen")
+    c = st.columns(4)  # the settings are in the URL (validated there): a shared link shows the same filtering
+    temp = widgets.slider_url(ui.t("logits.temperature"), 0.05, 3.0, 1.0, 0.05, key="logits_temp", param="temp", where=c[0])
+    k = widgets.number_url(ui.t("logits.top_k"), 0, tr.vocab_size, 0, key="logits_topk", param="top_k", where=c[1])
+    top_p = widgets.slider_url(ui.t("logits.top_p"), 0.05, 1.0, 1.0, 0.01, key="logits_topp", param="top_p", where=c[2])
+    pen = widgets.slider_url(ui.t("logits.penalty"), 1.0, 2.0, 1.0, 0.05, key="logits_pen", param="penalty", where=c[3])
     return sampling.SamplingConfig(temperature=temp, top_k=int(k), top_p=top_p, repetition_penalty=pen)
 
 
@@ -32,7 +32,7 @@ def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: lis
     st.caption(ui.t("logits.order"))
     steps = sampling.filter_steps(tr.last_logits, cfg, prev)
     order = top_k(steps["scaled"], candidates.N_BARS)
-    st.plotly_chart(ps.fig_candidates(steps, cache.token_texts(spec, tuple(order.tolist())), order, lang), width="stretch")
+    presenter.chart(ps.fig_candidates(steps, cache.token_texts(spec, tuple(order.tolist())), order, lang), width="stretch")
     m = st.columns(3)
     m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
     m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.3f}")
@@ -43,30 +43,37 @@ def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: lis
 
 def _draw(tr, spec: str, cfg: sampling.SamplingConfig, prev: list[int], probs) -> None:
     st.subheader(ui.t("logits.h_draw"))
-    seed = int(st.number_input(ui.t("logits.seed"), 0, 2**31 - 1, 0, key="logits_seed"))
+    seed = widgets.number_url(ui.t("logits.seed"), 0, 2**31 - 1, 0, key="logits_seed", param="seed")
     greedy_id = sampling.choose(tr.last_logits, sampling.SamplingConfig(greedy=True, repetition_penalty=cfg.repetition_penalty), prev)
     drawn_id = sampling.choose(tr.last_logits, replace(cfg, seed=seed), prev)
     g_txt, d_txt = cache.token_texts(spec, (greedy_id, drawn_id))
     d = st.columns(2)
-    d[0].metric(ui.t("logits.greedy"), f"«{g_txt}»", candidates.pick_note(greedy_id, probs), delta_color="off", delta_arrow="off")
-    d[1].metric(ui.t("logits.sampled", seed=seed), f"«{d_txt}»", candidates.pick_note(drawn_id, probs), delta_color="off", delta_arrow="off")
+    d[0].metric(ui.t("logits.greedy"), f"«{g_txt}»")
+    d[0].caption(candidates.pick_note(greedy_id, probs))
+    d[1].metric(ui.t("logits.sampled", seed=seed), f"«{d_txt}»")
+    d[1].caption(candidates.pick_note(drawn_id, probs))
     st.caption(ui.t("logits.draw_note"))
     ui.badge("model")
 
 
 def _lens(tr, spec: str, lang: str) -> None:
     st.subheader(ui.t("logits.h_lens"))
-    st.caption(ui.t("logits.lens_note"))
-    try:
-        ids, probs, cells = cache.get_lens(spec, ui.prompt(), ui.chat())
+    T, W = tr.n_tokens, lens.LENS_WINDOW
+    lo, hi = (0, T) if T <= W else st.slider(ui.t("logits.lens_window"), 0, T, (T - W, T), key="logits_win")
+    hi = max(hi, lo + 1)
+    if hi - lo > lens.LENS_MAX:
+        hi = lo + lens.LENS_MAX
+        st.caption(ui.t("logits.lens_capped", n=lens.LENS_MAX, a=lo, b=hi - 1))
+    try:  # only the window's positions are read through the LM head (31 passes over T rows otherwise)
+        ids, probs, cells = cache.get_lens(spec, ui.prompt(), ui.chat(), lo, hi)
     except Exception as e:  # e.g. a model without a findable final norm
         st.info(ui.t("logits.lens_fail", msg=str(e)))
         return
-    T, W = tr.n_tokens, lens.LENS_WINDOW
-    lo, hi = (0, T) if T <= W else st.slider(ui.t("logits.lens_window"), 0, T, (T - W, T), key="logits_win")
     show = st.toggle(ui.t("logits.lens_text"), value=True, key="logits_lens_text")
-    v = lens.lens_view(ids, probs, cells, tr.tokens, lo, hi)
-    st.plotly_chart(ps.fig_logit_lens(v.ids, v.probs, v.cells, v.tokens, lang, show, offset=v.offset), width="stretch")
+    v = lens.lens_view(ids, probs, cells, tr.tokens, lo, hi, first=lo)
+    fig = ps.fig_logit_lens(v.ids, v.probs, v.cells, v.tokens, lang, show, offset=v.offset)
+    st.caption(ps.lens_caption(fig, lang))  # which row is the prediction, read off the figure itself
+    presenter.chart(fig, width="stretch")
     ui.badge("model")
     ui.download_trace("logits")
 

@@ -58,21 +58,25 @@ def _w(param: Any) -> np.ndarray | None:
 # the logit lens
 
 
-def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4) -> tuple[np.ndarray, np.ndarray]:
+def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Read every layer's residual stream as if it were the last: final norm → LM head → softmax.
 
-    Returns ``top_ids`` [L+1, T] (int64) and ``top_probs`` [L+1, T] (float32). Row L is the
-    stream leaving the last block, so it is exactly the model's own next-token prediction.
-    Layers go through in small batches so at most ``batch × T × V`` logits exist at once.
+    Returns ``top_ids`` [L+1, T'] (int64) and ``top_probs`` [L+1, T'] (float32) for the positions
+    lo … hi−1 (all by default: at 4,096 tokens all of them would cost 31 LM-head passes over 4,096
+    rows, so pages ask for the window they show). Row L is the stream leaving the last block, so it
+    is exactly the model's own next-token prediction. Layers go through in small batches so at most
+    ``batch × T' × V`` logits exist at once.
     """
     sites = find_sites(loaded.model)
     norm, head = sites.require_final_norm(), sites.lm_head
-    n_rows, T = tr.resid.shape[0], tr.resid.shape[1]
+    hi = tr.resid.shape[1] if hi is None else min(hi, tr.resid.shape[1])
+    lo = max(0, min(lo, hi - 1))
+    n_rows, T = tr.resid.shape[0], hi - lo
     top_ids = np.zeros((n_rows, T), dtype=np.int64)
     top_probs = np.zeros((n_rows, T), dtype=np.float32)
     with loaded.lock, torch.inference_mode():
         for start in range(0, n_rows, batch):
-            x = torch.from_numpy(np.array(tr.resid[start : start + batch]))  # [b, T, d]
+            x = torch.from_numpy(np.array(tr.resid[start : start + batch, lo:hi]))  # [b, T', d]
             logits = head(norm(x)).float()  # [b, T, V]
             probs = torch.softmax(logits, dim=-1)
             p, i = probs.max(dim=-1)  # [b, T]
@@ -82,6 +86,7 @@ def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4) -> tuple[np.ndarr
 
 
 LENS_WINDOW = 16  # positions the lens figure shows at once; a longer prompt gets a window slider
+LENS_MAX = 64  # the widest window read at once (each position is 31 LM-head rows)
 
 
 @dataclass(frozen=True)
@@ -95,18 +100,20 @@ class LensView:
     offset: int
 
 
-def lens_view(ids: np.ndarray, probs: np.ndarray, cells: list[str], tokens: Any, lo: int, hi: int) -> LensView:
-    """Positions lo … hi−1 (at least one) of the lens ``ids``/``probs`` [L+1, T] and ``cells`` [(L+1)·T]."""
+def lens_view(ids: np.ndarray, probs: np.ndarray, cells: list[str], tokens: Any, lo: int, hi: int, first: int = 0) -> LensView:
+    """Positions lo … hi−1 (at least one) of the lens ``ids``/``probs`` [L+1, T] and ``cells`` [(L+1)·T],
+    whose column 0 is position ``first`` (a lens computed for a window only)."""
     hi = max(hi, lo + 1)
-    grid = np.asarray(cells, dtype=object).reshape(ids.shape)[:, lo:hi]
-    return LensView(ids[:, lo:hi], probs[:, lo:hi], grid.ravel().tolist(), window(tokens, lo, hi), lo)  # the window keeps its neighbours for labels
+    a, b = lo - first, hi - first
+    grid = np.asarray(cells, dtype=object).reshape(ids.shape)[:, a:b]
+    return LensView(ids[:, a:b], probs[:, a:b], grid.ravel().tolist(), window(tokens, lo, hi), lo)  # the window keeps its neighbours for labels
 
 
 
-def logit_lens_with_text(loaded: LoadedModel, tr: Trace) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """``logit_lens`` plus each cell's token as a page shows it (row-major, [(L+1)·T]); every
-    distinct id is decoded once."""
-    ids, probs = logit_lens(loaded, tr)
+def logit_lens_with_text(loaded: LoadedModel, tr: Trace, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``logit_lens`` of positions lo … hi−1 plus each cell's token as a page shows it (row-major,
+    [(L+1)·T']); every distinct id is decoded once."""
+    ids, probs = logit_lens(loaded, tr, lo=lo, hi=hi)
     uniq = np.unique(ids).tolist()
     text = dict(zip(uniq, visible_tokens(loaded.tokenizer, uniq)))
     return ids, probs, [text[i] for i in ids.ravel().tolist()]

@@ -17,6 +17,7 @@ import numpy as np
 import streamlit as st
 
 import core.backends as backends
+from core.cause import attribution, patching
 from core.engine import budget, tokens
 from core.engine.memo import ByteLRU
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
@@ -234,9 +235,9 @@ def recombine(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.nd
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def get_lens(spec: str, prompt: str, chat: bool) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The logit lens of the cached trace: top ids [L+1, T], their probabilities, and their text."""
-    return lens.logit_lens_with_text(get_model(spec), get_trace(spec, prompt, chat))
+def get_lens(spec: str, prompt: str, chat: bool, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The logit lens of the cached trace at positions lo … hi−1: top ids [L+1, T'], their probabilities, and their text."""
+    return lens.logit_lens_with_text(get_model(spec), get_trace(spec, prompt, chat), lo, hi)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -283,3 +284,44 @@ def word_order(a: str, b: str) -> list[dict[str, Any]]:
 @st.cache_data(show_spinner=False, max_entries=1)
 def shipped_curve() -> dict[str, Any]:
     return load_loss_curve()
+
+
+# ---------------------------------------------------------------------------------------------
+# cause and effect (core.cause): the recorded pair, patching sweeps, one patched run, attributions
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def cause_baseline(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...]) -> patching.Baseline:
+    """The clean and corrupted runs, recorded once: every patched run copies from it (read-only)."""
+    return patching.capture(get_model(spec), ids_clean, ids_corrupted)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], answer: int, foil: int, site: str,
+                _progress: Any = None) -> np.ndarray:
+    """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads."""
+    base = cause_baseline(spec, ids_clean, ids_corrupted)
+    return patching.sweep(get_model(spec), base, site, answer, foil, progress=_progress)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cause_run(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], site: str, layer: int, pos: int,
+              head: int | None) -> np.ndarray:
+    """One patched run's next-token scores [V]."""
+    base = cause_baseline(spec, ids_clean, ids_corrupted)
+    return patching.patched_logits(get_model(spec), base, patching.Patch(site, layer, pos, head))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, steps: int,
+                      _progress: Any = None) -> tuple[attribution.GradXInput, attribution.IntegratedGradients]:
+    loaded = get_model(spec)
+    return (attribution.grad_x_input(loaded, ids, answer, foil),
+            attribution.integrated_gradients(loaded, ids, answer, foil, steps, progress=_progress))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
+    """The last position's attention at ``layer``, mean over heads [T] (plain text, no chat template)."""
+    loaded = get_model(spec)
+    return attribution.last_row_attention(loaded, get_trace(spec, prompt, False), layer)
