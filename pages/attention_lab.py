@@ -12,7 +12,9 @@ from core.maths import figures as P
 from core.web import cache, presenter, ui, widgets
 
 PRESETS = ("worked", "seed42", "real")
-Example = tuple[dict[str, np.ndarray], A.CalculatorLabels, str]  # arrays, axis labels, editor-key version
+# arrays, axis labels, and the editor-key versions of Q/K/V and of the mask: a new example starts fresh
+# editors, while the worked example's "Unmask" box changes only the mask (an edited Q survives it)
+Example = tuple[dict[str, np.ndarray], A.CalculatorLabels, str, str]
 
 
 def _edit(arr: np.ndarray, rows: list[str], cols: list[str], key: str) -> np.ndarray:
@@ -27,19 +29,21 @@ def _scale_tab(lang: str) -> None:
     d = st.select_slider("d_k", A.SCALE_D_VALUES, value=64, key="attention_lab_dk")
     r = A.scale_readout(res, d)
     m1, m2, m3 = st.columns(3)
-    m1.metric(ui.t("attention_lab.fig_std_meas"), r["std"], r["sqrt"], delta_color="off")
+    m1.metric(ui.t("attention_lab.fig_std_meas"), r["std"])
+    m1.caption(r["sqrt"])  # the value to compare with, not a rise or fall
     m2.metric(ui.t("attention_lab.fig_unscaled"), r["unscaled"])
     m3.metric(ui.t("attention_lab.fig_scaled"), r["scaled"])
-    st.plotly_chart(P.scale_figure(res, lang), width="stretch")
+    presenter.chart(P.scale_figure(res, lang), width="stretch")
     ui.badge("formula", ui.t("attention_lab.scale_detail"))
 
 
 def _cost_tab(lang: str) -> None:
     st.markdown(ui.t("attention_lab.cost_intro"))
-    st.dataframe(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio")), hide_index=True)
+    st.table(A.cost_table_view(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio"))),
+             hide_index=True)  # six rows: a plain table, drawn exactly as formatted ("—", never "None")
     ui.badge("formula")
     timing = cache.attention_timing(ui.model_spec())
-    st.plotly_chart(P.complexity_figure(timing["n"], timing["ms"], lang), width="stretch")
+    presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang), width="stretch")
     ui.badge("measured", ui.t("attention_lab.timing_detail"))
 
 
@@ -52,9 +56,13 @@ def _real_example() -> Example | None:
     pos = widgets.int_slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
                              key="attention_lab_pos")
     ui.set_qp(pos=pos)
-    ex = A.real_row(tr, layer, head, pos)
+    d = ui.layer_detail(tr, layer)
+    if d is None:
+        return None
+    ex = A.real_row(tr, d, head, pos)
     st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.geometry.group_size))
-    return ex, A.calculator_labels(ex, tr.tokens, pos), f"real{layer}_{head}_{pos}_{tr.n_tokens}"
+    version = f"real{layer}_{head}_{pos}_{tr.n_tokens}"
+    return ex, A.calculator_labels(ex, tr.tokens, pos), version, version
 
 
 def _example(preset: str) -> Example | None:
@@ -62,14 +70,14 @@ def _example(preset: str) -> Example | None:
     if preset == "worked":
         unmask = st.checkbox(ui.t("attention_lab.unmask"), key="attention_lab_unmask")
         ex = A.worked_example(unmask)
-        return ex, A.calculator_labels(ex), f"worked{unmask}"
+        return ex, A.calculator_labels(ex), "worked", f"worked{unmask}"
     if preset == "seed42":
         ex = A.drop_batch(A.seed42_example())
-        return ex, A.calculator_labels(ex), preset
+        return ex, A.calculator_labels(ex), preset, preset
     return _real_example()
 
 
-def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str) -> tuple[np.ndarray, ...]:
+def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str, mask_version: str) -> tuple[np.ndarray, ...]:
     """Q, K, V and the mask as editable tables; returns what the user left in them."""
     c1, c2, c3 = st.columns(3)
     out = []
@@ -78,16 +86,18 @@ def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str) ->
             st.markdown(f"**{name.upper()}** `[{ex[name].shape[0]}, {ex[name].shape[1]}]`")
             out.append(_edit(ex[name], rows, cols, f"attention_lab_{name}_{version}"))
     st.markdown(ui.t("attention_lab.mask_label"))
-    return (*out, _edit(ex["mask"], lab.q, lab.k, f"attention_lab_mask_{version}"))
+    return (*out, _edit(ex["mask"], lab.q, lab.k, f"attention_lab_mask_{mask_version}"))
 
 
 def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str) -> None:
     for i, (name, arr) in enumerate(steps.as_dict().items(), start=1):
         st.markdown(ui.t(f"attention_lab.step_{name}", n=i, s=f"{steps.scale:.4g}"))
         if name == "weights":
-            st.plotly_chart(P.matrix_figure(arr, ui.t("attention_lab.fig_weights"), lab.q, lab.k, lang), width="stretch")
+            presenter.chart(P.weights_figure(arr, ~np.isfinite(steps.masked), ui.t("attention_lab.fig_weights"), lab.q, lab.k, lang),
+                            width="stretch", key="attention_lab_weights")
+            st.caption(ui.t("attention_lab.weights_colours"))
         cols = lab.k if name != "output" else lab.dv
-        st.dataframe(P.matrix_frame(arr, lab.q, cols).style.format("{:.4f}"), width="stretch")
+        st.dataframe(P.matrix_frame(arr, lab.q, cols).style.format(P.cell_text), width="stretch")
     st.dataframe(A.weights_check_table(steps.weights, lab.q, lang))
 
 
@@ -98,15 +108,20 @@ def _calc_tab(lang: str) -> None:
     chosen = _example(preset)
     if chosen is None:
         return
-    ex, lab, version = chosen
-    q, k, v, mask = _inputs(ex, lab, version)
-    scaled = st.checkbox(ui.t("attention_lab.use_scale", d=ex["q"].shape[1]), value=True, key="attention_lab_scaled")
+    ex, lab, version, mask_version = chosen
+    q, k, v, mask = _inputs(ex, lab, version, mask_version)
+    d_k = ex["q"].shape[1]
+    # one box per preset: unticking it for the tutorial's example must not silently unscale the real row
+    scaled = st.checkbox(ui.t("attention_lab.use_scale", d=d_k), value=True, key=f"attention_lab_scaled_{preset}")
     steps = A.attention_steps(q, k, v, mask, scale=None if scaled else 1.0)
     _steps(steps, lab, lang)
     ref = ex.get("reference")
     if ref is not None:
         st.metric(ui.t("attention_lab.max_diff"), f"{max_abs_diff(steps.weights[0], ref):.2e}")
-        st.plotly_chart(P.compare_row_figure(steps.weights[0], ref, lab.k, lang), width="stretch")
+        if not scaled:  # the model divides by √d_k: say how far the unscaled row is from it, and why
+            st.warning(ui.t("attention_lab.unscaled_real", d=d_k, s=f"{np.sqrt(d_k):.4g}",
+                            diff=f"{max_abs_diff(steps.weights[0], ref):.2f}"))
+        presenter.chart(P.compare_row_figure(steps.weights[0], ref, lab.k, lang), width="stretch")
     ui.badge("model" if ref is not None else "formula")
 
 

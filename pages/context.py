@@ -22,12 +22,25 @@ def _notes(c: embeddings.ContextComparison, pos: int) -> None:
         st.info(ui.t("context.same_prefix", p=pos))
 
 
-def _result(c: embeddings.ContextComparison, label_a: str, label_b: str, lang: str) -> None:
+def _word(comps: list[embeddings.ContextComparison], labels_a: list[str], labels_b: list[str], lang: str) -> None:
+    """Every followed token: one line each in the chart, one row each in the table."""
+    presenter.chart(inside_fig.fig_context([c.sim for c in comps], [f"{a} | {b}" for a, b in zip(labels_a, labels_b)],
+                                           comps[-1].base, lang), width="stretch", key="context_fig")
+    if len(comps) > 1:
+        st.markdown(f"**{ui.t('context.word_table')}**")
+        fmt = {ui.t(f"context.col_{k}"): "{:.3f}" for k in ("embed", "min", "last")}
+        st.dataframe(embeddings.word_table(comps, labels_a, labels_b, lang).style.format(fmt), hide_index=True,
+                     key="context_word_table")
+
+
+def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labels_b: list[str], lang: str) -> None:
+    """The last followed token's numbers (it has read the whole word), then every token's curve."""
+    c, label_a, label_b = comps[-1], labels_a[-1], labels_b[-1]
     m1, m2, m3 = st.columns(3)
-    m1.metric(ui.t("context.m_embed"), f"{c.sim[0]:.6f}")
+    m1.metric(ui.t("context.m_embed"), f"{c.sim[0]:.3f}")  # the same 3 decimals as its neighbours
     m2.metric(ui.t("context.m_min"), f"{c.sim.min():.3f}", help=ui.t("context.m_min_help", l=c.weakest_layer))
     m3.metric(ui.t("context.m_last"), f"{c.sim[-1]:.3f}", help=ui.t("context.m_base_help", b=float(c.base[-1])))
-    st.plotly_chart(inside_fig.fig_context(c.sim, c.base, lang), width="stretch")
+    _word(comps, labels_a, labels_b, lang)
     ui.badge("model", ui.t("context.badge", a=widgets.md(label_a), b=widgets.md(label_b)))
     st.markdown(ui.t("context.explain"))
     with st.expander(ui.t("context.table")):
@@ -56,9 +69,19 @@ def render() -> None:
     if not embeddings.comparable(ta.resid, tb.resid):
         st.error(ui.t("context.mismatch"))
         return
-    c = embeddings.compare_contexts(ta.token_ids, ta.resid, ia, tb.token_ids, tb.resid, ib)
+    wid = embeddings.word_ids(loaded.tokenizer, word)
+    most = min(8, ia + 1, ib + 1)
+    n = widgets.int_slider(ui.t("context.follow"), 1, most, min(max(1, len(wid)), most), key=f"context_n_{preset}",
+                           help=ui.t("context.follow_help"))
+    pairs = embeddings.follow_pairs(ia, ib, n)
+    comps = embeddings.compare_word(ta.token_ids, ta.resid, tb.token_ids, tb.resid, pairs)
+    labels_a = [position_label(ta.tokens, i) for i, _ in pairs]
+    labels_b = [position_label(tb.tokens, j) for _, j in pairs]
+    c = comps[-1]
     _notes(c, ia)
-    _result(c, position_label(ta.tokens, ia), position_label(tb.tokens, ib), ui.lang())
+    if n > 1:
+        st.caption(ui.t("context.word_note", n=n, a=widgets.md(" ".join(labels_a)), b=widgets.md(" ".join(labels_b))))
+    _result(comps, labels_a, labels_b, ui.lang())
 
 
 render()

@@ -25,27 +25,19 @@ def _status(stp: generate.Stepper, pieces: list[str], text: str) -> None:
         getattr(st, level)(msg)
 
 
-def _pick_step(n: int) -> int:
-    """Which pass to look at (URL ``step``); follows the newest pass after each button."""
-    key = f"{P}_step"
-    if key not in st.session_state:
-        st.session_state[key] = ui.qp_int("step", n - 1, 0, n - 1)
-    step = widgets.int_slider(ui.t("generation.step"), 0, n - 1, key=key, help=ui.t("generation.step_help"))
-    ui.set_qp(step=step)
-    return step
-
-
 def _pass(loaded: LoadedModel, rec: generate.StepRecord, step: int) -> None:
     """One pass: its top candidates, the token it chose, its time and the cache after it."""
     f = loaded.facts
     c1, c2 = st.columns([3, 2])
     with c1:
         labels = tokens.readable_tokens(loaded.tokenizer, rec.top_ids.tolist())
-        st.plotly_chart(gen_fig.candidates(labels, rec.top_probs, rec.top_sample_probs, rec.top_index, ui.lang()), width="stretch")
+        presenter.chart(gen_fig.candidates(labels, rec.top_probs, rec.top_sample_probs, rec.top_index, ui.lang()), width="stretch")
         ui.badge("model")
     with c2:
-        for label, value, delta in report.step_metrics(rec, step, ui.lang()):
-            st.metric(label, value, delta, delta_color="off")
+        for label, value, note in report.step_metrics(rec, step, ui.lang()):
+            st.metric(label, value)
+            if note:
+                st.caption(note)
         st.caption(ui.t("generation.kv_formula", **kvcalc.formula_terms(f.geometry, rec.kv_tokens, f.value_bytes)))
         ui.badge("measured")
 
@@ -58,24 +50,33 @@ def _attention(loaded: LoadedModel, stp: generate.Stepper, rec: generate.StepRec
     n_vis = rec.kv_tokens
     if rec.attn is not None:
         title = ui.t("generation.fig_row", tok=position_label(pieces, n_vis - 1), layer=layer, head=head, kv=f.geometry.kv_head_of(head))
-        a1.plotly_chart(gen_fig.attention_row(rec.attn[layer, head], pieces[:n_vis], len(stp.prompt_ids), title, ui.lang()), width="stretch")
+        presenter.chart_in(a1, gen_fig.attention_row(rec.attn[layer, head], pieces[:n_vis], len(stp.prompt_ids), title, ui.lang()), width="stretch")
     if stp.prefill_pattern is not None:
         title = ui.t("generation.fig_prefill", layer=layer, head=head)
-        a2.plotly_chart(gen_fig.prefill_matrix(stp.prefill_pattern[layer, head], pieces, title, ui.lang()), width="stretch")
+        presenter.chart_in(a2, gen_fig.prefill_matrix(stp.prefill_pattern[layer, head], pieces, title, ui.lang()), width="stretch")
     else:
         a2.info(ui.t("generation.no_prefill_matrix", n=generate.MAX_PREFILL_PATTERN))
     ui.badge("model")
 
 
 def _costs(stp: generate.Stepper, step: int) -> None:
-    """The cache's growth and its bytes per layer, then every pass's time (TTFT, TPOTs)."""
+    """The cache's growth and its bytes per layer, then every pass's time (TTFT, TPOTs) beside the
+    one TPOT of this prompt, measured without recording (the same measure as the KV-cache page)."""
     kv_tok, kv_b, kv_layers = stp.kv_arrays()
     k1, k2 = st.columns(2)
-    k1.plotly_chart(gen_fig.kv_growth(kv_tok, kv_b, ui.lang()), width="stretch")
-    k2.plotly_chart(gen_fig.kv_layers(kv_layers[step], ui.lang()), width="stretch")
+    presenter.chart_in(k1, gen_fig.kv_growth(kv_tok, kv_b, ui.lang()), width="stretch")
+    presenter.chart_in(k2, gen_fig.kv_layers(kv_layers[step], ui.lang()), width="stretch")
     ui.badge("measured", ui.t("generation.kv_source"))
-    st.plotly_chart(gen_fig.timings([r.seconds for r in stp.records], ui.lang()), width="stretch")
+    if not stp.tpots:  # only the prefill so far: no TPOT to show, no empty axis
+        st.caption(report.timing_text(stp, ui.lang()))
+        return
+    pure = gen_ui.pure_tpot(stp, P)
+    presenter.chart(gen_fig.timings([r.seconds for r in stp.records], ui.lang(), pure.tpot), width="stretch")
     st.caption(report.timing_text(stp, ui.lang()))
+    st.markdown(report.pure_tpot_text(pure, stp, ui.lang()))
+    if pure.busy:
+        st.warning(report.busy_note(ui.lang()))
+    gen_ui.remeasure_button(P)
     ui.badge("measured")
 
 
@@ -88,14 +89,14 @@ def render() -> None:
     if enc is None:
         return
     cfg, max_steps = gen_ui.sampling_widgets(P)
-    stp = gen_ui.stepper(loaded, enc.ids, cfg, max_steps)
+    stp = gen_ui.stepper(loaded, enc.ids, cfg, max_steps, P)
     gen_ui.controls(stp, P)
     if not stp.started:
         st.info(ui.t("generation.hint_start", n=len(enc.ids)))
         return
     pieces = tokens.readable_tokens(loaded.tokenizer, stp.all_ids)
     _status(stp, pieces, loaded.tokenizer.decode(stp.generated))
-    step = _pick_step(len(stp.records))
+    step = gen_ui.pick_step(len(stp.records), P)
     _pass(loaded, stp.records[step], step)
     _attention(loaded, stp, stp.records[step], pieces)
     _costs(stp, step)

@@ -32,29 +32,31 @@ def render() -> None:
                where=stage(2, "journey.s2.body", "tokens", n=T))
     stage(3, "journey.s3.body", "tokens", ids=str(tr.token_ids[:12].tolist())[:-1] + (", …]" if T > 12 else "]"), T=T)
     box = stage(4, "journey.s4.body", "tokens", V=V, d=d, T=T)
-    box.code(f"E[{int(tr.token_ids[-1])}] = {journey.vector_preview(tr.embeddings[-1])}", language=None)
+    box.code(f"E[{int(tr.token_ids[-1])}] = {journey.vector_preview(tr.embeddings[-1], lang=ui.lang())}", language=None)
     box.caption(ui.t("journey.s4.pos", pos=f.position_type))
     box = stage(5, "journey.s5.body", "residual", L=L, T=T, d=d, H=f.n_heads, Hkv=f.n_kv_heads)
     layer = box.slider(ui.t("ui.layer"), 0, L, ui.qp_int("layer", L // 2, 0, L), key="journey_layer")
-    box.code(f"resid[{layer}][{T - 1}] = {journey.vector_preview(tr.resid[layer, -1])}", language=None)
-    box.plotly_chart(learn_fig.norms_figure(journey.last_token_norms(tr), ui.t("journey.norms_title"),
+    ui.set_qp(layer=layer)  # a link reopens this boundary
+    box.code(f"resid[{layer}][{T - 1}] = {journey.vector_preview(tr.resid[layer, -1], lang=ui.lang())}", language=None)
+    presenter.chart_in(box, learn_fig.norms_figure(journey.last_token_norms(tr), ui.t("journey.norms_title"),
                                           ui.t("journey.norms_x"), ui.t("journey.norms_y")), width="stretch")
     with box:
         ui.badge("model")
     stage(6, "journey.s6.body", "residual", T=T, d=d).code(
-        f"final_hidden[{T - 1}] = {journey.vector_preview(tr.final_hidden[-1])}", language=None)
+        f"final_hidden[{T - 1}] = {journey.vector_preview(tr.final_hidden[-1], lang=ui.lang())}", language=None)
     box = stage(7, "journey.s7.body", "logits", T=T, V=V)
     rows = journey.top_next_tokens(tr, tok)
     box.dataframe(journey.top_frame(rows, ui.t("ui.token")).style.format({"logit": "{:.3f}", "p": "{:.2%}"}),
                   hide_index=True, width="stretch")
     with box:
         ui.badge("model")
-    box = stage(8, "journey.s8.body", "logits", tok=widgets.md(repr(rows[0][0])), p=f"{rows[0][3]:.1%}")
+    box = stage(8, "journey.s8.body", "logits", tok=f"`{widgets.code(tokens.visible(rows[0][0]))}`", p=f"{rows[0][3]:.1%}")
     if not ui.chat() and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
     new, stopped = cache.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())
     box = stage(9, "journey.s9.body", "generation", n=len(new))
     pieces = tokens.readable_tokens(tok, new)
+    box.markdown(ui.t("journey.s9.text", text=widgets.code(tok.decode(new))))  # the bytes decoded together: whole characters
     chips.show(pieces, new, kinds=chips.kinds_from_special(special_mask(tok, new)), where=box)
     box.info(ui.t("journey.stop_eos") if stopped else ui.t("journey.stop_limit", n=len(new)))
     with box:

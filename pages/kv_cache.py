@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.engine import tokens
 from core.engine.numbers import human_bytes
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
-from core.gen import kvcalc, report
+from core.gen import generate, kvcalc, report
 from core.web import cache, presenter, ui, widgets
 
 P = "kv_cache"
@@ -33,34 +34,51 @@ def _shape() -> tuple[HeadGeometry | None, int, int, int]:
         return None, bpv, tokens, reqs
 
 
-def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int) -> None:
-    r = cache.compare_cache(spec, prompt, chat, n, min_len)
-    st.caption(ui.t("kv_cache.prompt_len", t=r["n_prompt"]))
-    st.plotly_chart(gen_fig.cache_compare(r["with_lengths"], r["with_seconds"], r["without_lengths"], r["without_seconds"], ui.lang()), width="stretch")
+def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int, run: int) -> None:
+    loaded = cache.get_model(spec)
+    c = cache.compare_cache(spec, prompt, chat, n, min_len, run)
+    st.caption(ui.t("kv_cache.prompt_len", t=c.n_prompt) + " " + ui.t("kv_cache.reps_note", reps=c.with_total.n))
+    stop = report.compare_stop(c, tokens.readable_tokens(loaded.tokenizer, c.with_ids[-1:])[0] if c.with_ids else "", ui.lang())
+    if stop:
+        st.info(stop)
+    presenter.chart(gen_fig.cache_compare(c.with_lengths, c.with_seconds, c.without_lengths, c.without_seconds, ui.lang()), width="stretch")
     ui.badge("measured")
-    st.markdown(report.compare_verdict(r, ui.lang()))
-    st.dataframe(report.compare_table(r, ui.lang()), width="stretch")
-    st.caption(report.compare_totals(r, ui.lang()))
+    st.markdown(report.compare_verdict(c, ui.lang()))
+    tok = loaded.tokenizer
+    st.dataframe(report.compare_table(c, tokens.sequence_labels(tok, c.with_ids), tokens.sequence_labels(tok, c.without_ids), ui.lang()),
+                 width="stretch")
+    st.markdown(report.compare_totals(c, ui.lang()))
+    if c.busy:
+        st.warning(report.busy_note(ui.lang()))
+
+
+def _measure(want: tuple) -> None:
+    """Button callback: every press measures afresh (a new run number for the cache)."""
+    st.session_state[f"{P}_run"] = st.session_state.get(f"{P}_run", 0) + 1
+    st.session_state[f"{P}_cmp"] = (*want, st.session_state[f"{P}_run"])
 
 
 def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
-    """Section 1: the same tokens with and without the cache, timed, once the button asks for it."""
+    """Section 1: the same tokens with and without the cache, timed (repeated runs), once the button asks."""
     st.subheader(ui.t("kv_cache.s1"))
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
     min_len = c2.select_slider(ui.t("kv_cache.min_len"), [0, 32, 64, 128, 256], 128, key=f"{P}_len", help=ui.t("kv_cache.min_len_help"))
-    if st.button(ui.t("kv_cache.measure"), key=f"{P}_measure", type="primary"):
-        st.session_state[f"{P}_cmp"] = (spec, prompt, chat, n, min_len)
+    want = (spec, prompt, chat, n, min_len)
+    done = st.session_state.get(f"{P}_cmp")  # the button's callback has run already: a press shows at once
+    shown = done is not None and done[:5] == want
+    label = ui.t("kv_cache.measure_again") if shown else ui.t("kv_cache.measure")
+    st.button(label, key=f"{P}_measure", type="primary", on_click=_measure, args=(want,))
     if not prompt.strip():
         st.info(ui.t("hint.empty_prompt"))
-    elif st.session_state.get(f"{P}_cmp") == (spec, prompt, chat, n, min_len):
+    elif shown:
         with st.spinner(ui.t("kv_cache.measuring")):
             try:
-                _compare(spec, prompt, chat, n, min_len)
+                _compare(spec, prompt, chat, n, min_len, done[5])
             except EmptyPromptError:
                 st.info(ui.t("hint.empty_prompt"))
     else:
-        st.info(ui.t("kv_cache.press_measure"))
+        st.info(ui.t("kv_cache.press_measure", reps=generate.TPOT_REPS))
 
 
 def _calculator() -> None:
@@ -71,24 +89,33 @@ def _calculator() -> None:
         return
     terms = kvcalc.formula_terms(shape, tokens, bpv, reqs)
     total = terms["total"]
-    st.metric(ui.t("kv_cache.total", kind=shape.kind), human_bytes(total), f"{total:,} B", delta_color="off")
+    st.metric(ui.t("kv_cache.total", kind=shape.kind), human_bytes(total))
+    st.caption(f"{total:,} B")
     st.caption(ui.t("kv_cache.formula", **terms))
     rows = kvcalc.variant_rows(shape, tokens, bpv, reqs)
     st.dataframe(report.variant_table(rows, ui.lang()), hide_index=True, width="stretch")
-    st.plotly_chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
+    presenter.chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
     ui.badge("formula")
+
+
+def _measure_costs() -> None:
+    st.session_state[f"{P}_costs_run"] = st.session_state.get(f"{P}_costs_run", 0) + 1
 
 
 def _workloads(spec: str, facts: ModelFacts) -> None:
     """Section 3: the three request shapes, simulated from the per-token costs measured here."""
     st.subheader(ui.t("kv_cache.s3"))
+    run = st.session_state.get(f"{P}_costs_run", 0)
     with st.spinner(ui.t("kv_cache.measuring")):
-        m = cache.measured_costs(spec)
-    costs = kvcalc.Costs.of_model(facts, m["prefill_s_per_token"], m["decode_s_per_token"])
-    st.markdown(report.costs_text(costs, m["n_prefill"], facts.name, ui.lang()))
+        m = cache.measured_costs(spec, run)
+    costs = kvcalc.Costs.of_model(facts, m.prefill_per_token, m.tpot or 0.0)
+    st.markdown(report.costs_text(m, costs, facts.name, ui.lang()))
+    if m.busy:
+        st.warning(report.busy_note(ui.lang()))
+    st.button(ui.t("kv_cache.remeasure_costs"), key=f"{P}_costs_again", on_click=_measure_costs)
     rows = kvcalc.simulate(kvcalc.SEED_WORKLOADS, costs)
-    st.dataframe(report.workload_table(rows, ui.lang()), hide_index=True, width="stretch")
-    st.plotly_chart(gen_fig.workloads(report.workload_names(rows, ui.lang()), rows, ui.lang()), width="stretch")
+    st.table(report.workload_table(rows, ui.lang()).style.format(precision=2, thousands=","), hide_index=True)  # every column whole
+    presenter.chart(gen_fig.workloads(report.workload_names(rows, ui.lang()), rows, ui.lang()), width="stretch")
     ui.badge("measured", ui.t("kv_cache.simulated"))
 
 

@@ -19,7 +19,7 @@ def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
                                key="multihead_model")]
     T = c2.slider(ui.t("multihead.T"), 1, 64, 8, key="multihead_T")
     st.markdown(ui.t("multihead.split", d=cfg.d_model, h=cfg.n_heads, dh=cfg.dh, hd=cfg.n_heads * cfg.dh))
-    st.dataframe(A.multihead_shapes_table(cfg, T, lang), hide_index=True, width="stretch")
+    st.table(A.multihead_shapes_table(cfg, T, lang), hide_index=True)
     ui.badge("formula")
     return cfg
 
@@ -30,7 +30,7 @@ def _sharing_section(cfg: HeadGeometry, lang: str) -> None:
     hkv = st.select_slider(ui.t("multihead.hkv"), A.divisors(cfg.n_heads), value=cfg.n_kv_heads,
                            key=f"multihead_hkv_{cfg.n_heads}")
     shared = cfg.with_kv_heads(hkv)
-    st.plotly_chart(P.kv_sharing_figure(cfg.n_heads, hkv, lang), width="stretch")
+    presenter.chart(P.kv_sharing_figure(cfg.n_heads, hkv, lang), width="stretch")
     st.caption(ui.t("multihead.sharing_caption", kind=shared.kind, g=shared.group_size, own=cfg.n_kv_heads))
     ui.badge("formula")
 
@@ -41,8 +41,8 @@ def _bytes_section(configs: list[HeadGeometry], lang: str) -> None:
     b1, b2 = st.columns(2)
     n = b1.number_input(ui.t("multihead.n_tokens"), 1, 1_000_000, 4096, step=1024, key="multihead_n")
     bpv = b2.selectbox(ui.t("multihead.bpv"), list(A.BYTE_WIDTHS), format_func=A.bytes_label, key="multihead_bpv")
-    st.dataframe(A.kv_table(configs, int(n), bpv, lang), hide_index=True, width="stretch")
-    st.plotly_chart(P.kv_bytes_figure(configs, int(n), bpv, lang), width="stretch")
+    st.table(A.kv_table_view(A.kv_table(configs, int(n), bpv, lang)), hide_index=True)  # every column whole
+    presenter.chart(P.kv_bytes_figure(configs, int(n), bpv, lang), width="stretch")
     ui.badge("formula")
 
 
@@ -63,7 +63,7 @@ def _real_section(lang: str) -> None:
     m2.metric(ui.t("multihead.concat"), r["concat"])
     m3.metric(ui.t("multihead.diff"), r["diff"])
     norms = A.head_write_norms(parts["per_head"])  # [H, T]: how much each head writes at each position
-    st.plotly_chart(P.matrix_figure(norms, ui.t("multihead.fig_norms", l=layer), A.head_labels(tr.n_heads), position_labels(tr.tokens),
+    presenter.chart(P.matrix_figure(norms, ui.t("multihead.fig_norms", l=layer), A.head_labels(tr.n_heads), position_labels(tr.tokens),
                                     lang, xlabel_key="ui.position", ylabel_key="ui.head"), width="stretch")
     st.caption(ui.t("multihead.diff_note"))
     ui.badge("model")

@@ -16,14 +16,14 @@ def _sin_tab(lang: str) -> None:
     T = c1.slider(ui.t("positions.T"), 8, 256, 64, key="positions_T")
     d = c2.slider(ui.t("positions.d"), 8, 256, 128, step=2, key="positions_d")
     pe = R.sinusoidal(T, d)
-    st.plotly_chart(P.sinusoidal_figure(pe, lang), width="stretch")
+    presenter.chart(P.sinusoidal_figure(pe, lang), width="stretch")
     ui.badge("formula")
     st.caption(R.sinusoidal_check_text(pe, lang))
 
 
 def _kinds_tab(loaded, lang: str) -> None:
     st.markdown(ui.t("positions.kinds_intro"))
-    st.dataframe(R.methods_table(lang), hide_index=True, width="stretch")
+    st.table(R.methods_table(lang), hide_index=True)  # short text table: wrapped, never cut
     if loaded is not None:
         st.info(ui.t("positions.this_model", name=widgets.md(loaded.facts.name), kind=loaded.facts.position_type))
     nav.page_link("toy", label=ui.t("positions.toy_link"), icon="🧪")
@@ -35,7 +35,7 @@ def _rope_tab(theta: float, dh: int, lang: str) -> None:
     pair = widgets.int_slider(ui.t("positions.pair"), 0, dh // 2 - 1, 4, key="positions_pair", where=c1)
     pos = c2.slider(ui.t("ui.position"), 0, R.PAIR_POSITIONS - 1, 3, key="positions_pos")
     th_i, traj = R.rope_pair_demo(dh, theta, pair)
-    st.plotly_chart(P.rope_pair_figure(traj, pos, th_i, lang), width="stretch")
+    presenter.chart(P.rope_pair_figure(traj, pos, th_i, lang), width="stretch")
     st.caption(R.pair_caption(dh, pair, pos, th_i, lang))
     ui.badge("formula")
 
@@ -43,8 +43,8 @@ def _rope_tab(theta: float, dh: int, lang: str) -> None:
 def _relative_tab(theta: float, lang: str) -> None:
     st.markdown(ui.t("positions.relative_intro"))
     demo = R.relative_demo(64, theta)
-    st.plotly_chart(P.rope_offset_figure(demo["table"], demo["offsets"], demo["shifts"], lang), width="stretch")
-    st.dataframe(R.offset_pairs_table(demo["q"], demo["k"], theta), hide_index=True)
+    presenter.chart(P.rope_offset_figure(demo["table"], demo["offsets"], demo["shifts"], lang), width="stretch")
+    st.table(R.offset_pairs_table(demo["q"], demo["k"], theta).style.format({"q·k": "{:.6f}"}), hide_index=True)
     ui.badge("formula")
 
 
@@ -60,7 +60,10 @@ def _real_tab(loaded) -> None:
         chk = cache.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:
         return st.info(ui.t("positions.not_rope", kind=str(e)))
-    gaps = R.rope_check_readout(chk, tr.q[layer])
+    d = ui.layer_detail(tr, layer)
+    if d is None:
+        return
+    gaps = R.rope_check_readout(chk, d.q)
     m1, m2 = st.columns(2)
     m1.metric(ui.t("positions.diff_rot"), gaps["rotated"])
     m2.metric(ui.t("positions.diff_raw"), gaps["raw"])

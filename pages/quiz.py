@@ -11,10 +11,32 @@ from core.learn import quiz
 from core.web import nav, presenter, ui
 
 
+def _seed() -> int:
+    """This attempt's seed: kept in the session, taken from a link (``?quiz=``) when it is valid,
+    new otherwise; always written back to the URL, so the link reproduces the order."""
+    seed = st.session_state.get("quiz_seed")
+    if seed is None:
+        seed = quiz.parse_seed(st.query_params.get("quiz"))
+        seed = quiz.new_seed() if seed is None else seed
+        st.session_state["quiz_seed"] = seed
+    ui.set_qp(quiz=seed)
+    return seed
+
+
+def _key(seed: int, q: quiz.Question) -> str:
+    return f"quiz_{seed}_{q.id}"  # a new attempt has new widgets: no answer of the last one survives
+
+
 def _reset() -> None:
+    """Start over: forget this attempt's answers and draw a new order."""
+    old = st.session_state.get("quiz_seed")
     for q in quiz.QUESTIONS:
-        st.session_state.pop(f"quiz_{q.id}", None)
+        st.session_state.pop(_key(old, q), None)
     st.session_state.pop("quiz_checked", None)
+    seed = quiz.new_seed()
+    while seed == old:
+        seed = quiz.new_seed()
+    st.session_state["quiz_seed"] = seed
 
 
 def _option(qid: str, lang: str):
@@ -24,21 +46,23 @@ def _option(qid: str, lang: str):
 def render() -> None:
     ui.header("page.quiz")
     st.markdown(ui.t("quiz.intro", n=len(quiz.QUESTIONS)))
+    seed = _seed()
+    st.caption(ui.t("quiz.attempt", seed=seed))
     with st.form("quiz_form"):
         for i, q in enumerate(quiz.QUESTIONS):
             st.radio(
                 f"**{ui.t('quiz.qn', i=i + 1)}.** {ui.t(f'quiz.{q.id}.q')}",
-                list(range(q.n_options)),
+                quiz.option_order(q, seed),  # the option indices in this attempt's order
                 index=None,
                 format_func=_option(q.id, ui.lang()),
-                key=f"quiz_{q.id}",
+                key=_key(seed, q),
             )
         if st.form_submit_button(ui.t("quiz.submit"), type="primary"):
             st.session_state["quiz_checked"] = True
     if not st.session_state.get("quiz_checked"):
         return
 
-    answers = {q.id: st.session_state.get(f"quiz_{q.id}") for q in quiz.QUESTIONS}
+    answers = {q.id: st.session_state.get(_key(seed, q)) for q in quiz.QUESTIONS}
     result = quiz.score(answers)
     st.subheader(ui.t("quiz.score", right=result.correct, total=result.total, pct=round(result.percent)))
     st.progress(result.correct / result.total)

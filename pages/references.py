@@ -21,15 +21,10 @@ def render() -> None:
 
     st.subheader(ui.t("references.all"))
     refs = sorted(references.REFERENCES.values(), key=lambda r: (r.year, r.authors))
-    table = pd.DataFrame({
-        ui.t("references.col.ref"): [f"{r.authors} — {r.title}. {r.venue}" for r in refs],
-        ui.t("references.col.year"): [r.year for r in refs],
-        ui.t("references.col.link"): [r.url for r in refs],
-        ui.t("references.col.for"): [", ".join(ui.t(f"references.c.{c}") for c in references.concepts_of(r.key))
-                                     for r in refs],
-    })
-    st.dataframe(table, hide_index=True, key="references_table",
-                 column_config={ui.t("references.col.link"): st.column_config.LinkColumn()})
+    used_for = {r.key: ", ".join(ui.t(f"references.c.{c}") for c in references.concepts_of(r.key)) for r in refs}
+    headers = (ui.t("references.col.ref"), ui.t("references.col.year"), ui.t("references.col.for"))
+    with st.container(key="references_table"):  # a Markdown table: titles wrap and stay links, nothing is cut
+        st.markdown(references.markdown_table(refs, headers, used_for))
     ui.badge("formula")
 
     st.subheader(ui.t("references.prov.title"))
@@ -40,8 +35,8 @@ def render() -> None:
     st.markdown(ui.t("references.prov.body", model=loaded.facts.name, params=f"{loaded.facts.n_params:,}",
                      source=loaded.source, tf=versions["transformers"], torch=versions["torch"]))
     rows = references.provenance_rows(loaded.facts.to_dict(), loaded.source)
-    st.dataframe(pd.DataFrame(rows, columns=[ui.t("references.prov.col.fact"), ui.t("references.prov.col.value")]),
-                 hide_index=True, key="references_prov")
+    st.table(pd.DataFrame(rows, columns=[ui.t("references.prov.col.fact"), ui.t("references.prov.col.value")]),
+             hide_index=True)
     ui.badge("model")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 
 from core import backends
-from core.engine.tokens import position_label
+from core.engine.tokens import label, position_label
 from core.inside import embeddings
 from core.inside import figures as inside_fig
-from core.web import cache, chips, ui, widgets
+from core.web import cache, chips, presenter, ui, widgets
 
 
 def _chips(tr, spec: str) -> None:
@@ -32,7 +32,7 @@ def _lookup(tr, loaded, spec: str) -> bool:
         return False
     tid = int(tr.token_ids[pos])
     row, traced = cache.embedding_rows(spec, (tid,))[0], tr.embeddings[pos]
-    st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=tr.d_model, tok=widgets.code(tr.tokens[pos])))
+    st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=tr.d_model, tok=widgets.code(label(tr.tokens, pos))))
     st.dataframe(embeddings.lookup_table(row, traced, tid, pos, ndims).style.format("{:+.4f}"), width="stretch")
     st.caption(ui.t("tokens.lookup_check", diff=embeddings.max_gap(row, traced)))
     ui.badge("model")
@@ -42,7 +42,7 @@ def _lookup(tr, loaded, spec: str) -> bool:
 def _id_distance(loaded, spec: str, lang: str) -> None:
     st.subheader(ui.t("tokens.iddist_title"))
     s = cache.id_study(spec)
-    st.plotly_chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
+    presenter.chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
     st.markdown(ui.t("tokens.iddist_result", **embeddings.id_study_args(s, loaded.tokenizer)))
     ui.badge("model", ui.t("tokens.iddist_badge", n=len(s.cosine)))
 
@@ -54,7 +54,7 @@ def _pca(spec: str, lang: str) -> None:
     if len(words) < 2:
         st.info(ui.t("tokens.pca_need_two"))
         return
-    st.plotly_chart(inside_fig.fig_pca(words, coords, expl, lang), width="stretch")
+    presenter.chart(inside_fig.fig_pca(words, coords, expl, lang), width="stretch")
     # the words are the user's own text: shown as typed, never rendered as Markdown or HTML
     st.caption(embeddings.pca_caption([widgets.md(w) for w in words], [widgets.md(p) for p in pieces], lang))
     ui.badge("model")
@@ -62,10 +62,10 @@ def _pca(spec: str, lang: str) -> None:
 
 def _rag(spec: str, lang: str) -> None:
     st.subheader(ui.t("tokens.cmp_title"))
-    st.dataframe(embeddings.compare_table(lang), hide_index=True, width="stretch")
+    st.table(embeddings.compare_table(lang), hide_index=True)  # sentences in cells: wrapped, never cut
     vecs = [cache.sentence_vector(spec, s) for s in embeddings.RAG_SENTENCES]
     st.markdown(ui.t("tokens.rag_demo"))
-    st.dataframe(embeddings.similarity_table(embeddings.RAG_SENTENCES, vecs).style.format("{:.3f}"), width="stretch")
+    st.table(embeddings.similarity_table(embeddings.RAG_SENTENCES, vecs).style.format("{:.3f}"))
     st.caption(ui.t("tokens.rag_caveat"))
     ui.badge("model", ui.t("tokens.rag_badge"))
 

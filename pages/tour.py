@@ -53,13 +53,15 @@ def render() -> None:
         st.code(tr.text[:3000], language=None, wrap_lines=True)
     if view.chips is not None:
         with st.container(key="tour_tokens"):
-            chips.show(view.chips, positions=True, limit=200)
+            chips.show(view.chips, positions=True, limit=200, start=view.chips_start, framed_tail=view.chips_new)
+        if view.chips_start:
+            st.caption(ui.t("tour.next_hidden", n=view.chips_start - 1))
     cols = st.columns(len(view.metrics))
     for col, (label, value) in zip(cols, view.metrics):
         col.metric(ui.t(label), value)
     if view.chart is not None:
         fig = learn_fig.stage_figure(view.chart, lambda k: i18n.t(k, lang))
-        st.plotly_chart(fig, width="stretch", key="tour_chart")
+        presenter.chart(fig, width="stretch", key="tour_chart")
     if view.table is not None and not presenter.is_on():
         st.dataframe(pd.DataFrame({ui.t(k): v for k, v in view.table.items()}), hide_index=True, key="tour_table")
     ui.badge("formula" if stage.key == "kv_cache" else "model")

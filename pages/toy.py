@@ -11,7 +11,7 @@ from core.web import cache, live, presenter, ui, widgets
 
 def _site(tr, stage: str, layer: int, head: int, lang: str) -> None:
     """One site's heatmap, its shape and range, and the provenance badge."""
-    st.plotly_chart(toy_fig.fig_site(tr, stage, layer, head, lang), width="stretch")
+    presenter.chart(toy_fig.fig_site(tr, stage, layer, head, lang), width="stretch")
     st.caption(toy_fig.site_caption(tr, stage, layer, head, lang))
     ui.badge("toy")
 
@@ -68,7 +68,7 @@ def _order_section(lang: str) -> None:
         st.warning(ui.t("toy.order_bad"))
     else:
         st.dataframe(toy_fig.word_order_table(rows, lang), hide_index=True, width="stretch")
-        st.plotly_chart(toy_fig.fig_word_order(rows, lang), width="stretch")
+        presenter.chart(toy_fig.fig_word_order(rows, lang), width="stretch")
         ui.badge("toy")
 
 
@@ -78,7 +78,7 @@ def _train_section(lang: str) -> None:
     st.markdown(toy_fig.train_caption(curve, live.LIVE_SECONDS, lang))
     st.caption(toy_fig.report_text(curve["report"], lang))
     c1, c2, c3 = st.columns([2, 1, 1])
-    steps = c1.slider(ui.t("toy.train_steps"), 50, 800, 300, 50, key="toy_train_steps")
+    steps = c1.slider(ui.t("toy.train_steps"), 50, 800, live.LIVE_STEPS, 50, key="toy_train_steps")
     seed = c2.number_input(ui.t("toy.train_seed"), 0, 9999, 0, key="toy_train_seed")
     go = c3.button(ui.t("toy.train_button"), key="toy_train_go", type="primary")
     bar, c_loss, c_pat = st.empty(), *st.columns(2)
@@ -86,12 +86,13 @@ def _train_section(lang: str) -> None:
     if go:
         st.session_state["toy_live"] = live.run_live(int(steps), int(seed), bar, loss_slot, pat_slot, lang)
     elif "toy_live" not in st.session_state:
-        loss_slot.plotly_chart(toy_fig.fig_loss(curve["loss"], lang), width="stretch")
+        presenter.chart_in(loss_slot, toy_fig.fig_loss(curve["loss"], lang), width="stretch")
     result = st.session_state.get("toy_live")
     if result:
         if not go:
-            loss_slot.plotly_chart(toy_fig.fig_live_loss(result["losses"], curve["loss"], lang), width="stretch")
-        st.success(toy_fig.live_done_text(result, lang))
+            presenter.chart_in(loss_slot, toy_fig.fig_live_loss(result["losses"], curve["loss"], lang), width="stretch")
+        level, text = toy_fig.live_note(result, curve, lang)  # cut short by the time budget → a warning, not a success
+        getattr(st, level)(text)
     ui.badge("measured")
 
 

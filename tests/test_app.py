@@ -3,6 +3,10 @@ and looking at another layer reads the cached trace instead of running the model
 
 from __future__ import annotations
 
+import html
+import json
+import re
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -100,3 +104,171 @@ def test_wrong_model_folder_keeps_the_previous_model(tmp_path, monkeypatch):
     assert any("No folder" in e.value for e in at.error)
     assert at.session_state["model_spec_ok"] == "SmolLM2-135M-Instruct"
     assert at.title[0].value == "The journey of a sentence"
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14: one label rule on every page, a projector's type, links that reopen the view
+
+LABEL_PROMPT = "我喜欢人工智能\n a  b"  # byte tokens, a newline, spaces
+_POS_LABEL = re.compile(r"(?<![\w‹])(\d+)·((?:‹[0-9A-F ]+›|[^\s<|‹])+)")
+
+
+def _strings(obj, out: list[str]) -> list[str]:
+    """Every string inside a plotly spec (ticks, hover, custom data, names, titles)."""
+    if isinstance(obj, str):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _strings(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _strings(v, out)
+    return out
+
+
+def _page(stem: str, **state):
+    at = AppTest.from_file(APP, default_timeout=240)
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.switch_page(f"pages/{stem}.py")
+    at.run()
+    assert not at.exception, (stem, [e.value for e in at.exception])
+    return at
+
+
+def test_one_label_rule_on_every_figure_table_and_chip(smol):
+    """A token reads the same everywhere: in the chips, the tables, every figure's ticks and hover text
+    — whitespace made visible (never a blank), a byte token as its character and bytes (我‹E6 88›)."""
+    from core.engine.tokens import readable_tokens, token_labels
+
+    ids = smol.tokenizer(LABEL_PROMPT)["input_ids"]
+    labels = token_labels(readable_tokens(smol.tokenizer, ids))
+    assert labels[0] == "我‹E6 88›" and "⏎" in labels and any("␣" in lbl for lbl in labels)
+    found: dict[str, int] = {}
+    for stem in ("journey", "tokens", "heads", "residual", "logits", "multihead", "tour", "positions"):
+        at = _page(stem, prompt=LABEL_PROMPT, chat=False)
+        texts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+        texts += [s for c in at.get("plotly_chart") for s in _strings(json.loads(c.proto.spec), [])]
+        texts += [str(x) for d in [*at.dataframe, *at.table] for x in d.value.astype(str).to_numpy().ravel()]
+        texts += [str(o) for sb in at.selectbox for o in sb.options]
+        for text in texts:
+            assert "⟨" not in text, (stem, text[:200])  # bytes always drawn ‹E6 88›
+            assert not re.search(r"‹[0-9A-F ]*␣", text), (stem, text[:200])  # never ‹E6␣88›
+            for pos, lbl in _POS_LABEL.findall(text):
+                if int(pos) < len(labels):
+                    assert lbl == labels[int(pos)], (stem, pos, lbl, labels[int(pos)])
+                    found[stem] = found.get(stem, 0) + 1
+        chips_html = " ".join(m.value for m in at.markdown if 'class="xr-chip"' in m.value)
+        if stem in ("journey", "tokens"):
+            pieces = re.findall(r'data-piece="([^"]*)"', chips_html)[: len(labels)]
+            assert [html.unescape(p) for p in pieces] == labels, stem
+    assert {"heads", "residual", "logits", "multihead", "tokens"} <= set(found), found  # position labels were seen
+
+
+@pytest.mark.parametrize("stem", ["heads", "attention_lab", "tour", "context", "positions", "logits"])
+def test_presenter_mode_figures_use_projector_type(smol, stem):
+    """?present=1: every figure's text is at least 18 px (one helper applies it), the sidebar starts
+    collapsed."""
+    from core.web import presenter
+
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params["present"] = "1"
+    at.query_params["step"] = "3"
+    at.switch_page(f"pages/{stem}.py")
+    at.run()
+    assert not at.exception
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert figs, stem
+    for spec in figs:
+        lay = {k: v for k, v in spec["layout"].items() if k != "template"}
+        assert lay["font"]["size"] >= presenter.MIN_FONT
+        sizes = _font_sizes({"data": spec["data"], "layout": lay}, [])
+        assert sizes and min(sizes) >= presenter.MIN_FONT, (stem, sorted(set(sizes)))
+    at2 = AppTest.from_file(APP, default_timeout=240)
+    at2.switch_page(f"pages/{stem}.py")
+    at2.run()
+    plain = [json.loads(c.proto.spec)["layout"].get("font", {}).get("size") for c in at2.get("plotly_chart")]
+    assert all(s is None or s < presenter.MIN_FONT for s in plain)  # outside presenter mode, figures are as built
+
+
+def _font_sizes(obj, out: list[float], inside_font: bool = False) -> list[float]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "size" and inside_font and isinstance(v, (int, float)):
+                out.append(v)
+            _font_sizes(v, out, inside_font or "font" in k)
+    elif isinstance(obj, list):
+        for v in obj:
+            _font_sizes(v, out, inside_font)
+    return out
+
+
+def test_presenter_link_collapses_the_sidebar_and_fonts_are_one_helper():
+    """app.py asks presenter.sidebar_state() before anything else; no page draws a plotly figure
+    except through presenter.chart / chart_in (the one place that applies the projector's type)."""
+    src = (ROOT / "app.py").read_text(encoding="utf-8")
+    assert "initial_sidebar_state=presenter.sidebar_state()" in src
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in [ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "core").rglob("*.py")]
+           if p.name != "presenter.py"
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if ".plotly_chart(" in line]
+    assert not bad, bad
+
+
+def test_links_reopen_journey_sampling_and_stepper_settings(smol):
+    """The journey's layer, the sampling settings and the stepper's run settings live in the URL; a
+    link with bad values opens with them clamped or dropped, never a traceback."""
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params["layer"] = "12"
+    at.run()
+    assert at.slider(key="journey_layer").value == 12
+    at.slider(key="journey_layer").set_value(20).run()
+    assert at.query_params["layer"] in ("20", ["20"])
+
+    at = AppTest.from_file(APP, default_timeout=240)
+    for k, v in dict(temp="0.7", top_k="40", top_p="0.9", penalty="1.2", seed="7").items():
+        at.query_params[k] = v
+    at.switch_page("pages/logits.py")
+    at.run()
+    assert not at.exception
+    assert (at.slider(key="logits_temp").value, at.number_input(key="logits_topk").value) == (0.7, 40)
+    assert (at.slider(key="logits_topp").value, at.slider(key="logits_pen").value, at.number_input(key="logits_seed").value) == (0.9, 1.2, 7)
+    at.slider(key="logits_temp").set_value(1.5).run()
+    assert at.query_params["temp"] in ("1.5", ["1.5"])
+
+    at = AppTest.from_file(APP, default_timeout=240)
+    for k, v in dict(temp="nan", top_k="-3", top_p="7", penalty="abc", seed="1e99").items():
+        at.query_params[k] = v
+    at.switch_page("pages/logits.py")
+    at.run()
+    assert not at.exception and not at.error
+    assert (at.slider(key="logits_temp").value, at.number_input(key="logits_topk").value) == (1.0, 0)
+    assert (at.slider(key="logits_topp").value, at.slider(key="logits_pen").value, at.number_input(key="logits_seed").value) == (1.0, 1.0, 0)
+
+    at = AppTest.from_file(APP, default_timeout=240)
+    for k, v in dict(greedy="0", temp="1.3", top_k="20", top_p="0.8", seed="5", max="12").items():
+        at.query_params[k] = v
+    at.switch_page("pages/generation.py")
+    at.run()
+    assert not at.exception
+    assert at.toggle(key="generation_greedy").value is False and at.slider(key="generation_temp").value == 1.3
+    assert [at.number_input(key=f"generation_{k}").value for k in ("topk", "seed", "max")] == [20, 5, 12]
+    assert at.slider(key="generation_topp").value == 0.8
+
+    at = AppTest.from_file(APP, default_timeout=240)
+    for k, v in dict(greedy="maybe", temp="-9", top_k="1e3", max="100000").items():
+        at.query_params[k] = v
+    at.switch_page("pages/generation.py")
+    at.run()
+    assert not at.exception and not at.error
+    assert at.toggle(key="generation_greedy").value is True and at.slider(key="generation_temp").value == 0.1
+    assert [at.number_input(key=f"generation_{k}").value for k in ("topk", "max")] == [50, 256]
+
+
+def test_logit_lens_cell_text_is_readable():
+    """The lens writes each cell's token at 12 px at least (it was 9 px)."""
+    import numpy as np
+
+    from core.stream import figures as stream_fig
+
+    fig = stream_fig.fig_logit_lens(np.zeros((3, 2), dtype=int), np.full((3, 2), 0.5), ["a"] * 6, ["x", "y"], "en")
+    assert fig.data[0].textfont.size >= 12

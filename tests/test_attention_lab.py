@@ -389,7 +389,7 @@ def test_cost_tab_table_is_formatted():
     import pyarrow as pa
 
     at = _calc_app()
-    cost = next(d for d in at.table if list(d.value.columns)[0] == "n")
+    cost = next(d for d in at.table if d.value.columns[0] == "n")
     assert not at.exception and cost.value.iloc[0, 0] == 1024  # the numbers stay numbers …
     shown = pa.ipc.open_stream(cost.proto.arrow_data.styler.display_values).read_all().to_pandas()  # … drawn formatted
     text = shown.to_string()

@@ -242,3 +242,60 @@ def test_ctrl_c_saves_the_tokens_so_far(tmp_path):
     assert progress[-1] <= n < meta["steps_at_most"]
     assert f"interrupted: saved the {n} tokens generated so far to {out}" in stderr
     assert f"wrote {out}" in stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# patch (issue 12): activation patching from the command line
+
+
+PAIR = ["kqzmwpkqzmw", "kqzmwrkqzmw", "--answer", "p", "--foil", "r"]  # the toy's repeated-segment task
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["patch", "", "x", "--answer", "a", "--foil", "b"], "clean prompt is empty"),
+    (["patch", "x", "  ", "--answer", "a", "--foil", "b"], "corrupted prompt is empty"),
+    (["patch", "x", "y", "--answer", "", "--foil", "b"], "--answer is empty"),
+    (["patch", "x", "y", "--answer", "a", "--foil", ""], "--foil is empty"),
+    (["patch", "x", "y", "--answer", "a", "--foil", "a"], "same text"),
+    (["patch", "x", "y", "--foil", "a"], "--answer"),
+])
+def test_patch_bad_arguments_before_loading(argv, words, no_model, capsys, tmp_path):
+    rc = cli.main([*argv, "-o", str(tmp_path / "p.npz")])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and words in line, line
+    assert not (tmp_path / "p.npz").exists()
+
+
+def test_patch_refuses_pairs_and_answers_it_cannot_use(capsys, tmp_path):
+    out = tmp_path / "p.npz"
+    assert cli.main(["patch", "kqzmwp", "kqzmwpq", "--answer", "p", "--foil", "r", "--model", "toy", "-o", str(out)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "different numbers of tokens (7 clean, 8 corrupted)" in line and "same slot" in line
+    assert cli.main(["patch", *PAIR[:2], "--answer", " Paris", "--foil", "r", "--model", "toy", "-o", str(out)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "is 6 tokens for this model (␣ | P | a | r | i | s)" in line, line
+    assert not out.exists()
+
+
+def test_patch_writes_the_grids_of_the_core(capsys, tmp_path):
+    from core.cause import pair, patching
+
+    out = tmp_path / "patch.npz"
+    assert cli.main(["patch", *PAIR, "--model", "toy", "-o", str(out), "--heads"]) == 0
+    stdout = capsys.readouterr().out
+    assert f"wrote {out}" in stdout and "resid: most restored at layer 0, position 6 (100%)" in stdout
+    toy = backends.load_model("toy")
+    pt = pair.encode_pair(toy.tokenizer, *PAIR[:2])
+    ans = pair.answers(toy.tokenizer, "p", "r")
+    base = patching.capture(toy, pt.ids_clean, pt.ids_corrupted)
+    with np.load(out) as z:
+        assert z["tokens_clean"].tolist() == list(pt.tokens_clean) and z["tokens_corrupted"][6] == "r"
+        assert float(z["logit_diff_clean"]) == pair.logit_diff(base.clean_logits(), ans.answer, ans.foil)
+        assert float(z["logit_diff_corrupted"]) == pair.logit_diff(base.corrupted_logits(), ans.answer, ans.foil)
+        for site in patching.SITES:
+            assert z[site].shape == (2, 12)
+            np.testing.assert_array_equal(z[site], patching.sweep(toy, base, site, ans.answer, ans.foil))
+        assert z["head_out"].shape == (2, 4)
+        # raw logit differences: copying the one differing position at layer 0 restores the clean run
+        assert z["resid"][0, 6] == pytest.approx(float(z["logit_diff_clean"]), abs=1e-5)
+        assert json.loads(str(z["meta"]))["answer"] == "p"

@@ -494,3 +494,23 @@ def test_no_metric_delta_used_as_a_caption():
         if 'delta_color="off"' in text or 'delta_arrow="off"' in text:
             offenders.append(f.name)
     assert not offenders, offenders
+
+
+def test_stepper_tpot_text_says_what_recording_costs():
+    """The stepper's caption: its own passes (which recorded attention, said so) beside the one TPOT;
+    what recording cost, the right way round — and no verdict at all on a busy machine."""
+    from types import SimpleNamespace
+
+    from core.engine.timing import Timing
+    from core.gen import report
+
+    pure = generate.TpotMeasure(Timing((0.10, 0.10, 0.10)), Timing((0.040, 0.041, 0.040, 0.042)), 30, 8)
+    slow = SimpleNamespace(tpots=[0.080, 0.081, 0.082], record_attention=True, ttft=0.2)
+    text = report.pure_tpot_text(pure, slow, "en")
+    assert text.startswith("**TPOT 40.5 ms (median of 4;") and "2.0× slower (+40.5 ms per step)" in text
+    same = SimpleNamespace(tpots=[0.0405, 0.0405, 0.0405], record_attention=True, ttft=0.2)
+    assert "no measurable time" in report.pure_tpot_text(pure, same, "en")
+    noisy = SimpleNamespace(tpots=[0.02, 0.08, 0.3, 0.9], record_attention=True, ttft=0.2)
+    assert "slower" not in report.pure_tpot_text(pure, noisy, "en") and "measurable" not in report.pure_tpot_text(pure, noisy, "en")
+    first = SimpleNamespace(tpots=[], record_attention=True, ttft=0.2)
+    assert report.timing_text(first, "en").startswith("This run: TTFT 200.0 ms · no decode step yet")

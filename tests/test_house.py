@@ -37,7 +37,7 @@ def test_visible_label_rule():
     assert tokens.visible(" a\tb\n") == "␣a⇥b⏎"
     assert tokens.visible("\x00\x7f") == "␀␡"
     assert tokens.visible("") == "∅"
-    assert tokens.visible("⟨E8 8B⟩") == "⟨E8 8B⟩"  # a byte label keeps its own space
+    assert tokens.visible("⟨E8 8B⟩") == "‹E8 8B›"  # a byte label keeps its own space (drawn ‹›: ⟨⟩ reads as "()")
     assert tokens.position_label(["x", " y"], 1) == "1·␣y" and tokens.position_label(["x", " y"], 1, offset=10) == "11·␣y"
 
 

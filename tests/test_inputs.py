@@ -137,9 +137,11 @@ def test_kv_table_holds_numbers_beyond_int64():
 # the same inputs on the pages
 
 
-def _page(stem: str, lang: str, prompt: str | None = None, model: str | None = None) -> AppTest:
+def _page(stem: str, lang: str, prompt: str | None = None, model: str | None = None, chat: str | None = None) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["lang"] = lang
+    if chat is not None:
+        at.query_params["chat"] = chat
     if model is not None:
         at.query_params["model"] = model
     if prompt is not None:
@@ -210,7 +212,7 @@ def test_one_token_prompt_on_every_page(smol, prompt, lang):
     from core.engine.tokens import encode
 
     assert len(encode(smol.tokenizer, prompt, chat=False).ids) == 1
-    at = _page("journey", lang, prompt)
+    at = _page("journey", lang, prompt, chat="0")  # the bare one-token prompt: the chat template off
     assert not _visit_all(at, lang)
     assert at.session_state["generation_stepper"].started
 

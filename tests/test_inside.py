@@ -328,7 +328,8 @@ def test_pages_render(smol, stem, lang):
 
 def test_context_page_numbers(smol):
     at = _app("context", "en")
-    assert at.metric[0].value == "1.000000"
+    assert at.metric[0].value == "1.000"  # 3 decimals like the other two metrics
+    assert all(len(m.value.split(".")[-1]) == 3 for m in at.metric)
     fig = _figs(at)[0]
     y = _arr(fig["data"][0]["y"])
     assert y[0] == 1.0 and y.min() < 0.99 and len(y) == 31
@@ -349,7 +350,7 @@ def test_ablation_page_sweep_matches_core(smol):
     at = _app("ablation", "en")
     fig = _figs(at)[1]
     kl_page = _arr(fig["data"][0]["y"])
-    ids = tokens.encode(smol.tokenizer, "What is the capital of France?").ids
+    ids = tokens.encode(smol.tokenizer, "What is the capital of France?", chat=True).ids  # the chat template is on by default
     before = ablation.next_token_probs(smol, ids)
     after = ablation.next_token_probs(smol, ids, [(0, 5)])
     assert kl_page[5] == pytest.approx(ablation.kl_divergence(before, after), rel=1e-4, abs=1e-9)
@@ -386,3 +387,108 @@ def test_tokens_page_chat_template_zh(smol):
     assert "&lt;" in chips and "<b>" not in chips and "</b>" not in chips  # markup shown, never rendered
     assert chips.count("特殊 Token") >= 5  # <|im_start|> ×3, <|im_end|> ×2
     assert "对话模板" in " ".join(i.value for i in at.info)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14: widgets that keep their state, links that reopen the view, the whole word, readable maps
+
+
+def _heads_app(lang: str = "en", **qp):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state["lang"] = lang
+    for k, v in qp.items():
+        at.query_params[k] = v
+    at.switch_page("pages/heads.py")
+    at.run()
+    return at
+
+
+def _qp(at, name):
+    v = at.query_params.get(name)
+    return v[0] if isinstance(v, list) else v
+
+
+def test_heads_go_to_head_moves_the_sliders_in_the_browser_too(smol):
+    """"Go to head" must tell the browser to move the sliders (set_value), not only the server: a
+    slider that still shows 0 would send 0 back on the next nudge and jump elsewhere."""
+    at = _heads_app()
+    at.radio(key="heads_metric").set_value("first_token").run()
+    pick = at.selectbox(key="heads_jump_pick").value
+    at.button(key="heads_jump_btn").click().run()
+    layer, head = at.slider(key="heads_layer"), at.slider(key="heads_head")
+    assert (layer.value, head.value) == (pick[0], pick[1])
+    assert layer.proto.set_value and head.proto.set_value  # the browser is told the new value
+    assert (_qp(at, "layer"), _qp(at, "head")) == (str(pick[0]), str(pick[1]))
+    assert at.radio(key="heads_mode").value == "layer" and at.radio(key="heads_metric").value == "first_token"
+    at.slider(key="heads_head").set_value((pick[1] + 1) % 9).run()  # the next nudge moves from the head we went to
+    assert at.slider(key="heads_layer").value == pick[0]
+
+
+def test_heads_show_mode_and_metric_survive_a_language_switch_and_relabelling(smol):
+    """Streamlit remembers a radio's choice by its label; the labels here name the layer and change
+    language, so the page holds the choice and gives it back (and the browser is told)."""
+    at = _heads_app()
+    at.radio(key="heads_mode").set_value("head").run()
+    at.toggle(key="heads_hide").set_value(True).run()
+    at.radio(key="heads_metric").set_value("entropy").run()
+    at.slider(key="heads_layer").set_value(4).run()  # relabels the mode options ("… layer 4")
+    assert at.radio(key="heads_mode").value == "head" and at.radio(key="heads_mode").proto.set_value
+    at.session_state["lang"] = "zh"
+    at.run()
+    assert not at.exception
+    assert at.radio(key="heads_mode").value == "head" and at.toggle(key="heads_hide").value is True
+    assert at.radio(key="heads_metric").value == "entropy" and at.radio(key="heads_mode").proto.set_value
+    assert (_qp(at, "show"), _qp(at, "hide"), _qp(at, "metric")) == ("head", "1", "entropy")
+
+
+def test_heads_link_reopens_the_view_and_bad_values_are_dropped(smol):
+    at = _heads_app(layer="7", head="2", show="head", hide="1", metric="prev_token", pos="3")
+    assert not at.exception
+    assert (at.slider(key="heads_layer").value, at.slider(key="heads_head").value) == (7, 2)
+    assert at.radio(key="heads_mode").value == "head" and at.toggle(key="heads_hide").value is True
+    assert at.radio(key="heads_metric").value == "prev_token" and at.slider(key="heads_q").value == 3
+    at = _heads_app(layer="999", head="-4", show="<script>", hide="yes", metric="nope", pos="x")
+    assert not at.exception and not at.error
+    assert (at.slider(key="heads_layer").value, at.slider(key="heads_head").value) == (29, 0)  # clamped
+    assert at.radio(key="heads_mode").value == "layer" and at.toggle(key="heads_hide").value is False  # dropped
+    assert at.radio(key="heads_metric").value == heads.METRICS[0] and _qp(at, "show") == "layer"
+
+
+def test_context_follows_every_token_of_the_word(smol):
+    """苹果 is four tokens in SmolLM2 (苹 = three bytes, then 果): the page follows all of them."""
+    at = _app("context", "en")
+    assert not at.exception
+    wid = embeddings.word_ids(smol.tokenizer, "苹果")
+    assert len(wid) == 4 and at.slider(key="context_n_zh_one").value == 4
+    fig = _figs(at)[0]
+    curves = [d for d in fig["data"] if d.get("mode") == "lines+markers"]
+    assert [d["name"] for d in curves] == ["0·苹‹E8› | 11·苹‹E8›", "1·苹‹8B› | 12·苹‹8B›", "2·苹‹B9› | 13·苹‹B9›", "3·果 | 14·果"]
+    one = backends.trace(smol, embeddings.CONTEXT_PAIRS["zh_one"][0])
+    for (i, j), d in zip(embeddings.follow_pairs(3, 14, 4), curves):
+        np.testing.assert_allclose(_arr(d["y"]), embeddings.context_similarity(one.resid, i, one.resid, j), atol=1e-9)
+    table = at.dataframe[0].value  # the table of every followed token comes first
+    assert len(table) == 4 and np.allclose(table.iloc[:, 2], 1.0, atol=1e-12)  # same ids → same embedding rows
+    assert embeddings.follow_pairs(1, 5, 4) == [(0, 4), (1, 5)]  # shortened where a prompt has fewer tokens before
+
+
+def test_pca_labels_face_away_from_their_nearest_neighbour():
+    from core.inside import figures as inside_fig
+
+    coords = np.array([[0.0, 0.0], [0.0, 0.05], [1.0, 0.0], [0.95, 1.0]])
+    assert inside_fig.label_sides(coords) == ["bottom center", "top center", "middle right", "top center"]
+    assert inside_fig.label_sides(np.array([[0.0, 0.0], [0.02, 0.0], [1.0, 1.0]]))[:2] == ["middle left", "middle right"]
+
+
+def test_tokens_page_long_text_tables_are_whole(smol):
+    at = _app("tokens", "en")
+    assert not at.exception
+    texts = [t.value.to_string() for t in at.table]
+    assert any("The cat sat on the mat." in x for x in texts)  # the RAG sentences, in full
+    assert any(embeddings.compare_table("en").iloc[0, 1] in x for x in texts)  # the comparison table, not cut
+
+
+def test_ablation_table_makes_whitespace_visible(smol):
+    rows = ablation.top_table(smol.tokenizer, np.eye(1, 49152, 198)[0], np.eye(1, 49152, 198)[0], k=1)
+    assert rows[0]["token"] == "⏎"  # id 198 is a newline: never a blank cell

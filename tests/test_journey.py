@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from html import escape
+
 import numpy as np
 import torch
 
@@ -48,3 +50,29 @@ def test_chips_escape_text_and_mark_specials():
     html = chips.chips_html(["<b>x</b>", " a\n"], [5, 6], kinds=chips.kinds_from_special([True, False]))
     assert "<b>x" not in html and "&lt;b&gt;" in html and "␣a⏎" in html
     assert html.count("dashed") == 1
+
+
+def test_journey_page_chinese_prompt_groups_bytes_and_decodes_the_answer(smol):
+    """我喜欢人工智能: the prompt's byte tokens are framed per character; the greedy answer is shown
+    decoded as text beside its chips (never only ‹E6 88› chips); a link carries the layer."""
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+    from core.engine import tokens
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.session_state["prompt"] = "我喜欢人工智能"
+    at.session_state["chat"] = True
+    at.query_params["layer"] = "9"
+    at.run()
+    assert not at.exception
+    html = [m.value for m in at.markdown if 'class="xr-chip"' in m.value]
+    assert html[0].count('class="xr-group"') == 5  # 我 喜 欢 工 智: each character's bytes framed together
+    tr = backends.trace(smol, "我喜欢人工智能", chat=True)
+    new, _ = journey.greedy_continuation(smol, tr.token_ids.tolist(), max_new=24)
+    decoded = smol.tokenizer.decode(new)
+    line = next(m.value for m in at.markdown if m.value.startswith("Decoded together"))
+    assert " ".join(decoded.split()).replace("`", "ˋ") in line
+    want = [f'data-piece="{escape(lbl, quote=True)}"' for lbl in tokens.sequence_labels(smol.tokenizer, new)]
+    assert [h for h in html[1:] if all(w in h for w in want)]  # the answer's chips, by the one label rule
+    assert at.slider(key="journey_layer").value == 9 and at.query_params["layer"] in ("9", ["9"])

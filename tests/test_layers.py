@@ -17,7 +17,7 @@ from pathlib import Path
 import core
 from conftest import ROOT
 
-AREAS = ("gen", "maths", "inside", "stream", "learn")
+AREAS = ("gen", "maths", "inside", "stream", "learn", "cause")
 
 
 def _modules() -> dict[str, Path]:

@@ -6,6 +6,7 @@ The tour's numbers are checked against an independent computation with the HF mo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,8 @@ def test_references_data_and_cite():
     assert {"1706.03762", "2005.14165", "2104.09864", "2305.13245"} <= arx
     assert references.cite("kv_cache")[0].key == "trtllm_kv"
     assert references.cite("positions")[0].label().startswith("Su et al. (2021). RoFormer")
+    for r in references.REFERENCES.values():  # a preprint is cited once as arXiv, never "arXiv. arXiv:…"
+        assert "arXiv. arXiv:" not in r.label() and r.label().count("arXiv") <= (2 if "arXiv" in r.title else 1)
     assert references.cite("gqa")[0].url == "https://arxiv.org/abs/2305.13245"
     assert {"allal2025", "wolf2020"} <= {r.key for c in ("model", "library") for r in references.cite(c)}
     for c in references.CONCEPTS:
@@ -162,15 +165,17 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     for temp, got in zip(tour.TEMPERATURES, p_t):
         assert got == pytest.approx(torch.softmax(out.logits[0, -1].double() / temp, -1).max().item(), abs=1e-4)
     assert p_t[0] > p_t[1] > p_t[2]
-    # KV cache: the formula equals the bytes of HF's own cache (float32) and the trace's k/v
+    # KV cache: the formula equals the bytes of HF's own cache (float32) and of the traced k/v
     hf_bytes = sum(lay.keys.numel() * 4 + lay.values.numel() * 4 for lay in out.past_key_values.layers)
-    assert kv_bytes(L, smol.facts.n_kv_heads, smol.facts.head_dim, T, 4) == hf_bytes == tr.k.nbytes + tr.v.nbytes
+    traced = sum(d.k.nbytes + d.v.nbytes for d in (backends.layer_detail(smol, tr, layer) for layer in range(L)))
+    assert kv_bytes(L, smol.facts.n_kv_heads, smol.facts.head_dim, T, 4) == hf_bytes == traced
     v = tour.stage_view("kv_cache", tr, dec)
     assert dict(v.metrics)["tour.m.kv_total"] == f"{hf_bytes:,} B"
     assert dict(v.metrics)["tour.m.kv_per_token"] == f"{2 * 30 * 3 * 64 * 4:,} B"  # SmolLM2: 46,080 B per token
     # next token: greedy = argmax of HF's logits
     v = tour.stage_view("next_token", tr, dec)
-    assert dict(v.metrics)["tour.m.next"] == visible(smol.tokenizer.decode([int(out.logits[0, -1].argmax())]))
+    top = int(out.logits[0, -1].argmax())
+    assert dict(v.metrics)["tour.m.next"] == tokens.label([*tr.tokens, *tokens.readable_tokens(smol.tokenizer, [top])], T)
     assert dict(v.metrics)["tour.m.new_len"] == str(T + 1)
 
 
@@ -186,7 +191,8 @@ def test_tour_every_stage_on_tiny_models(tiny_loaded, arch):
         body = i18n.t(f"tour.{key}.body", "zh", **v.fill)  # every placeholder is filled
         assert "{" not in body
     v = tour.stage_view("kv_cache", tr, _decode(loaded))
-    assert dict(v.metrics)["tour.m.kv_total"] == f"{tr.k.nbytes + tr.v.nbytes:,} B"
+    traced = sum(d.k.nbytes + d.v.nbytes for d in (backends.layer_detail(loaded, tr, layer) for layer in range(tr.n_layers)))
+    assert dict(v.metrics)["tour.m.kv_total"] == f"{traced:,} B"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,6 +215,7 @@ def test_tour_page_next_through_all_stages(smol, lang):
     prompt = "苹果很好吃。苹果发布了新系统。"
     at = _app("tour", lang)
     at.session_state["prompt"] = prompt
+    at.session_state["chat"] = False  # the bare prompt's tokens (an instruct model's default is the chat template)
     at.run()
     assert not at.exception
     n_tok = len(smol.tokenizer(prompt)["input_ids"])
@@ -250,10 +257,11 @@ def test_quiz_page_answer_and_score(lang):
     at = _app("quiz", lang)
     at.run()
     assert not at.exception and len(at.main.radio) == len(quiz.QUESTIONS)
+    seed = at.session_state["quiz_seed"]
     wrong = quiz.QUESTIONS[0]
     for q in quiz.QUESTIONS[1:]:
-        at.radio(key=f"quiz_{q.id}").set_value(q.correct)
-    at.radio(key=f"quiz_{wrong.id}").set_value((wrong.correct + 1) % wrong.n_options)
+        at.radio(key=f"quiz_{seed}_{q.id}").set_value(q.correct)
+    at.radio(key=f"quiz_{seed}_{wrong.id}").set_value((wrong.correct + 1) % wrong.n_options)
     at.button(key=f"FormSubmitter:quiz_form-{i18n.t('quiz.submit', lang)}").click().run()
     assert not at.exception
     n = len(quiz.QUESTIONS)
@@ -275,5 +283,105 @@ def test_references_page(lang):
     assert "TensorRT-LLM" in text and "SmolLM2" in text
     assert i18n.t("references.c.kv_cache", lang) in text
     assert at.subheader[-1].value == i18n.t("references.prov.title", lang)
-    prov = at.dataframe[-1].value
+    prov = at.table[-1].value
     assert "30" in prov.iloc[:, 1].tolist()  # n_layers of the embedded SmolLM2, read from the loaded model
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14: the tour's last stage, the quiz's attempts, one label rule
+
+
+def test_tour_next_token_stage_numbers_every_chip_by_position(smol):
+    """Stage 9 says "the sequence is now T + 1 tokens" above exactly T + 1 chips numbered 0 … T, the
+    new token last (framed); a long prompt shows its tail, numbered by the real positions."""
+    tr = backends.trace(smol, "The capital of France is")
+    T = tr.n_tokens
+    v = tour.stage_view("next_token", tr, _decode(smol))
+    assert len(v.chips) == T + 1 == v.fill["T1"] and v.chips_start == 0 and v.chips_new == 1
+    assert v.chips[:T] == [str(t) for t in tr.tokens] and v.fill["pos"] == T
+    html = chips.chips_html(v.chips, positions=True, start=v.chips_start, framed_tail=v.chips_new)
+    assert re.findall(r"<sub>(\d+)</sub>", html) == [str(i) for i in range(T + 1)]
+    assert html.count("outline:2px solid") == 1  # only the appended token is framed
+    long_tr = backends.trace(smol, " ".join(["apple"] * 40))
+    v = tour.stage_view("next_token", long_tr, _decode(smol))
+    assert v.chips_start == long_tr.n_tokens - tour.NEXT_TAIL and len(v.chips) == tour.NEXT_TAIL + 1
+    html = chips.chips_html(v.chips, positions=True, start=v.chips_start, framed_tail=1)
+    nums = [int(n) for n in re.findall(r"<sub>(\d+)</sub>", html)]
+    assert nums == list(range(v.chips_start, long_tr.n_tokens + 1))
+    body = i18n.t("tour.next_token.body", "en", **v.fill)
+    assert f"{long_tr.n_tokens + 1} tokens long, numbered 0 … {long_tr.n_tokens}" in body
+
+
+def test_tour_page_last_stage_shows_t_plus_one_chips(smol):
+    at = _app("tour", "en", step="8")
+    at.session_state["prompt"] = "我喜欢人工智能"
+    at.session_state["chat"] = False
+    at.run()
+    assert not at.exception
+    T = len(smol.tokenizer("我喜欢人工智能")["input_ids"])
+    html = " ".join(m.value for m in at.markdown if "xr-chips" in m.value)
+    assert html.count('class="xr-chip"') == T + 1
+    assert f"now {T + 1} tokens" in " ".join(m.value for m in at.markdown)
+
+
+def test_quiz_option_order_is_seeded_and_varies():
+    q = quiz.QUESTIONS[0]
+    assert quiz.option_order(q, 42) == quiz.option_order(q, 42)  # a link reproduces it
+    assert sorted(quiz.option_order(q, 42)) == list(range(q.n_options))
+    for q in quiz.QUESTIONS:  # over attempts, the right answer is found in every place
+        places = {quiz.option_order(q, seed).index(q.correct) for seed in range(60)}
+        assert places == set(range(q.n_options)), q.id
+    # within one attempt, the right answers' places do not follow the 2, 3, 1 cycle of the data
+    cycle = [q.correct for q in quiz.QUESTIONS]
+    assert any([quiz.option_order(q, s).index(q.correct) for q in quiz.QUESTIONS] != cycle for s in range(5))
+    assert [quiz.parse_seed(x) for x in ("123", " 7 ", "0")] == [123, 7, 0]
+    assert [quiz.parse_seed(x) for x in (None, "", "abc", "-1", "1e3", "3.5", str(quiz.SEED_MAX), "9" * 40)] == [None] * 8
+
+
+def test_quiz_start_over_clears_every_answer_and_draws_a_new_order():
+    at = _app("quiz", "en", quiz="1234")
+    at.run()
+    assert not at.exception and at.session_state["quiz_seed"] == 1234
+    for q in quiz.QUESTIONS:  # the link's seed decides the order shown
+        r = at.radio(key=f"quiz_1234_{q.id}")
+        assert r.options == [i18n.t(f"quiz.{q.id}.o{i}", "en") for i in quiz.option_order(q, 1234)]
+        r.set_value(q.correct)
+    at.button(key=f"FormSubmitter:quiz_form-{i18n.t('quiz.submit', 'en')}").click().run()
+    n = len(quiz.QUESTIONS)
+    assert at.subheader[0].value == i18n.t("quiz.score", "en", right=n, total=n, pct=100)
+    at.button(key="quiz_reset").click().run()
+    assert not at.exception and not at.subheader  # no score left
+    seed = at.session_state["quiz_seed"]
+    assert seed != 1234 and at.query_params["quiz"] in (str(seed), [str(seed)])
+    assert all(at.radio(key=f"quiz_{seed}_{q.id}").value is None for q in quiz.QUESTIONS)  # no answer kept
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "1e9", "99999999999999"])
+def test_quiz_link_with_a_bad_seed_gets_a_fresh_one(bad):
+    at = _app("quiz", "zh", quiz=bad)
+    at.run()
+    assert not at.exception
+    seed = at.session_state["quiz_seed"]
+    assert 0 <= seed < quiz.SEED_MAX and at.query_params["quiz"] in (str(seed), [str(seed)])
+
+
+def test_label_rule_on_smollm2_chinese():
+    """我喜欢人工智能 is 15 tokens in SmolLM2, mostly bytes: each byte token reads as its character and
+    its bytes (我‹E6 88›), the bytes of one character form one group, and the rule is one function."""
+    from core.backends import load_model
+
+    tok = load_model(None).tokenizer
+    ids = tok("我喜欢人工智能")["input_ids"]
+    pieces = tokens.readable_tokens(tok, ids)
+    labels = tokens.token_labels(pieces)
+    assert len(ids) == 15 and labels[0] == "我‹E6 88›" and labels[1] == "我‹91›" and "人" in labels
+    assert "".join(dict.fromkeys(lbl[0] for lbl in labels)) == "我喜欢人工智能"  # every label starts with its character
+    assert [g[2] for g in tokens.byte_groups(pieces)] == ["我", "喜", "欢", "工", "智"]
+    assert [tokens.label(pieces, i) for i in range(15)] == labels == tokens.sequence_labels(tok, ids)
+    assert tokens.position_labels(pieces)[2] == tokens.position_label(pieces, 2) == "2·喜‹E5›"
+    w = tokens.window(pieces, 1, 4)  # a window keeps its neighbours: 我‹91›, not a bare ‹91›
+    assert tokens.token_labels(w) == labels[1:4] and tokens.position_label(w, 0, 1) == "1·我‹91›"
+    assert tokens.visible(labels[0]) == labels[0] and tokens.visible("⟨E6 88⟩") == "‹E6 88›"  # idempotent, no ␣ inside
+    assert tokens.visible_tokens(tok, ids[:1]) == ["‹E6 88›"]  # a candidate alone has no neighbours
+    html = chips.chips_html(pieces, ids)
+    assert html.count('class="xr-group"') == 5 and 'data-piece="我‹E6 88›"' in html

@@ -132,8 +132,47 @@ def test_entropy_bits():
 
     assert entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
     assert entropy_bits(np.array([1.0, 0.0, 0.0])) == 0.0
+    assert f"{entropy_bits(np.array([1.0, 0.0, 0.0])):.2f}" == "0.00"  # never "-0.00"
+    assert f"{entropy_bits(np.array([1.0 + 1e-12])):.2f}" == "0.00"
     # temperature flattens: entropy rises with T, and the kept set after top-k caps it at log2(k)
     logits = np.random.default_rng(5).normal(size=64) * 3
     hs = [entropy_bits(filter_steps(logits, SamplingConfig(temperature=T))["probs"]) for T in (0.5, 1.0, 2.0)]
     assert hs[0] < hs[1] < hs[2]
     assert entropy_bits(filter_steps(logits, SamplingConfig(top_k=8, temperature=50))["probs"]) <= 3.0 + 1e-9
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_logit_lens_caption_agrees_with_the_figure(lang):
+    """The caption names the row the figure really draws the model's prediction in (the last layer
+    boundary), read off the figure: today the top row; flip the axis and the caption follows."""
+    from core.stream import figures as ps
+
+    L1, T = 4, 3
+    ids = np.arange(L1 * T).reshape(L1, T)
+    probs = np.linspace(0, 1, L1 * T).reshape(L1, T)
+    fig = ps.fig_logit_lens(ids, probs, [str(i) for i in ids.ravel()], ["a", "b", "c"], lang)
+    y = list(fig.data[0].y)
+    assert y[-1] == max(y) == L1 - 1 and fig.layout.yaxis.autorange != "reversed"  # plotly draws the highest y on top
+    assert ps.lens_output_row(fig) == "top"
+    assert ("**top row**" if lang == "en" else "**最上面一行**") in ps.lens_caption(fig, lang)
+    fig.update_yaxes(autorange="reversed")
+    assert ps.lens_output_row(fig) == "bottom"
+    assert ("**bottom row**" if lang == "en" else "**最下面一行**") in ps.lens_caption(fig, lang)
+
+
+def test_logits_page_lens_caption_matches_its_figure():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=180)
+    at.switch_page("pages/logits.py")
+    at.run()
+    assert not at.exception
+    import json
+
+    lens = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Logit lens" in json.loads(c.proto.spec)["layout"]["title"]["text"]]
+    assert len(lens) == 1 and lens[0]["layout"]["yaxis"].get("autorange") != "reversed"
+    assert any("**top row**" in c.value for c in at.caption) and not any("**bottom row**" in c.value for c in at.caption)
+    # no metric carries a delta that is only a caption (item: "↑ id 2")
+    assert all(not m.proto.delta for m in at.metric)

@@ -272,7 +272,10 @@ def test_logits_page(lang, smol, smol_trace):
     at.run()
     assert not at.exception
     greedy = at.metric[3].value
-    best = int(np.argmax(smol_trace.last_logits))
+    assert at.toggle(key="chat").value  # an instruct model: the chat template is on by default …
+    chat_trace = backends.trace(smol, PROMPT, chat=True)
+    best = int(np.argmax(chat_trace.last_logits))
+    assert best not in smol.eos_ids()  # … so the first screen answers instead of ending at once
     assert greedy == f"«{tokens.visible(tokens.readable_tokens(smol.tokenizer, [best])[0])}»"
     passes = backends.FORWARD_PASSES
     at.number_input(key="logits_topk").set_value(5).run()

@@ -274,6 +274,36 @@ def test_train_reduces_loss_and_callback_can_stop():
     assert len(short) == 5 and short == losses[:5]  # seeded: the same first steps
 
 
+def test_live_budget_holds_the_default_run():
+    """The default live run fits its time budget with room to spare on the machine that trained the
+    shipped toy (2 cores): its recorded time per step × the default steps, three times over."""
+    from core.toy import load_loss_curve
+    from core.toy.train import LIVE_SECONDS, LIVE_STEPS
+
+    curve = load_loss_curve()
+    per_step = curve["seconds"] / len(curve["loss"])  # the shipped run: same config, batch and length
+    assert LIVE_STEPS == 300 and 3 * LIVE_STEPS * per_step <= LIVE_SECONDS
+
+
+def test_live_run_cut_short_is_a_warning_not_a_success():
+    from core.toy import figures as toy_fig
+    from core.toy import load_loss_curve
+    from core.toy.train import train_live
+
+    shipped = load_loss_curve()
+    seen = []
+    cut = train_live(50, 0, lambda s, n, loss: seen.append(s), lambda *a: None, seconds=0.0)  # no time at all: one step
+    assert cut["steps_done"] == len(cut["losses"]) == len(seen) == 1 and not cut["completed"] and cut["stop"] == "time"
+    assert cut["step_timing"]["median"] > 0 and cut["ui_seconds"] >= 0
+    level, text = toy_fig.live_note(cut, shipped, "en")
+    assert level == "warning" and text.startswith("Stopped after 1 of 50 steps: the 0 s time limit ran out")
+    assert toy_fig.live_note(cut, shipped, "zh")[1].startswith("只训练了 50 步中的 1 步就停止了")
+    full = train_live(3, 0, lambda *a: None, lambda *a: None, seconds=1e6)
+    assert full["completed"] and full["stop"] == "done" and full["steps_done"] == 3
+    level, text = toy_fig.live_note(full, shipped, "en")
+    assert level == "success" and text.startswith("Trained all 3 steps in")
+
+
 # ---------------------------------------------------------------------------------------------
 # Plots and the page
 
@@ -284,7 +314,7 @@ def test_site_figure_spec(tr):
     fig = toy_fig.fig_site(tr, "mask", 0, 0, "zh")
     z = np.asarray(fig.data[0].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == 0.0 and fig.data[0].text[0][1] == "−∞"
-    assert "因果" in fig.layout.title.text and fig.layout.yaxis.ticktext[1] == "1·⟨E5⟩"
+    assert "因果" in fig.layout.title.text and fig.layout.yaxis.ticktext[1] == "1·小‹E5›"  # the character its byte belongs to
     fig = toy_fig.fig_site(tr, "weights", 1, 2, "en")
     np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), tr.attn_pattern[1, 2].astype(np.float32))
     assert toy_fig.stage_array(tr, "act", 1, 0).shape == (tr.n_tokens, 128)
@@ -332,3 +362,21 @@ def test_page_with_toy_as_sidebar_model_and_empty_prompt():
     at.session_state["prompt"] = "   "
     at.run()
     assert not at.exception and any("Type a prompt" in i.value for i in at.info)
+
+
+def test_page_live_run_cut_short_warns(monkeypatch):
+    """The page's live run, its time budget spent at once: a warning with steps done / requested, no success box."""
+    import core.toy.train as toy_train
+
+    at = _apptest("en")
+    monkeypatch.setattr(toy_train, "LIVE_SECONDS", 0.0)
+    at.slider(key="toy_train_steps").set_value(50).run()
+    at.button(key="toy_train_go").click().run()
+    assert not at.exception
+    assert not at.success and any(w.value.startswith("Stopped after 1 of 50 steps") for w in at.warning)
+    res = at.session_state["toy_live"]
+    assert res["steps_done"] == 1 and not res["completed"]
+    monkeypatch.setattr(toy_train, "LIVE_SECONDS", 1e6)  # a run that finishes: a success, and no chart drawn twice
+    at.button(key="toy_train_go").click().run()
+    assert not at.exception and at.success and not at.warning
+    assert at.success[0].value.startswith("Trained all 50 steps in")

@@ -20,7 +20,8 @@ def entropy_bits(probs: np.ndarray) -> float:
     """Shannon entropy in bits: how many yes/no questions the distribution leaves open."""
     p = np.asarray(probs, dtype=np.float64)
     nz = p[p > 0]  # 0 · log 0 = 0
-    return float(-(nz * np.log2(nz)).sum())
+    # never below 0: a one-hot row gives −0.0 (and p a hair over 1 a tiny negative), shown as "-0.00"
+    return max(0.0, float(-(nz * np.log2(nz)).sum()))
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:

@@ -26,6 +26,7 @@ NORM_NAMES = {  # (before attention, before the MLP), HF role names first
     "mlp": ("post_attention_layernorm", "ln_2", "ffn_norm", "ln2"),
 }
 CROSS_NAMES = ("crossattention", "encoder_attn")
+OUT_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense")  # the attention's output projection (W_O)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,20 @@ def child_by_name(parent: Any, names: tuple[str, ...]) -> Any | None:
         if m is not None:
             return m
     return None
+
+
+def out_proj(attn: Any) -> Any:
+    """The attention module's output projection (Llama/Qwen/Mistral ``o_proj``, GPT-2 ``c_proj``). Its
+    input is the heads' outputs side by side, [..., H·dh]: head h owns ``head_slice(h, dh)`` of it."""
+    m = child_by_name(attn, OUT_PROJ_NAMES)
+    if m is None:
+        raise UnsupportedArchitectureError(f"{type(attn).__name__} has no output projection ({'/'.join(OUT_PROJ_NAMES)}).")
+    return m
+
+
+def head_slice(head: int, head_dim: int) -> slice:
+    """Head ``head``'s columns in the output projection's input: h·dh … (h+1)·dh."""
+    return slice(head * head_dim, (head + 1) * head_dim)
 
 
 def n_layers_of(model: nn.Module) -> int:

@@ -108,6 +108,22 @@ def repeat(fn: Callable[[], Any], reps: int = 5, warmup: int = 1,
     return Timing(tuple(samples), warmup), result
 
 
+def gather(fn: Callable[[], Sequence[float]], reps: int = 3, warmup: int = 1) -> Timing:
+    """Timing of the seconds ``fn`` measures itself, over ``reps`` calls after ``warmup`` untimed ones.
+
+    For work whose parts are timed inside (each decode step of a generation, timed inside the
+    model's lock so that waiting for another session does not count): every call returns its
+    samples, and all of them, from every timed call, make the Timing."""
+    if reps < 1 or warmup < 0:
+        raise ValueError("reps must be ≥ 1 and warmup ≥ 0")
+    for _ in range(warmup):
+        fn()
+    samples: list[float] = []
+    for _ in range(reps):
+        samples.extend(float(s) for s in fn())
+    return Timing(tuple(samples), warmup)
+
+
 def of(samples: Sequence[float], warmup: int = 0) -> Timing:
     """A Timing of samples measured elsewhere (e.g. the decode steps of one generation)."""
     return Timing(tuple(float(s) for s in samples), warmup)
@@ -140,8 +156,11 @@ def compare(a: Timing, b: Timing) -> Comparison:
 
 
 def ms(seconds: float) -> str:
-    """A time for a caption: '12.3 ms' (or '1.24 s' from a second up)."""
-    return f"{seconds:.2f} s" if seconds >= 1.0 else f"{seconds * 1e3:.1f} ms"
+    """A time for a caption: '12.3 ms', '1.74 ms' and '0.052 ms' below 10 ms, '1.24 s' from a second up."""
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    v = seconds * 1e3
+    return f"{v:.1f} ms" if v >= 10 else f"{v:.2f} ms" if v >= 0.1 else f"{v:.3f} ms"
 
 
 def describe(t: Timing) -> str:

@@ -3,13 +3,20 @@
 * ``encode``: the prompt (optionally wrapped in the chat template) to ids, with the trace limit.
 * ``readable_tokens``: each id decoded on its own; a piece that is only part of a UTF-8 character
   (a Chinese character is often 2–3 byte tokens) becomes its bytes, e.g. ``⟨E8 8B⟩``, never ``�``.
-* ``visible``: THE label rule — spaces, newlines, tabs and other control characters made visible,
-  byte labels kept as they are. ``position_label`` prefixes the position ("3·苹"), so repeated
-  tokens stay distinct on a figure's axis.
+* THE label rule, one function per use, so a token reads the same in every table, axis, chip and
+  caption: ``visible`` makes one piece's spaces, newlines, tabs and control characters visible
+  (␣ ⏎ ⇥ ␀) and keeps byte labels whole; ``token_labels`` (a whole sequence) and ``label`` (one
+  position of it) add, in front of a byte token, the character its bytes belong to, decoded with
+  its neighbours: 苹 is three bytes E8 8B B9, which SmolLM2 cuts into three tokens that read
+  ``苹‹E8›``, ``苹‹8B›`` and ``苹‹B9›``. ``byte_groups`` says which neighbouring tokens share one
+  character (the chip renderer frames them together). ``position_label`` prefixes the position
+  ("3·苹‹B9›"), so repeated tokens stay distinct on a figure's axis. A candidate token seen alone
+  (no neighbours: the next-token lists) goes through ``visible`` / ``visible_tokens``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,17 +62,19 @@ def readable_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
 # the one label rule
 
 
+# A token that is only part of a UTF-8 character is kept in the trace as its bytes, ⟨E8 8B⟩, and
+# shown as ‹E8 8B›: the mathematical angle brackets read as parentheses in many fonts ("(E8)"), the
+# single guillemets read as brackets in every font the app uses. Both forms are recognised.
+_BYTE_LABEL = re.compile(r"[⟨‹][0-9A-F]{2}(?: [0-9A-F]{2})*[⟩›]")
+SHOW_OPEN, SHOW_CLOSE = "‹", "›"
+_CONTEXT = 3  # a UTF-8 character is at most 4 bytes, so at most 3 neighbours on each side share it
+
+
 def is_byte_label(piece: str) -> bool:
-    return piece.startswith("⟨") and piece.endswith("⟩")
+    return bool(_BYTE_LABEL.fullmatch(str(piece)))
 
 
-def visible(piece: Any) -> str:
-    """A token piece made visible: space → ␣, newline → ⏎, tab → ⇥, other control characters → their
-    Unicode 'control picture' (\\x00 → ␀, DEL → ␡), the empty piece → ∅. A byte label such as
-    ⟨E5 BE⟩ is kept as it is: its spaces are ours, not the text's."""
-    s = str(piece)
-    if is_byte_label(s):
-        return s
+def _visible_text(s: str) -> str:
     out = []
     for ch in s:
         o = ord(ch)
@@ -81,22 +90,175 @@ def visible(piece: Any) -> str:
             out.append("␡")
         else:
             out.append(ch)
+    return "".join(out)
+
+
+def visible(piece: Any) -> str:
+    """A token piece made visible: space → ␣, newline → ⏎, tab → ⇥, other control characters → their
+    Unicode 'control picture' (\\x00 → ␀, DEL → ␡), the empty piece → ∅. A byte label such as
+    ⟨E5 BE⟩ is kept whole wherever it stands (its spaces are ours, not the text's) and shown as
+    ‹E5 BE›, so a label that already went through the rule comes out unchanged."""
+    s = str(piece)
+    out, at = [], 0
+    for m in _BYTE_LABEL.finditer(s):
+        out.append(_visible_text(s[at : m.start()]))
+        out.append(SHOW_OPEN + m.group(0)[1:-1] + SHOW_CLOSE)
+        at = m.end()
+    out.append(_visible_text(s[at:]))
     return "".join(out) or "∅"
 
 
+def _bytes_of(piece: Any) -> bytes:
+    """The UTF-8 bytes a piece stands for: a byte label's own bytes, any other piece's text."""
+    s = str(piece)
+    return bytes.fromhex(s[1:-1]) if is_byte_label(s) else s.encode("utf-8")
+
+
+def _utf8_chars(data: bytes) -> list[tuple[int, int, str | None]]:
+    """(start, end, character) for every character of ``data``; a byte that starts no valid
+    character is (p, p + 1, None)."""
+    out, p = [], 0
+    while p < len(data):
+        b = data[p]
+        n = 1 if b < 0x80 else 2 if b >> 5 == 0b110 else 3 if b >> 4 == 0b1110 else 4 if b >> 3 == 0b11110 else 0
+        ch = None
+        if n and p + n <= len(data):
+            try:
+                ch = data[p : p + n].decode("utf-8")
+            except UnicodeDecodeError:
+                ch = None
+        if ch is None:
+            out.append((p, p + 1, None))
+            p += 1
+        else:
+            out.append((p, p + n, ch))
+            p += n
+    return out
+
+
+def _shared_chars(pieces: Sequence[Any]) -> tuple[list[str | None], list[int]]:
+    """For each piece: the characters its bytes belong to when it is a byte label (decoded with its
+    neighbours; None when they do not make a whole character), and the index of the first piece
+    of the run of pieces that share characters with it (a piece alone is its own run)."""
+    spans, data, at = [], bytearray(), 0
+    for piece in pieces:
+        b = _bytes_of(piece)
+        spans.append((at, at + len(b)))
+        data += b
+        at += len(b)
+    chars = _utf8_chars(bytes(data))
+    texts: list[str | None] = [None] * len(spans)
+    run = list(range(len(spans)))
+    c = 0
+    for i, (s, e) in enumerate(spans):
+        while c < len(chars) and chars[c][1] <= s:
+            c += 1
+        mine, k = [], c
+        while k < len(chars) and chars[k][0] < e:
+            mine.append(chars[k])
+            k += 1
+        if mine and mine[0][0] < s and mine[0][2] is not None and i > 0:
+            run[i] = run[i - 1]  # the first character began in the piece before: one run
+        if is_byte_label(pieces[i]) and mine and all(ch is not None for _, _, ch in mine):
+            texts[i] = "".join(ch for _, _, ch in mine)  # type: ignore[misc]
+    return texts, run
+
+
+def _with_text(piece: Any, text: str | None) -> str:
+    return visible(piece) if text is None else visible(text) + visible(piece)
+
+
+def token_labels(pieces: Sequence[Any]) -> list[str]:
+    """THE label of every token of a sequence: ``visible``, and in front of a byte token the
+    character(s) its bytes belong to ("苹‹E8›", "苹‹B9›"); a byte token whose character is
+    not whole in the sequence keeps its bytes only ("‹E6 88›")."""
+    if isinstance(pieces, TokenWindow):
+        return [label(pieces, i) for i in range(len(pieces))]
+    texts, _ = _shared_chars(list(pieces))
+    return [_with_text(p, t) for p, t in zip(pieces, texts)]
+
+
+class TokenWindow(Sequence):
+    """Positions lo … hi − 1 of a longer token sequence that still knows its neighbours: a byte
+    token at the window's edge keeps the character it shares with a token outside the window, so
+    a windowed figure labels it as the whole-sequence figure does. Use ``window(tokens, lo, hi)``
+    wherever a figure gets a slice of the prompt's tokens."""
+
+    def __init__(self, full: Sequence[Any], lo: int, hi: int) -> None:
+        self.full, self.lo, self.hi = full, max(0, int(lo)), min(len(full), int(hi))
+
+    def __len__(self) -> int:
+        return max(0, self.hi - self.lo)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            a, b, step = i.indices(len(self))
+            if step == 1:
+                return TokenWindow(self.full, self.lo + a, self.lo + b)
+            return [self[j] for j in range(a, b, step)]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.full[self.lo + i]
+
+
+def window(tokens: Sequence[Any], lo: int, hi: int) -> TokenWindow:
+    return TokenWindow(tokens, lo, hi)
+
+
+def label(pieces: Sequence[Any], i: int) -> str:
+    """``token_labels(pieces)[i]``, computed from position i's neighbours only (so an axis of
+    thousands of ticks costs no more than its ticks)."""
+    if isinstance(pieces, TokenWindow):
+        return label(pieces.full, pieces.lo + i)
+    lo = max(0, i - _CONTEXT)
+    window = [pieces[j] for j in range(lo, min(len(pieces), i + _CONTEXT + 1))]
+    texts, _ = _shared_chars(window)
+    return _with_text(pieces[i], texts[i - lo])
+
+
+def byte_groups(pieces: Sequence[Any]) -> list[tuple[int, int, str]]:
+    """Runs of two or more neighbouring tokens that share a character — (first, end, the run's
+    decoded text) — so a renderer can frame the bytes of one character together."""
+    pieces = list(pieces)
+    _, run = _shared_chars(pieces)
+    out, i = [], 0
+    while i < len(pieces):
+        j = i + 1
+        while j < len(pieces) and run[j] == i:
+            j += 1
+        if j - i > 1:
+            text = b"".join(_bytes_of(p) for p in pieces[i:j]).decode("utf-8", errors="replace")
+            out.append((i, j, text))
+        i = j
+    return out
+
+
 def visible_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """Each id as a page shows it: decoded on its own, then made visible."""
+    """Each id as a page shows it when it stands alone (a list of candidates, not a sequence):
+    decoded on its own, then made visible."""
     return [visible(s) for s in readable_tokens(tokenizer, ids)]
 
 
+def sequence_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """The ids of one sequence (a prompt, a continuation) as a page shows them: ``token_labels``."""
+    return token_labels(readable_tokens(tokenizer, ids))
+
+
 def position_label(tokens: Sequence[Any], i: int, offset: int = 0) -> str:
-    """Position-prefixed visible token text for axes and tables ("3·苹"); ``offset`` numbers a
-    window of a longer sequence by its absolute positions."""
-    return f"{i + offset}·{visible(tokens[i])}"
+    """Position-prefixed label for axes and tables ("3·苹‹B9›"); ``offset`` numbers a window of a
+    longer sequence by its absolute positions."""
+    return f"{i + offset}·{label(tokens, i)}"
 
 
-def position_labels(tokens: Sequence[Any]) -> list[str]:
-    return [position_label(tokens, i) for i in range(len(tokens))]
+def position_labels(tokens: Sequence[Any], offset: int = 0) -> list[str]:
+    return [f"{i + offset}·{s}" for i, s in enumerate(token_labels(tokens))]
+
+
+def rank_labels(pieces: Sequence[Any]) -> list[str]:
+    """Candidates for the next token, each alone (no neighbours), numbered by rank: "#1 ␣Paris"."""
+    return [f"#{i + 1} {visible(p)}" for i, p in enumerate(pieces)]
 
 
 def special_mask(tokenizer: Any, ids: Sequence[int]) -> list[bool]:

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.engine.i18n import t
-from core.engine.tokens import position_label
+from core.engine.tokens import position_label, rank_labels
 
 PALETTE = {"prefill": "#1f77b4", "decode": "#ff7f0e", "with": "#2ca02c", "without": "#d62728", "kv": "#9467bd", "weights": "#8c8c8c"}
 
@@ -29,7 +29,7 @@ def _layout(fig: go.Figure, title: str, height: int = 340) -> go.Figure:
 def candidates(tokens: Sequence[str], probs: np.ndarray, sample_probs: np.ndarray, chosen: int, lang: str) -> go.Figure:
     """The top candidates of one step: the model's probability and the probability after the
     sampling settings; the chosen token is outlined."""
-    labels = [position_label(tokens, i) for i, tk in enumerate(tokens)]
+    labels = rank_labels(tokens)  # candidates stand alone: ranked, never read as neighbours
     line = [3 if i == chosen else 0 for i in range(len(tokens))]
     fig = go.Figure([
         go.Bar(y=labels, x=probs, orientation="h", name=t("generation.p_model", lang), marker_line_width=line,
@@ -76,9 +76,10 @@ def kv_growth(kv_tokens: np.ndarray, kv_bytes: np.ndarray, lang: str) -> go.Figu
     fig.add_trace(go.Bar(x=steps, y=kv_bytes / 1024, name=t("generation.kv_kib", lang), marker_color=PALETTE["kv"]), secondary_y=False)
     fig.add_trace(go.Scatter(x=steps, y=kv_tokens, name=t("generation.kv_positions", lang), mode="lines+markers",
                              line_color=PALETTE["decode"]), secondary_y=True)
-    fig.update_xaxes(title=t("generation.pass", lang))
+    _pass_axis(fig, len(steps), title=t("generation.pass", lang))
     fig.update_yaxes(title=t("generation.kv_kib", lang), secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title=t("generation.kv_positions", lang), secondary_y=True, rangemode="tozero", showgrid=False)
+    fig.update_yaxes(title=t("generation.kv_positions", lang), secondary_y=True, rangemode="tozero", showgrid=False,
+                     dtick=_int_step(float(np.max(kv_tokens)) if len(kv_tokens) else 1.0))
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
     return _layout(fig, t("generation.fig_kv", lang))
 
@@ -92,17 +93,35 @@ def kv_layers(bytes_per_layer: np.ndarray, lang: str) -> go.Figure:
     return _layout(fig, t("generation.fig_kv_layers", lang), height=300)
 
 
-def timings(seconds: Sequence[float], lang: str) -> go.Figure:
-    """Measured wall time per pass: the prefill (TTFT) then each decode step (TPOT)."""
+def _int_step(vmax: float, ticks: int = 4) -> int:
+    """A round whole-number tick step (1, 2, 5, 10, 20, …) giving about ``ticks`` ticks up to ``vmax``:
+    positions are counted, so an axis never reads 11.3 or 22.7."""
+    raw = max(1.0, vmax / ticks)
+    mag = 10 ** int(np.floor(np.log10(raw)))
+    return int(next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw))
+
+
+def _pass_axis(fig: go.Figure, n: int, **kw: Any) -> None:
+    """Whole-number pass ticks (never −0.4 … 0.4 around a single pass); thinned out past 20 passes."""
+    fig.update_xaxes(range=[-0.5, max(n, 1) - 0.5], dtick=1 if n <= 20 else None, tickformat="d", **kw)
+
+
+def timings(seconds: Sequence[float], lang: str, pure_tpot: float | None = None) -> go.Figure:
+    """Measured wall time per pass: the prefill (TTFT) then each decode step, with the median of these
+    decode passes (they recorded attention) and, if given, the one TPOT measured without recording."""
     s = np.asarray(seconds, dtype=float) * 1000
     colors = [PALETTE["prefill"]] + [PALETTE["decode"]] * (len(s) - 1)
     names = ["TTFT (prefill)"] + [f"TPOT {i}" for i in range(1, len(s))]
     fig = go.Figure(go.Bar(x=np.arange(len(s)), y=s, marker_color=colors, customdata=names,
-                           hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>"))
+                           hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>", showlegend=False))
     if len(s) > 1:
-        fig.add_hline(y=float(np.median(s[1:])), line_dash="dot", annotation_text=t("generation.median_tpot", lang))
-    fig.update_xaxes(title=t("generation.pass", lang))
-    fig.update_yaxes(title="ms")
+        fig.add_hline(y=float(np.median(s[1:])), line_dash="dot", annotation_text=t("generation.median_tpot", lang),
+                      annotation_position="top left")
+    if pure_tpot is not None:
+        fig.add_hline(y=pure_tpot * 1000, line_dash="dash", line_color=PALETTE["with"],
+                      annotation_text=t("generation.pure_line", lang), annotation_position="bottom right")
+    _pass_axis(fig, len(s), title=t("generation.pass", lang))
+    fig.update_yaxes(title="ms", rangemode="tozero")
     return _layout(fig, t("generation.fig_time", lang), height=300)
 
 
@@ -139,7 +158,7 @@ def workloads(names: Sequence[str], rows: Sequence[dict[str, Any]], lang: str) -
     fig.add_trace(go.Bar(x=list(names), y=list(decode), name=t("kv_cache.decode_total", lang), marker_color=PALETTE["decode"]), 1, 1)
     fig.add_trace(go.Bar(x=list(names), y=list(weights_gib), name=t("kv_cache.weights", lang), marker_color=PALETTE["weights"]), 1, 2)
     fig.add_trace(go.Bar(x=list(names), y=list(kv_gib), name="KV cache", marker_color=PALETTE["kv"]), 1, 2)
-    fig.update_layout(barmode="stack", legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(barmode="stack", legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))  # beside, never over the axis
     fig.update_yaxes(title="s", row=1, col=1)
     fig.update_yaxes(title="GiB", row=1, col=2)
     return _layout(fig, t("kv_cache.fig_workloads", lang), height=400)
@@ -153,3 +172,108 @@ def segments_html(segments: Sequence[tuple[str, bool]]) -> str:
         parts.append(f'<b style="background:#ffe0b2;color:#b23c00">{e}</b>' if sp else e)
     return ('<pre style="white-space:pre-wrap;font-size:0.9em;background:#fafafa;padding:8px;border-radius:6px">'
             + "".join(parts) + "</pre>")
+
+
+# ---------------------------------------------------------------------------------------------
+# The diagnose page (core.gen.diagnose): measured curves, the extrapolation, memory, temperature
+
+
+def prefill_curve(points: Sequence[Any], fit: Any, machine: str, lang: str, extend_to: int | None = None) -> go.Figure:
+    """Prefill medians (IQR as error bars) and tokenising medians against input length; the fitted
+    a + b·n + c·n² with its linear and quadratic parts; past the last measured length (``extend_to``)
+    the same curve dotted and labelled an extrapolation."""
+    n = np.array([p.n_tokens for p in points], dtype=float)
+    med = np.array([p.prefill.median for p in points])
+    lo = med - np.array([p.prefill.q1 for p in points])
+    hi = np.array([p.prefill.q3 for p in points]) - med
+    top = float(n.max())
+    xs = np.linspace(0, top, 120)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=n, y=med, mode="markers", name=t("diagnose.fig_prefill_measured", lang), marker=dict(size=9, color=PALETTE["prefill"]),
+                             error_y=dict(type="data", array=hi, arrayminus=lo, visible=True)))
+    fig.add_trace(go.Scatter(x=n, y=[p.tokenise.median for p in points], mode="markers+lines", name=t("diagnose.fig_tokenise", lang),
+                             marker=dict(color="#17becf")))
+    fig.add_trace(go.Scatter(x=xs, y=fit.predict(xs), mode="lines", name=t("diagnose.fig_fit", lang), line=dict(color=PALETTE["prefill"])))
+    fig.add_trace(go.Scatter(x=xs, y=fit.b * xs, mode="lines", name=t("diagnose.fig_linear", lang), line=dict(dash="dash", color="#2ca02c")))
+    fig.add_trace(go.Scatter(x=xs, y=fit.c * xs * xs, mode="lines", name=t("diagnose.fig_quadratic", lang), line=dict(dash="dash", color="#d62728")))
+    if extend_to and extend_to > top:
+        xe = np.linspace(top, extend_to, 120)
+        fig.add_trace(go.Scatter(x=xe, y=fit.predict(xe), mode="lines", name=t("diagnose.fig_extrapolated", lang),
+                                 line=dict(dash="dot", color=PALETTE["prefill"], width=3)))
+        fig.add_vrect(x0=top, x1=extend_to, fillcolor="#fff3cd", opacity=0.45, line_width=0,
+                      annotation_text=t("diagnose.fig_extrapolation_zone", lang), annotation_position="top left")
+    fig.update_xaxes(title=t("diagnose.fig_input_tokens", lang), rangemode="tozero")
+    fig.update_yaxes(title="s", rangemode="tozero")
+    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, t("diagnose.fig_prefill_title", lang, machine=machine), height=440)
+
+
+def output_curve(cumulative: Sequence[float], ttft: float, tpot: float, machine: str, lang: str) -> go.Figure:
+    """Time until output token k, measured, beside the straight line TTFT + k × TPOT."""
+    k = np.arange(1, len(cumulative) + 1)
+    fig = go.Figure([
+        go.Scatter(x=k, y=list(cumulative), mode="lines+markers", name=t("diagnose.fig_measured_total", lang), line=dict(color=PALETTE["decode"])),
+        go.Scatter(x=k, y=ttft + (k - 1) * tpot, mode="lines", name=t("diagnose.fig_n_tpot", lang), line=dict(dash="dash", color="#555")),
+    ])
+    fig.update_xaxes(title=t("diagnose.fig_output_tokens", lang))
+    fig.update_yaxes(title="s", rangemode="tozero")
+    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, t("diagnose.fig_output_title", lang, machine=machine), height=380)
+
+
+def request_timeline(tokenise: float, prefill: float, steps: Sequence[float], machine: str, lang: str) -> go.Figure:
+    """One request on a time axis: tokenise, prefill, then one bar per decode step; the first token
+    arrives where the prefill ends — everything left of that line is the same with or without streaming."""
+    names = [t("diagnose.tl_tokenise", lang), t("diagnose.tl_prefill", lang)] + [t("diagnose.tl_step", lang, k=i + 2) for i in range(len(steps))]
+    durs = [tokenise, prefill, *steps]
+    base = np.concatenate([[0.0], np.cumsum(durs)[:-1]])
+    colours = ["#17becf", PALETTE["prefill"]] + [PALETTE["decode"]] * len(steps)
+    row = [t("diagnose.tl_row", lang)] * len(durs)
+    fig = go.Figure(go.Bar(y=row, x=durs, base=base, orientation="h", marker_color=colours, marker_line_color="white", marker_line_width=1,
+                           hovertext=names, hovertemplate="%{hovertext}: %{x:.4f} s<extra></extra>", showlegend=False))
+    first = tokenise + prefill
+    fig.add_vline(x=first, line_width=3, line_color="black")
+    fig.add_annotation(x=first, y=1.02, yref="paper", text=t("diagnose.tl_first", lang), showarrow=False, xanchor="left")
+    fig.add_vrect(x0=0, x1=first, fillcolor="#d0d0d0", opacity=0.25, line_width=0,
+                  annotation_text=t("diagnose.tl_untouched", lang), annotation_position="bottom left")
+    fig.update_xaxes(title=t("diagnose.tl_seconds", lang), rangemode="tozero")
+    return _layout(fig, t("diagnose.tl_title", lang, machine=machine), height=260)
+
+
+def memory_plan(requests: Sequence[int], weights: float, kv: Sequence[float], act: Sequence[float], budget: float, limit: int,
+                chosen: int, lang: str) -> go.Figure:
+    """Weights (held once) + KV cache + activations (GB, stacked) against concurrent requests, the budget
+    as a line and the last count that fits marked."""
+    x = np.asarray(requests, dtype=float)
+    gb = 1e9
+    fig = go.Figure([
+        go.Scatter(x=x, y=np.full(len(x), weights / gb), stackgroup="m", name=t("diagnose.mem_weights", lang), line=dict(color=PALETTE["weights"])),
+        go.Scatter(x=x, y=np.asarray(kv, dtype=float) / gb, stackgroup="m", name="KV cache", line=dict(color=PALETTE["kv"])),
+        go.Scatter(x=x, y=np.asarray(act, dtype=float) / gb, stackgroup="m", name=t("diagnose.mem_act", lang), line=dict(color="#bcbd22")),
+    ])
+    fig.add_hline(y=budget / gb, line_dash="dash", line_color="#d62728", annotation_text=t("diagnose.mem_budget_line", lang),
+                  annotation_position="top left")
+    if limit >= 1:
+        fig.add_vline(x=limit, line_dash="dot", line_color="#d62728", annotation_text=t("diagnose.mem_limit_line", lang, n=limit))
+    fig.add_vline(x=chosen, line_color="black", line_width=1, annotation_text=t("diagnose.mem_chosen_line", lang, n=chosen),
+                  annotation_position="bottom right")
+    fig.update_xaxes(title=t("diagnose.mem_requests", lang))
+    fig.update_yaxes(title="GB", rangemode="tozero")
+    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, t("diagnose.mem_title", lang), height=420)
+
+
+def temperature_bars(tokens: Sequence[str], temps: Sequence[float], question: np.ndarray, evidence: np.ndarray, lang: str) -> go.Figure:
+    """The same candidates' probabilities at every temperature: the question alone (left) and with the
+    evidence in the prompt (right)."""
+    labels = rank_labels(tokens)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True,
+                        subplot_titles=(t("diagnose.temp_alone", lang), t("diagnose.temp_evidence", lang)))
+    shades = ["#08519c", "#3182bd", "#6baed6", "#bdd7e7", "#eff3ff"]
+    for i, T in enumerate(temps):
+        c = shades[i % len(shades)]
+        fig.add_trace(go.Bar(x=labels, y=question[i], name=f"T = {T:g}", marker_color=c, legendgroup=str(T)), 1, 1)
+        fig.add_trace(go.Bar(x=labels, y=evidence[i], name=f"T = {T:g}", marker_color=c, legendgroup=str(T), showlegend=False), 1, 2)
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title=t("diagnose.temp_prob", lang), range=[0, 1], row=1, col=1)
+    return _layout(fig, t("diagnose.temp_title", lang), height=400)

@@ -24,9 +24,9 @@ import torch
 from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
 from core.engine.i18n import t
-from core.engine.types import EmptyPromptError, LoadedModel, UnsupportedArchitectureError
+from core.engine.roles import out_proj  # the one finder of W_O (re-exported: ablation.out_proj)
+from core.engine.types import EmptyPromptError, LoadedModel
 
-OUT_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense")
 MAX_TOKENS = 256  # each ablation is a fresh forward pass; keep it quick on a CPU
 
 Ablation = Sequence[tuple[int, int | None]]  # (layer, head) or (layer, None) = the whole layer
@@ -59,15 +59,6 @@ class Target:
         return self.layer * n_heads + self.head if self.scope == "head" else None
 
 
-def out_proj(attn: Any) -> Any:
-    """The attention module's output projection (Llama/Qwen/Mistral ``o_proj``, GPT-2 ``c_proj``)."""
-    for n in OUT_PROJ_NAMES:
-        m = getattr(attn, n, None)
-        if m is not None:
-            return m
-    raise UnsupportedArchitectureError(f"{type(attn).__name__} has no output projection ({'/'.join(OUT_PROJ_NAMES)}).")
-
-
 def _per_layer(ablate: Ablation, n_layers: int, n_heads: int) -> dict[int, list[int | None]]:
     out: dict[int, list[int | None]] = {}
     for layer, head in ablate:
@@ -97,7 +88,7 @@ def zero_heads(loaded: LoadedModel, ablate: Ablation, per_example: list[Ablation
             if h is None:
                 x[..., :] = 0
             else:
-                x[..., h * dh : (h + 1) * dh] = 0
+                x[..., roles.head_slice(h, dh)] = 0
 
     def pre_for(layer: int) -> Any:
         def pre(_m: Any, args: tuple) -> tuple:
@@ -181,7 +172,7 @@ def effect(before: np.ndarray, after: np.ndarray) -> Effect:
 def top_table(tokenizer: Any, before: np.ndarray, after: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
     """Rows for a table: the k most likely tokens before and after, with both probabilities."""
     ids = list(dict.fromkeys([*np.argsort(-before)[:k].tolist(), *np.argsort(-after)[:k].tolist()]))
-    names = tokens.readable_tokens(tokenizer, ids)
+    names = tokens.visible_tokens(tokenizer, ids)  # the one label rule: ⏎, ␣, never a blank cell
     rows = [
         {"id": int(i), "token": n, "p_before": float(before[i]), "p_after": float(after[i]), "delta": float(after[i] - before[i])}
         for i, n in zip(ids, names)

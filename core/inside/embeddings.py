@@ -109,7 +109,7 @@ def id_distance_study(E: np.ndarray, n_pairs: int = 2000, seed: int = 0, example
 
 def id_study_args(s: IdDistanceStudy, tokenizer: Any) -> dict[str, Any]:
     """The fields of tokens.iddist_result: the correlations, the mean cosines and the example pair."""
-    ta, tb = tokens.readable_tokens(tokenizer, [s.example[0], s.example[1]])
+    ta, tb = tokens.visible_tokens(tokenizer, [s.example[0], s.example[1]])
     return {"n": len(s.cosine), "r": s.pearson, "rho": s.spearman, "rand": s.mean_random, "adj": s.mean_adjacent,
             "a": s.example[0], "b": s.example[1], "ta": ta, "tb": tb, "c": s.example[2]}
 
@@ -163,7 +163,7 @@ def word_vectors(loaded: LoadedModel, E: np.ndarray, words: list[str]) -> list[W
         if not ids:
             continue
         ids = [int(i) for i in ids if 0 <= int(i) < E.shape[0]]
-        pieces = tokens.readable_tokens(loaded.tokenizer, ids)
+        pieces = tokens.sequence_labels(loaded.tokenizer, ids)  # the one label rule: 苹⟨E8⟩ + 苹⟨8B⟩ …
         out.append(WordVector(w, tuple(ids), tuple(pieces), E[ids].astype(np.float64).mean(axis=0)))
     return out
 
@@ -360,6 +360,32 @@ def compare_contexts(ids_a: Any, resid_a: np.ndarray, pos_a: int, ids_b: Any, re
         id_b=int(ids_b[pos_b]),
         same_prefix=same_prefix(ids_a, pos_a, ids_b, pos_b),
     )
+
+
+def follow_pairs(pos_a: int, pos_b: int, n: int) -> list[tuple[int, int]]:
+    """The ``n`` aligned position pairs that end at (pos_a, pos_b) — the tokens of one word, e.g. 苹果's
+    four in SmolLM2 (苹 is three byte tokens, then 果) — shortened where a prompt has fewer tokens before."""
+    n = max(1, min(int(n), pos_a + 1, pos_b + 1))
+    return [(pos_a - n + 1 + j, pos_b - n + 1 + j) for j in range(n)]
+
+
+def compare_word(ids_a: Any, resid_a: np.ndarray, ids_b: Any, resid_b: np.ndarray,
+                 pairs: Sequence[tuple[int, int]]) -> list[ContextComparison]:
+    """``compare_contexts`` for each aligned pair: every token of the word, not only its last."""
+    return [compare_contexts(ids_a, resid_a, i, ids_b, resid_b, j) for i, j in pairs]
+
+
+def word_table(comps: Sequence[ContextComparison], labels_a: Sequence[str], labels_b: Sequence[str], lang: str) -> pd.DataFrame:
+    """One row per followed token: its label in A and in B, the similarity of the embeddings (layer
+    boundary 0), the lowest similarity and where, and the similarity leaving the last block."""
+    return pd.DataFrame({
+        t("context.col_tok_a", lang): list(labels_a),
+        t("context.col_tok_b", lang): list(labels_b),
+        t("context.col_embed", lang): [float(c.sim[0]) for c in comps],
+        t("context.col_min", lang): [float(c.sim.min()) for c in comps],
+        t("context.col_min_at", lang): [c.weakest_layer for c in comps],
+        t("context.col_last", lang): [float(c.sim[-1]) for c in comps],
+    })
 
 
 def context_table(c: ContextComparison, lang: str) -> pd.DataFrame:

@@ -31,7 +31,7 @@ def fig_id_distance(distance: np.ndarray, cosine: np.ndarray, example: tuple[int
                              name=_t("tokens.pair_example", lang), marker=dict(size=12, color="#dc2626", symbol="star")))
     fig.update_layout(title=_t("tokens.fig_iddist_title", lang), xaxis_title=_t("tokens.fig_iddist_x", lang),
                       yaxis_title=_t("tokens.fig_iddist_y", lang), height=380, margin=dict(t=50, b=40))
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log", dtick=1)  # a label at each power of ten only: never the minor "2 5 2 5 …"
     return fig
 
 

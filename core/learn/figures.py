@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from core.engine.tokens import rank_labels
+
 Translate = Callable[[str], str]
 
 
@@ -32,7 +34,7 @@ def top_probs_figure(pieces: list[str], probs: list[float], t: Translate) -> go.
     ranks = list(range(len(pieces)))
     fig = go.Figure(go.Bar(x=probs, y=ranks, orientation="h", text=[f"{p:.1%}" for p in probs], textposition="auto",
                            hovertext=pieces, hovertemplate="%{hovertext}: %{x:.2%}<extra></extra>"))
-    fig.update_yaxes(tickvals=ranks, ticktext=[f"{i + 1}· {s}" for i, s in enumerate(pieces)], autorange="reversed")
+    fig.update_yaxes(tickvals=ranks, ticktext=rank_labels(pieces), autorange="reversed")
     fig.update_layout(title=t("tour.chart.top_title"), xaxis_title=t("tour.chart.top_x"), yaxis_title=t("tour.chart.top_y"),
                       xaxis_tickformat=".0%", height=300, margin={"l": 40, "r": 10, "t": 50, "b": 40})
     return fig

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core.engine.i18n import t
 from core.engine.numbers import top_k
 from core.engine.tokens import readable_tokens, visible
 from core.engine.trace import Trace
@@ -16,10 +17,12 @@ from core.engine.types import LoadedModel
 from core.gen.generate import Stepper
 
 
-def vector_preview(x: np.ndarray, n: int = 6) -> str:
-    """'[0.0123, -0.4567, …]  (576 values, ‖x‖ = 1.234)' — the first values of a real vector."""
+def vector_preview(x: np.ndarray, n: int = 6, lang: str = "en") -> str:
+    """'[0.0123, -0.4567, …]  (576 values, ‖x‖ = 1.234)' — the first values of a real vector, its size
+    said in ``lang`` (576 个数)."""
     head = ", ".join(f"{v:+.4f}" for v in x[:n])
-    return f"[{head}, …]  ({x.shape[-1]} values, ‖x‖ = {float(np.linalg.norm(x)):.3f})"
+    size = t("journey.n_values", lang, n=x.shape[-1])
+    return f"[{head}, …]  ({size}, ‖x‖ = {float(np.linalg.norm(x)):.3f})"
 
 
 def last_token_norms(tr: Trace) -> np.ndarray:

@@ -6,10 +6,16 @@ temperature adds no knowledge, …). Their wording lives in ``assets/i18n/learn.
 ``quiz.<id>.q`` (the question), ``quiz.<id>.o<i>`` (the options) and ``quiz.<id>.why`` (the
 explanation); here each question has only its shape: how many options, which one is right, and
 which page of the app shows the answer.
+
+Each attempt shows the options in its own order (``option_order``), drawn from a seed that the
+page keeps in the URL (``?quiz=``): the right answer is not always in the same place, and a
+shared link shows the same order to everyone who opens it.
 """
 
 from __future__ import annotations
 
+import random
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -69,3 +75,32 @@ def score(answers: Mapping[str, int | None], questions: tuple[Question, ...] = Q
     right = sum(1 for v in verdicts.values() if v)
     answered = sum(1 for v in verdicts.values() if v is not None)
     return Score(right, answered, len(questions), verdicts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the order of the options, per attempt
+
+SEED_MAX = 1_000_000  # seeds are 0 … SEED_MAX − 1: short enough to read in a link
+
+
+def new_seed() -> int:
+    """A fresh attempt's seed."""
+    return secrets.randbelow(SEED_MAX)
+
+
+def parse_seed(raw: object) -> int | None:
+    """A seed from a link: a whole number in 0 … SEED_MAX − 1, or None (anything else is dropped)."""
+    text = str(raw).strip() if raw is not None else ""
+    if not text.isdigit() or len(text) > len(str(SEED_MAX)):
+        return None
+    value = int(text)
+    return value if value < SEED_MAX else None
+
+
+def option_order(q: Question, seed: int) -> list[int]:
+    """The order in which the attempt ``seed`` shows ``q``'s options: a permutation of their
+    indices, the same for the same (seed, question) on every machine (random.Random seeded with
+    a string hashes it with SHA-512, not with Python's per-process hash)."""
+    order = list(range(q.n_options))
+    random.Random(f"{int(seed)}:{q.id}").shuffle(order)
+    return order

@@ -32,7 +32,8 @@ class Reference:
     def label(self) -> str:
         """A one-line citation, e.g. 'Vaswani et al. (2017). Attention Is All You Need. NeurIPS. arXiv:1706.03762'."""
         tail = f" arXiv:{self.arxiv}" if self.arxiv else ""
-        return f"{self.authors} ({self.year}). {self.title}. {self.venue}.{tail}"
+        venue = "" if self.arxiv and self.venue == "arXiv" else f" {self.venue}."  # never "arXiv. arXiv:…"
+        return f"{self.authors} ({self.year}). {self.title}.{venue}{tail}"
 
 
 def _arxiv(key: str, authors: str, year: int, title: str, venue: str, arxiv: str) -> Reference:
@@ -119,3 +120,19 @@ def provenance_rows(facts: dict, source: str) -> list[tuple[str, str]]:
     rows.append(("source", source))
     rows += [(f"{lib} version", v) for lib, v in library_versions().items()]
     return rows
+
+
+def _md_cell(text: str) -> str:
+    """Text safe inside a Markdown table cell: a pipe would start a new cell, a line break a new row."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def markdown_table(refs: list[Reference], headers: tuple[str, str, str], used_for: dict[str, str]) -> str:
+    """Every reference as one row of a Markdown table — the title linked, authors and venue beside it,
+    the year, and the concepts it is cited for — so long titles wrap instead of being cut off.
+    ``headers``: (reference, year, used for) in the page's language; ``used_for``: key → text."""
+    rows = [f"| {_md_cell(headers[0])} | {_md_cell(headers[1])} | {_md_cell(headers[2])} |", "|---|---|---|"]
+    for r in refs:
+        ref = f"{_md_cell(r.authors)} — [{_md_cell(r.title)}]({r.url}) · {_md_cell(r.venue)}"
+        rows.append(f"| {ref} | {r.year} | {_md_cell(used_for.get(r.key, ''))} |")
+    return "\n".join(rows)

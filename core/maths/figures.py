@@ -44,19 +44,83 @@ def matrix_figure(
     text = [[_fmt(x) for x in row] for row in z]
     cols = list(range(z.shape[1]))
     rows = list(range(z.shape[0]))
+    wide = z.shape[1] > 16  # many columns: no number in the cells (hover has it), labels slanted below the map
     fig = go.Figure(
         go.Heatmap(
-            z=shown, x=cols, y=rows, text=text, texttemplate="%{text}" if z.size <= 400 else None,
+            z=shown, x=cols, y=rows, text=text, texttemplate="%{text}" if z.size <= 400 and not wide else None,
             colorscale="RdBu" if zmid is not None else _BLUES, zmid=zmid, reversescale=zmid is not None,
             hovertemplate="%{y} → %{x}: %{text}<extra></extra>",
         )
     )
-    fig.update_xaxes(title=_t(xlabel_key, lang), tickmode="array", tickvals=cols, ticktext=list(col_labels), side="top")
+    fig.update_xaxes(title=_t(xlabel_key, lang), tickmode="array", tickvals=cols, ticktext=list(col_labels),
+                     side="bottom" if wide else "top", tickangle=-60 if wide else None)
     fig.update_yaxes(title=_t(ylabel_key, lang), tickmode="array", tickvals=rows, ticktext=list(row_labels), autorange="reversed")
     fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(200, 120 + 34 * z.shape[0])),
-                      margin=dict(l=10, r=10, t=105, b=10),
+                      margin=dict(l=10, r=10, t=60 if wide else 105, b=10),
                       plot_bgcolor="#e5e5e5")
     return fig
+
+
+_MASKED_GREY = "#9ca3af"
+
+
+def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labels: Sequence[str], col_labels: Sequence[str],
+                   lang: str) -> go.Figure:
+    """The softmax weights on a fixed colour range 0 … 1 (so 0.198 is visibly blue on every example,
+    never rescaled to white), with the masked cells — exactly 0 — drawn apart: dark grey, marked ×."""
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    hid = np.atleast_2d(np.asarray(masked, dtype=bool))
+    rows, cols = list(range(w.shape[0])), list(range(w.shape[1]))
+    text = [["×" if hid[i, j] else _fmt(w[i, j]) for j in cols] for i in rows]
+    small = w.size <= 400
+    fig = go.Figure([
+        go.Heatmap(z=np.where(hid, np.nan, w), x=cols, y=rows, text=text, colorscale=_BLUES, zmin=0.0, zmax=1.0,
+                   colorbar=dict(title="w"), xgap=1, ygap=1, hovertemplate="%{y} → %{x}: %{text}<extra></extra>"),
+        go.Heatmap(z=np.where(hid, 1.0, np.nan), x=cols, y=rows, colorscale=[[0, _MASKED_GREY], [1, _MASKED_GREY]], showscale=False,
+                   xgap=1, ygap=1, hovertemplate="%{y} → %{x}: " + _t("attention_lab.masked", lang) + "<extra></extra>"),
+    ])
+    if small:  # each cell's number in a colour that reads on its own background (dark on pale, white on dark)
+        ii, jj = np.meshgrid(rows, cols, indexing="ij")
+        dark = hid | (w > 0.5)
+        fig.add_trace(go.Scatter(x=jj.ravel(), y=ii.ravel(), mode="text", text=[text[i][j] for i, j in zip(ii.ravel(), jj.ravel())],
+                                 textfont=dict(color=np.where(dark, "white", "#111827").ravel().tolist(), size=14),
+                                 hoverinfo="skip", showlegend=False))
+    fig.update_xaxes(title=_t("maths.key_pos", lang), tickmode="array", tickvals=cols, ticktext=list(col_labels), side="top")
+    fig.update_yaxes(title=_t("maths.query_pos", lang), tickmode="array", tickvals=rows, ticktext=list(row_labels), autorange="reversed")
+    fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(200, 120 + 34 * w.shape[0])),
+                      margin=dict(l=10, r=10, t=105, b=10), plot_bgcolor="#ffffff")
+    return fig
+
+
+def _log_ticks(values: Sequence[float]) -> tuple[list[float], list[str]]:
+    """Tick positions and readable labels for a log axis over ``values`` (1K, 4K, 32K …): plotly's
+    own log ticks label the minor steps "2 3 4 5 …", which reads as nonsense on a projector."""
+    vals = sorted({float(v) for v in values})
+    return vals, [_si(v) for v in vals]
+
+
+def _si(v: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1024.0, "K")):
+        if v >= div and v % div == 0:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"
+
+
+def _decades(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Powers of ten spanning lo … hi as ticks (10⁻¹, 1, 10, 100 …), for a log axis of measurements."""
+    a = int(np.floor(np.log10(max(lo, 1e-12))))
+    b = int(np.ceil(np.log10(max(hi, 1e-12))))
+    vals = [10.0**e for e in range(a, b + 1)]
+    return vals, [_pow10(e) for e in range(a, b + 1)]
+
+
+_SUP = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _pow10(e: int) -> str:
+    if 0 <= e <= 3:
+        return f"{10**e:,}"
+    return "10" + str(e).translate(_SUP)
 
 
 def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence[str], lang: str) -> go.Figure:
@@ -81,8 +145,9 @@ def scale_figure(res: dict[str, np.ndarray], lang: str) -> go.Figure:
     fig.add_trace(go.Scatter(x=d, y=np.sqrt(d), mode="lines", line=dict(dash="dot"), name="√d_k"), 1, 1)
     fig.add_trace(go.Scatter(x=d, y=res["max_unscaled"], mode="markers+lines", name=_t("attention_lab.fig_unscaled", lang)), 1, 2)
     fig.add_trace(go.Scatter(x=d, y=res["max_scaled"], mode="markers+lines", name=_t("attention_lab.fig_scaled", lang)), 1, 2)
+    dv, dt = _log_ticks(d)
     for c in (1, 2):
-        fig.update_xaxes(type="log", title="d_k", row=1, col=c)
+        fig.update_xaxes(type="log", title="d_k", tickmode="array", tickvals=dv, ticktext=dt, row=1, col=c)
     fig.update_yaxes(range=[0, 1.02], row=1, col=2)
     fig.update_layout(height=360, margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", y=-0.25))
     return fig
@@ -135,8 +200,9 @@ def kv_bytes_figure(configs: Sequence[HeadGeometry], n_tokens: int, bytes_per_va
         go.Bar(x=names, y=mha, name=_t("multihead.fig_if_mha", lang), text=[f"{x:.3g}" for x in mha], textposition="outside"),
     ])
     fig.update_yaxes(title="GiB")
-    fig.update_layout(barmode="group", title=_t("multihead.fig_bytes", lang, n=f"{n_tokens:,}"), height=380,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=1.1))
+    fig.update_layout(barmode="group", title=_t("multihead.fig_bytes", lang, n=f"{n_tokens:,}"), height=400,
+                      margin=dict(l=10, r=10, t=70, b=10),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.04, xanchor="right", x=1))  # right of the title
     return fig
 
 
@@ -156,8 +222,9 @@ def rope_pair_figure(traj: np.ndarray, pos: int, theta_i: float, lang: str) -> g
     circle = np.linspace(0, 2 * np.pi, 200)
     fig = go.Figure([
         go.Scatter(x=r * np.cos(circle), y=r * np.sin(circle), mode="lines", line=dict(color="#ccc"), hoverinfo="skip", showlegend=False),
-        go.Scatter(x=traj[:, 0], y=traj[:, 1], mode="lines+markers+text", line=dict(color="#9ab", width=1), text=[str(i) for i in range(len(traj))],
-                   textposition="top center", marker=dict(size=6, color=np.arange(len(traj)), colorscale="Viridis"),
+        go.Scatter(x=traj[:, 0], y=traj[:, 1], mode="lines+markers+text", line=dict(color="#9ab", width=1), text=_path_labels(traj, pos),
+                   textposition=_outward(traj), marker=dict(size=6, color=np.arange(len(traj)), colorscale="Viridis"),
+                   customdata=np.arange(len(traj)), hovertemplate="m = %{customdata}<extra></extra>",
                    name=_t("positions.fig_path", lang)),
         go.Scatter(x=[0, traj[pos, 0]], y=[0, traj[pos, 1]], mode="lines+markers", line=dict(width=4, color="crimson"),
                    name=_t("positions.fig_at", lang, p=pos, a=f"{pos * theta_i:.3f}")),
@@ -165,9 +232,32 @@ def rope_pair_figure(traj: np.ndarray, pos: int, theta_i: float, lang: str) -> g
     lim = 1.25 * max(r, 1e-9)
     fig.update_xaxes(range=[-lim, lim], zeroline=True, title="x₁")
     fig.update_yaxes(range=[-lim, lim], zeroline=True, scaleanchor="x", title="x₂")
-    fig.update_layout(title=_t("positions.fig_pair", lang, th=f"{theta_i:.4g}"), height=460,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=-0.15))
+    fig.update_layout(title=dict(text=_t("positions.fig_pair", lang, th=f"{theta_i:.4g}"), y=0.98, yanchor="top"), height=500,
+                      margin=dict(l=10, r=10, t=110, b=10), legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
+
+
+def _path_labels(traj: np.ndarray, pos: int, min_gap: float = 0.22) -> list[str]:
+    """Position numbers on the rotation path, only where they do not land on a label already
+    written (points closer than ``min_gap`` × radius skip theirs); 0 and ``pos`` always show."""
+    r = max(float(np.hypot(*traj[0])), 1e-12)
+    shown: list[int] = []
+    for i in [0, pos, *range(1, len(traj))]:
+        if i in shown:
+            continue
+        if i in (0, pos) or all(np.hypot(*(traj[i] - traj[j])) >= min_gap * r for j in shown):
+            shown.append(i)
+    return [str(i) if i in shown else "" for i in range(len(traj))]
+
+
+def _outward(traj: np.ndarray) -> list[str]:
+    """Each point's label placed away from the circle's centre (outside the ring, off the path)."""
+    out = []
+    for x, y in traj:
+        vert = "top" if y >= 0 else "bottom"
+        horiz = "right" if x >= 0 else "left"
+        out.append(f"{vert} {horiz}" if abs(x) > 0.3 * abs(y) else f"{vert} center")
+    return out
 
 
 def rope_offset_figure(table: np.ndarray, offsets: Sequence[int], shifts: Sequence[int], lang: str) -> go.Figure:
@@ -186,12 +276,22 @@ def complexity_figure(n: np.ndarray, ms: np.ndarray, lang: str) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("attention_lab.fig_elems", lang), _t("attention_lab.fig_time", lang)))
     fig.add_trace(go.Scatter(x=n, y=n.astype(float) ** 2, mode="markers+lines", name="n²"), 1, 1)
     fig.add_trace(go.Scatter(x=n, y=ms, mode="markers+lines", name=_t("attention_lab.fig_ms", lang)), 1, 2)
-    for c in (1, 2):
-        fig.update_xaxes(type="log", title=_t("attention_lab.fig_n", lang), row=1, col=c)
-        fig.update_yaxes(type="log", row=1, col=c)
+    nv, nt = _log_ticks(n)
+    n2 = n.astype(float) ** 2
+    for c, ys in ((1, n2), (2, np.asarray(ms, dtype=float))):
+        fig.update_xaxes(type="log", title=_t("attention_lab.fig_n", lang), tickmode="array", tickvals=nv, ticktext=nt, row=1, col=c)
+        yv, yt = _decades(float(np.min(ys[ys > 0])) if np.any(ys > 0) else 1.0, float(np.max(ys)) if len(ys) else 10.0)
+        fig.update_yaxes(type="log", tickmode="array", tickvals=yv, ticktext=yt, row=1, col=c)
     fig.update_yaxes(title="ms", row=1, col=2)
     fig.update_layout(height=360, margin=dict(l=10, r=10, t=60, b=10), showlegend=False)
     return fig
+
+
+def cell_text(x: float) -> str:
+    """A calculator table's cell: four decimals, and −∞ (a masked score) written as the maths writes it."""
+    if np.isneginf(x):
+        return "−∞"
+    return f"{x:.4f}"
 
 
 def matrix_frame(values: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str]):

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.engine.i18n import t
-from core.engine.tokens import position_label
+from core.engine.tokens import position_label, rank_labels
 from core.stream.lens import MlpSteps, NormSteps
 
 KEPT, REMOVED, ACCENT = "#1f77b4", "#c7c7c7", "#d62728"
@@ -131,7 +131,7 @@ def block_dot(facts: dict[str, Any], T: int, lang: str) -> str:
 def fig_candidates(steps: dict[str, np.ndarray], texts: Sequence[str], ids: Sequence[int], lang: str) -> go.Figure:
     """The top candidates: probability before filtering (outline) and after (filled, kept/removed)."""
     ids = list(ids)
-    x = [f"{r + 1}·{s}" for r, s in enumerate(texts)]  # rank-prefixed: equal texts stay distinct
+    x = rank_labels(texts)  # "#1 ␣Paris": rank-prefixed (equal texts stay distinct), never read as a position
     keep = steps["keep"][ids]
     fig = go.Figure([
         go.Bar(x=x, y=steps["probs_before"][ids], name=t("logits.p_before", lang), marker_color="rgba(0,0,0,0)",
@@ -157,13 +157,27 @@ def fig_logit_lens(ids: np.ndarray, probs: np.ndarray, texts: Sequence[str], tok
               for i in range(T)] for l in range(L1)]
     fig = go.Figure(go.Heatmap(
         z=probs, x=list(range(offset, offset + T)), y=list(range(L1)), zmin=0, zmax=1, colorscale="Blues", hoverinfo="text", hovertext=hover,
-        text=cell if show_text else None, texttemplate="%{text}" if show_text else None, textfont=dict(size=9),
+        text=cell if show_text else None, texttemplate="%{text}" if show_text else None, textfont=dict(size=12),  # ≥ 12 px: readable projected
         colorbar=dict(title="p"),
     ))
     _pos_axis(fig, tokens, offset=offset, title=t("ui.position", lang))
     fig.update_yaxes(title=t("residual.axis_layer", lang))
     fig.update_layout(title=t("logits.fig_lens", lang), height=max(420, 22 * L1 + 120), margin=dict(t=50, b=10))
     return fig
+
+
+def lens_output_row(fig: go.Figure) -> str:
+    """Where ``fig_logit_lens`` draws the last layer boundary — the model's own prediction: "top" or
+    "bottom", read off the figure itself (its y values and whether the y axis is reversed)."""
+    y = np.asarray(fig.data[0].y)
+    last_is_max = int(np.argmax(y)) == len(y) - 1
+    reversed_axis = fig.layout.yaxis.autorange == "reversed"
+    return "top" if last_is_max != reversed_axis else "bottom"
+
+
+def lens_caption(fig: go.Figure, lang: str) -> str:
+    """The logit lens's caption, built from the figure's orientation so the two cannot disagree."""
+    return t(f"logits.lens_note_{lens_output_row(fig)}", lang)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -107,7 +107,8 @@ def fig_loss(losses: Sequence[float], lang: str, reference: Sequence[float] | No
         fig.add_scatter(y=list(reference), mode="lines", name=t("toy.loss_shipped", lang), line=dict(dash="dot", color="#999"))
     fig.add_scatter(y=list(losses), mode="lines", name=t("toy.loss_live", lang))
     fig.update_layout(title=t("toy.loss_title", lang), xaxis_title=t("toy.axis_step", lang), yaxis_title=t("toy.axis_loss", lang),
-                      height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+                      height=340, margin=dict(l=10, r=10, t=80, b=10),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1))  # above the plot, clear of the axis title
     return fig
 
 
@@ -121,11 +122,21 @@ def train_caption(curve: dict[str, Any], limit_seconds: float, lang: str) -> str
     return t("toy.train_caption", lang, steps=len(curve["loss"]), seconds=curve["seconds"], limit=int(limit_seconds))
 
 
-def live_done_text(result: dict[str, Any], lang: str) -> str:
-    """A finished live run: steps, seconds, and the loss on the first vs the second copy."""
+def live_note(result: dict[str, Any], shipped: dict[str, Any], lang: str) -> tuple[str, str]:
+    """(level, text) for a finished live run. A run that did all its steps is a success (steps, seconds,
+    time per step, the loss on the first vs the second copy); one the time budget cut short is a
+    warning that says so — steps done of requested, why, and this machine's time per step against the
+    shipped run's — never a green box."""
     rep = result["report"]
-    return t("toy.live_done", lang, n=len(result["losses"]), seconds=f"{result['seconds']:.1f}",
-             first=_g3(rep["loss_first_copy"]), second=_g3(rep["loss_second_copy"]))
+    done, asked = result.get("steps_done", len(result["losses"])), result["steps_requested"]
+    tm = result.get("step_timing")
+    per_step = f"{tm['median'] * 1000:.0f}" if tm else "—"
+    losses = t("toy.live_losses", lang, first=_g3(rep["loss_first_copy"]), second=_g3(rep["loss_second_copy"]))
+    if result.get("completed", done >= asked):
+        return "success", t("toy.live_done", lang, n=done, seconds=f"{result['seconds']:.1f}", ms=per_step) + " " + losses
+    ship_ms = f"{shipped['seconds'] / max(1, len(shipped['loss'])) * 1000:.0f}"
+    return "warning", t("toy.live_cut", lang, n=done, steps=asked, limit=f"{result.get('budget_seconds', 0):.0f}", ms=per_step,
+                        ship_ms=ship_ms) + " " + losses
 
 
 def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Figure:

@@ -22,7 +22,7 @@ from core.engine import budget, tokens
 from core.engine.memo import ByteLRU
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
-from core.gen import generate
+from core.gen import diagnose, generate
 from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
 from core.learn.journey import greedy_continuation
@@ -107,7 +107,7 @@ def measured_costs(spec: str, run: int = 0) -> generate.TpotMeasure:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: int = 0) -> generate.TpotMeasure:
+def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> generate.TpotMeasure:
     """The one TPOT of this prompt (``generate.measure_tpot``) under the sampling settings ``cfg``
     (``astuple`` of a SamplingConfig; greedy when empty), as the stepper shows it beside its own
     recorded passes. ``run``: a new number measures again."""
@@ -296,12 +296,18 @@ def cause_baseline(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[i
     return patching.capture(get_model(spec), ids_clean, ids_corrupted)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
 def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], answer: int, foil: int, site: str,
-                _progress: Any = None) -> np.ndarray:
-    """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads."""
-    base = cause_baseline(spec, ids_clean, ids_corrupted)
-    return patching.sweep(get_model(spec), base, site, answer, foil, progress=_progress)
+                progress: Any = None) -> np.ndarray:
+    """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads. Kept
+    in the byte-bounded store, not st.cache_data: ``progress`` draws the page's bar while it runs, and
+    st.cache_data would try to replay that bar's updates."""
+    def compute() -> np.ndarray:
+        base = cause_baseline(spec, ids_clean, ids_corrupted)
+        grid = patching.sweep(get_model(spec), base, site, answer, foil, progress=progress)
+        grid.flags.writeable = False  # shared by every session
+        return grid
+
+    return store().get(("cause_sweep", spec, ids_clean, ids_corrupted, answer, foil, site), compute)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -312,12 +318,11 @@ def cause_run(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, .
     return patching.patched_logits(get_model(spec), base, patching.Patch(site, layer, pos, head))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
 def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, steps: int,
-                      _progress: Any = None) -> tuple[attribution.GradXInput, attribution.IntegratedGradients]:
-    loaded = get_model(spec)
-    return (attribution.grad_x_input(loaded, ids, answer, foil),
-            attribution.integrated_gradients(loaded, ids, answer, foil, steps, progress=_progress))
+                      progress: Any = None) -> attribution.Attributions:
+    """Gradient × input and integrated gradients of the clean prompt (in the store, like ``cause_sweep``)."""
+    return store().get(("cause_attribution", spec, ids, answer, foil, steps),
+                       lambda: attribution.attribute(get_model(spec), ids, answer, foil, steps, progress=progress))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -325,3 +330,37 @@ def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
     """The last position's attention at ``layer``, mean over heads [T] (plain text, no chat template)."""
     loaded = get_model(spec)
     return attribution.last_row_attention(loaded, get_trace(spec, prompt, False), layer)
+
+
+# ---------------------------------------------------------------------------------------------
+# diagnose: the symptom measurements, once per (model, settings, run number) and server process
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0, _label: Any = None) -> list[diagnose.PrefillPoint]:
+    """Tokenising and prefill time at each input length (``core.gen.diagnose.measure_prefill_curve``).
+    ``run``: a new number measures again; ``_label(done, total, n)``, the progress bar's words, is not part of the key."""
+    bar, update = _diagnose_bar(_label)
+    try:
+        return diagnose.measure_prefill_curve(get_model(spec), list(lengths), progress=update)
+    finally:
+        bar.empty()
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int = 0, _label: Any = None) -> diagnose.DecodeRun:
+    """One request timed end to end (``core.gen.diagnose.measure_decode``)."""
+    bar, update = _diagnose_bar(_label)
+    try:
+        return diagnose.measure_decode(get_model(spec), prompt, chat, n_decode, progress=update)
+    finally:
+        bar.empty()
+
+
+def _diagnose_bar(label: Any) -> tuple[Any, Any]:
+    """A progress bar made inside the cached function (so Streamlit can replay it) and its updater."""
+    bar = st.progress(0.0)
+
+    def update(done: int, total: int, n: int) -> None:
+        bar.progress(min(1.0, done / max(1, total)), text=label(done, total, n) if label else None)
+    return bar, update

@@ -1,8 +1,9 @@
 """The one token-chip renderer: a prompt's tokens as coloured chips, the same on every page.
 
-Each chip shows the token piece made visible by the one label rule (``core.engine.tokens.visible``:
-␣ for a space, ⏎ for a newline, ⟨E8⟩ for a partial UTF-8 character), optionally its position
-before it and its id under it. Text is always HTML-escaped. ``kinds`` colours a chip by where the
+Each chip shows the token's label by the one label rule (``core.engine.tokens.token_labels``: ␣
+for a space, ⏎ for a newline, and for a byte token the character its bytes belong to beside the
+bytes, 苹‹E8›), optionally its position before it and its id under it. The byte tokens of one
+character are framed together, with the character over the frame. Text is always HTML-escaped. ``kinds`` colours a chip by where the
 token came from: the user's text (rotating pastels, so neighbours are told apart), the chat
 template (dotted grey) or a special token (dashed red).
 """
@@ -10,12 +11,13 @@ template (dotted grey) or a special token (dashed red).
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
 
-from core.engine.tokens import visible
+from core.engine.tokens import byte_groups, is_byte_label, token_labels, visible
 
 PASTELS = ("#fde68a", "#bfdbfe", "#bbf7d0", "#fbcfe8", "#ddd6fe", "#fed7aa", "#a5f3fc")
 KIND_STYLE = {
@@ -27,27 +29,58 @@ BASE = "display:inline-block;margin:2px;padding:2px 6px;border-radius:6px;font-f
 FRAME = "outline:2px solid #2ca02c;outline-offset:1px;"
 
 
+_COLOUR = re.compile(r"#[0-9a-fA-F]{3,8}|rgba?\([0-9., ]+\)")  # what ``colours`` may hold: never CSS from elsewhere
+
+GROUP = ("display:inline-block;margin:2px 3px;padding:0 2px 2px;border:2px solid #7c3aed;border-top:none;"
+         "border-radius:0 0 8px 8px;vertical-align:bottom;text-align:center;")
+GROUP_HEAD = "display:block;font-size:0.8em;color:#5b21b6;line-height:1.1;"
+
+
+def _chip_text(piece: object, label: str) -> str:
+    """A chip's inner HTML: the label, with a byte token's bytes in small type after its character."""
+    raw = str(piece)
+    shown = visible(raw)  # ‹E8 8B›
+    if is_byte_label(raw) and label.endswith(shown):
+        return f"{html.escape(label[: -len(shown)])}<small style=\"opacity:.75\">{html.escape(shown)}</small>"
+    return html.escape(label)
+
+
 def chips_html(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, kinds: Sequence[str] | None = None,
                titles: Sequence[str] | None = None, positions: bool = False, framed_tail: int = 0,
-               limit: int | None = None) -> str:
-    """Tokens as HTML chips. ``ids``: shown under each piece; ``positions``: the index before it;
-    ``kinds``: "user" | "template" | "special" per token; ``titles``: hover text per token;
-    ``framed_tail``: frame the last n chips (e.g. the generation prompt); ``limit``: at most this
-    many chips, then "… +N"."""
+               limit: int | None = None, start: int = 0, colours: Sequence[str] | None = None) -> str:
+    """Tokens as HTML chips. ``ids``: shown under each piece; ``positions``: the index before it
+    (``start`` + i, for a window of a longer sequence); ``kinds``: "user" | "template" | "special"
+    per token; ``titles``: hover text per token; ``framed_tail``: frame the last n chips (e.g. the
+    generation prompt, or the token just appended); ``limit``: at most this many chips, then "… +N".
+    Neighbouring byte tokens of one character are framed together under that character. ``colours``: a
+    background per token (``#rrggbb`` or ``rgba(…)``) instead of the pastels, e.g. a score's colour."""
     pieces = list(pieces)
     n = len(pieces)
     shown = n if limit is None else min(n, limit)
-    out = []
+    labels = token_labels(pieces[: min(n, shown + 3)])[:shown]  # 3 more: a character cut by the limit still decodes
+    groups = {a: (b, text) for a, b, text in byte_groups(pieces[:shown])}
+    out: list[str] = []
+    end_group = -1
     for i in range(shown):
-        piece = html.escape(visible(pieces[i]), quote=True)
+        if i in groups:
+            end_group, text = groups[i]
+            out.append(f'<span class="xr-group" title="{html.escape(text, quote=True)}" style="{GROUP}">'
+                       f'<span style="{GROUP_HEAD}">{html.escape(text)}</span>')
+        label = labels[i]
         kind = kinds[i] if kinds is not None else "user"
         bg = f"background:{PASTELS[i % len(PASTELS)]};" if kind == "user" else ""
+        if colours is not None and _COLOUR.fullmatch(str(colours[i])):  # a value's colour (attributions), not the pastel
+            bg = f"background:{colours[i]};"
         frame = FRAME if i >= n - framed_tail else ""
         title = f' title="{html.escape(titles[i], quote=True)}"' if titles is not None else ""
-        pos = f"<sub>{i}</sub> " if positions else ""
+        pos = f"<sub>{start + i}</sub> " if positions else ""
         under = f'<br><small style="color:#374151">{int(ids[i])}</small>' if ids is not None else ""
-        out.append(f'<span class="xr-chip" data-piece="{piece}" dir="auto"{title} style="{BASE}{bg}{KIND_STYLE[kind]}{frame}">'
-                   f"{pos}{piece}{under}</span>")
+        out.append(f'<span class="xr-chip" data-piece="{html.escape(label, quote=True)}" dir="auto"{title} '
+                   f'style="{BASE}{bg}{KIND_STYLE[kind]}{frame}">{pos}{_chip_text(pieces[i], label)}{under}</span>')
+        if i == end_group - 1:
+            out.append("</span>")
+    if shown < end_group:
+        out.append("</span>")
     more = f" … +{n - shown}" if shown < n else ""
     return '<div class="xr-chips" style="line-height:2.4">' + "".join(out) + "</div>" + more
 

@@ -10,9 +10,10 @@ from core.engine.tokens import readable_tokens
 from core.toy import figures as toy_fig
 from core.toy import train as toy_train
 from core.toy.tokenizer import ByteTokenizer
-from core.web import cache
+from core.web import cache, presenter
 
 LIVE_SECONDS = toy_train.LIVE_SECONDS
+LIVE_STEPS = toy_train.LIVE_STEPS
 
 
 def run_live(steps: int, seed: int, bar: Any, loss_slot: Any, pattern_slot: Any, lang: str) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def run_live(steps: int, seed: int, bar: Any, loss_slot: Any, pattern_slot: Any,
         bar.progress(min(1.0, (step + 1) / total), text=t("toy.live_progress", lang, step=step + 1, steps=total, loss=f"{loss:.3f}"))
 
     def on_snapshot(step: int, losses: list[float], head: int, weights: Any) -> None:
-        loss_slot.plotly_chart(toy_fig.fig_live_loss(losses, ref, lang), width="stretch")
-        pattern_slot.plotly_chart(toy_fig.fig_pattern(weights, tokens, t("toy.live_pattern", lang, step=step, head=head)), width="stretch")
+        presenter.chart_in(loss_slot, toy_fig.fig_live_loss(losses, ref, lang), width="stretch")
+        presenter.chart_in(pattern_slot, toy_fig.fig_pattern(weights, tokens, t("toy.live_pattern", lang, step=step + 1, head=head)), width="stretch")
 
     return toy_train.train_live(steps, seed, on_step, on_snapshot)

@@ -33,6 +33,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("nav.generation", "generation", "⏭️"),
     ("nav.generation", "kv_cache", "🗄️"),
     ("nav.generation", "chat", "💬"),
+    ("nav.generation", "diagnose", "🩺"),
     ("nav.learn", "quiz", "✅"),
     ("nav.learn", "references", "📚"),
 )

@@ -1,11 +1,19 @@
-"""Classroom helpers for Streamlit: presenter mode and the "Sources" boxes.
+"""Classroom helpers for Streamlit: presenter mode, every chart, and the "Sources" boxes.
 
-Presenter mode (URL ``?present=1``) enlarges the type for a projector and hides secondary
-controls (downloads, expanders, table toolbars); pages can ask ``is_on()`` to leave out details.
+Presenter mode (URL ``?present=1``) is for a projector: the sidebar starts collapsed (app.py asks
+``sidebar_state()`` before anything else), the page's type is enlarged, secondary controls
+(downloads, expanders, table toolbars) are hidden, and every figure's text is at least
+``MIN_FONT`` px. Every page draws its plotly figures through ``chart`` / ``chart_in``: the one
+place where the projector's font sizes are applied to a figure. Pages can ask ``is_on()`` to
+leave out details.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
 import streamlit as st
 
 from core.learn import references
@@ -21,10 +29,85 @@ _CSS = """<style>
 [data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem !important; }
 [data-testid="stMain"] [data-testid="stMetricLabel"] p { font-size: 1.2rem !important; }
 [data-testid="stMain"] button p { font-size: 1.3rem !important; }
+[data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
+[data-testid="stMain"] [data-testid="stSliderTickBar"] p { font-size: 1.2rem !important; line-height: 1.2 !important; }
+[data-testid="stMain"] [data-testid="stSliderThumbValue"] { bottom: 1.1rem !important; top: auto !important; }
+[data-testid="stMain"] [data-testid="stSlider"] [data-orientation="horizontal"] { margin-top: 0.6rem; }
+[data-testid="stMain"] .xr-chips { font-size: 1.4rem !important; }
+[data-testid="stMain"] [data-testid="stCode"] code { font-size: 1.15rem !important; }
+[data-testid="stMain"] [data-testid="stCaptionContainer"],
+[data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.15rem !important; }
+[data-testid="stMain"] [data-testid="stTable"] td, [data-testid="stMain"] [data-testid="stTable"] th { font-size: 1.2rem !important; }
 [data-testid="stMain"] [data-testid="stDownloadButton"],
 [data-testid="stMain"] [data-testid="stExpander"],
 [data-testid="stElementToolbar"] { display: none !important; }
 </style>"""
+
+
+PRESENT_FONT = 20  # px: a figure's base text on a projector (ticks, legends, axis titles inherit it)
+MIN_FONT = 18  # px: no text in a projected figure is smaller
+TITLE_FONT = 26  # px
+TEMPLATE = "xray_present"
+# The projector's type as a named plotly template (the figure keeps its own look; only sizes change).
+pio.templates[TEMPLATE] = go.layout.Template(layout=dict(
+    font=dict(size=PRESENT_FONT), title=dict(font=dict(size=TITLE_FONT)), legend=dict(font=dict(size=MIN_FONT)),
+    hoverlabel=dict(font=dict(size=MIN_FONT)),
+))
+
+
+def _bigger(size: Any) -> int:
+    return max(int(size), MIN_FONT) if size is not None else MIN_FONT
+
+
+def for_projector(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` whose every text is at least MIN_FONT px: the projector template merged
+    under the figure's own, and every size the figure set explicitly (cell text, ticks, subplot
+    titles, legends, colour bars) raised to it; taller, so the bigger text still fits."""
+    f = go.Figure(fig)  # a copy: a cached figure is never changed
+    f.layout.template.layout.update(pio.templates[TEMPLATE].layout)  # the figure's own template, projector sizes on top
+    f.update_layout(font_size=_bigger(f.layout.font.size if f.layout.font.size else PRESENT_FONT),
+                    title_font_size=max(TITLE_FONT, f.layout.title.font.size or 0), legend_font_size=_bigger(f.layout.legend.font.size),
+                    hoverlabel_font_size=_bigger(f.layout.hoverlabel.font.size))
+    for name in f.layout:
+        if name.startswith(("xaxis", "yaxis")):
+            ax = f.layout[name]
+            ax.tickfont.size = _bigger(ax.tickfont.size)
+            ax.title.font.size = _bigger(ax.title.font.size or PRESENT_FONT)
+    f.update_annotations(font_size=MIN_FONT)
+    for a in f.layout.annotations:
+        a.font.size = _bigger(a.font.size)
+    for tr in f.data:
+        if "textfont" in tr:
+            tr.textfont.size = _bigger(tr.textfont.size)
+        if "colorbar" in tr:
+            tr.colorbar.tickfont.size = _bigger(tr.colorbar.tickfont.size)
+            tr.colorbar.title.font.size = _bigger(tr.colorbar.title.font.size)
+    if f.layout.coloraxis.colorbar is not None:
+        f.layout.coloraxis.colorbar.tickfont.size = _bigger(f.layout.coloraxis.colorbar.tickfont.size)
+        f.layout.coloraxis.colorbar.title.font.size = _bigger(f.layout.coloraxis.colorbar.title.font.size)
+    if f.layout.height:
+        f.layout.height = int(f.layout.height * 1.25)
+    m = f.layout.margin
+    f.update_layout(margin=dict(t=int((m.t if m.t is not None else 80) * 1.3) + 10, b=(m.b or 0) + 20))
+    return f
+
+
+def chart(fig: go.Figure, **kw: Any) -> Any:
+    """Draw a plotly figure (every page's charts come through here): as built, or in presenter mode
+    with the projector's type. Takes st.plotly_chart's arguments; the width stretches by default."""
+    return chart_in(st, fig, **kw)
+
+
+def chart_in(where: Any, fig: go.Figure, **kw: Any) -> Any:
+    """``chart`` inside a container or column (``where``: what would have called .plotly_chart)."""
+    kw.setdefault("width", "stretch")
+    return where.plotly_chart(for_projector(fig) if is_on() else fig, **kw)
+
+
+def sidebar_state() -> str:
+    """The sidebar's first state for st.set_page_config: collapsed for a projector (a ``?present=1``
+    link), Streamlit's own choice otherwise."""
+    return "collapsed" if st.query_params.get(KEY, "0") == "1" else "auto"
 
 
 def is_on() -> bool:

@@ -98,17 +98,20 @@ def main() -> None:
             settle(page)
             print(f"after start-up and the first page: {rss_gb(proc.pid):.2f} GB")
             t0 = time.time()
+            seen = 0
             for i in range(a.prompts):
-                box = page.get_by_label("Prompt", exact=False).first
-                box.fill(f"Prompt {i}: the {i}th student asks why attention needs {i % 7 + 2} heads and a KV cache.")
+                box = page.locator("textarea").first  # the sidebar's shared prompt box
+                text = f"Prompt {i}: the {i}th student asks why attention needs {i % 7 + 2} heads and a KV cache."
+                box.fill(text)
                 box.press("Control+Enter")
                 settle(page)
+                seen += page.locator("code").filter(has_text=f"Prompt {i}:").count() > 0  # the journey's stage 1 shows the text
                 if i % 10 == 9:
                     page.goto(f"{base}/heads")
                     settle(page)
                     page.goto(base)
                     settle(page)
-            print(f"{a.prompts} prompts in {time.time() - t0:.0f} s; RSS now {rss_gb(proc.pid):.2f} GB, peak {peak[0]:.2f} GB")
+            print(f"{a.prompts} prompts ({seen} confirmed traced on the page) in {time.time() - t0:.0f} s; RSS now {rss_gb(proc.pid):.2f} GB, peak {peak[0]:.2f} GB")
             after = rss_gb(proc.pid)
             browser.close()
         time.sleep(a.ttl + 15)

@@ -1,0 +1,235 @@
+"""Two prompts that differ in one fact, and the one number the section explains.
+
+A *clean* prompt ("The Eiffel Tower is in the city of") and a *corrupted* one ("The Colosseum is in
+the city of") make the model prefer different answers. The **logit difference**
+``logit(answer) − logit(foil)`` at the last position (e.g. " Paris" − " Rome") measures that
+preference in one number: high on the clean prompt, low on the corrupted one. Patching and
+attribution (``core.cause.patching`` / ``attribution``) each explain where it comes from.
+
+Activation patching copies an activation at (layer, position) from one run into the other, so
+both prompts must have the same number of tokens; the answer and the foil must each be one token.
+Everything that arrives from outside (a link, a text box, the command line) is checked here and
+refused with a ``PairError``: an i18n key and its fields, a sentence in either language.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from core.engine import tokens
+from core.engine.i18n import t
+from core.engine.types import EmptyPromptError
+
+MAX_TOKENS = 64  # a layer × position sweep is L·T patched runs: keep the pair short
+MAX_CHARS = 2_000  # what a text box or a link may carry for one prompt (and what the URL keeps)
+MAX_ANSWER_CHARS = 100
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str  # i18n label: cause.preset_<key>
+    clean: str
+    corrupted: str
+    answer: str
+    foil: str
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("eiffel", "The Eiffel Tower is in the city of", "The Colosseum is in the city of", " Paris", " Rome"),
+    Preset("eiffel_zh", "埃菲尔铁塔位于", "罗马斗兽场位于", "巴黎", "罗马"),
+    # the toy was trained to copy repeated segments: after "kqzmw" it predicts what followed "kqzmw" before
+    Preset("induction", "kqzmwpkqzmw", "kqzmwrkqzmw", "p", "r"),
+)
+PRESET_KEYS: tuple[str, ...] = tuple(p.key for p in PRESETS)
+FREE = "free"
+
+
+def preset(key: str) -> Preset | None:
+    return next((p for p in PRESETS if p.key == key), None)
+
+
+class PairError(ValueError):
+    """Why a pair (or its answers) cannot be used, as an i18n key (``cause.err_<code>``) and its fields."""
+
+    def __init__(self, code: str, **fields: Any) -> None:
+        self.code = code
+        self.fields = fields
+        super().__init__(self.text("en"))
+
+    @property
+    def key(self) -> str:
+        return f"cause.err_{self.code}"
+
+    def text(self, lang: str = "en") -> str:
+        """The sentence in ``lang`` (``which`` — clean / corrupted / answer / foil — named in that language)."""
+        fields = dict(self.fields)
+        if "which" in fields:
+            fields["which"] = t(f"cause.which_{fields['which']}", lang)
+            fields["which"] = fields["which"][:1].upper() + fields["which"][1:]
+        return t(self.key, lang, **fields)
+
+
+@dataclass(frozen=True)
+class PairText:
+    """What the user typed (or a link carried): both prompts and the two answers."""
+
+    clean: str
+    corrupted: str
+    answer: str
+    foil: str
+
+    @classmethod
+    def of(cls, p: Preset) -> PairText:
+        return cls(p.clean, p.corrupted, p.answer, p.foil)
+
+
+@dataclass(frozen=True)
+class PairTokens:
+    """Both prompts as token ids and readable pieces (their counts may differ: see ``same_length``)."""
+
+    ids_clean: tuple[int, ...]
+    ids_corrupted: tuple[int, ...]
+    tokens_clean: tuple[str, ...]
+    tokens_corrupted: tuple[str, ...]
+
+    @property
+    def same_length(self) -> bool:
+        return len(self.ids_clean) == len(self.ids_corrupted)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids_clean)
+
+    def differing(self) -> list[int]:
+        """Positions whose tokens differ (over the shorter prompt), then every extra position."""
+        n = min(len(self.ids_clean), len(self.ids_corrupted))
+        diff = [i for i in range(n) if self.ids_clean[i] != self.ids_corrupted[i]]
+        return diff + list(range(n, max(len(self.ids_clean), len(self.ids_corrupted))))
+
+    def require_same_length(self) -> None:
+        if not self.same_length:
+            raise PairError("counts", n_clean=len(self.ids_clean), n_corrupted=len(self.ids_corrupted))
+
+
+def _prompt_ids(tokenizer: Any, text: str, which: str, max_tokens: int) -> list[int]:
+    if text is None or not text.strip():
+        raise PairError(f"empty_{which}")
+    if len(text) > MAX_CHARS:
+        raise PairError("too_many_chars", which=which, n=len(text), k=MAX_CHARS)
+    try:
+        enc = tokens.encode(tokenizer, text, chat=False, max_tokens=max_tokens)
+    except EmptyPromptError:
+        raise PairError(f"empty_{which}") from None
+    if enc.truncated_from:
+        raise PairError("too_long", which=which, n=enc.truncated_from, k=max_tokens)
+    return enc.ids
+
+
+def encode_pair(tokenizer: Any, clean: str, corrupted: str, max_tokens: int = MAX_TOKENS) -> PairTokens:
+    """Both prompts as plain text (no chat template), each at most ``max_tokens`` tokens."""
+    a = _prompt_ids(tokenizer, clean, "clean", max_tokens)
+    b = _prompt_ids(tokenizer, corrupted, "corrupted", max_tokens)
+    return PairTokens(tuple(a), tuple(b), tuple(tokens.readable_tokens(tokenizer, a)),
+                      tuple(tokens.readable_tokens(tokenizer, b)))
+
+
+def answer_id(tokenizer: Any, text: str, which: str) -> int:
+    """The one token ``text`` is (a leading space counts: " Paris" is not "Paris"); refused otherwise,
+    saying how it tokenises."""
+    if text is None or text == "":
+        raise PairError(f"empty_{which}")
+    if len(text) > MAX_ANSWER_CHARS:
+        raise PairError("too_many_chars", which=which, n=len(text), k=MAX_ANSWER_CHARS)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    if len(ids) != 1:
+        pieces = " | ".join(tokens.visible_tokens(tokenizer, ids)) if ids else "∅"
+        raise PairError("answer_tokens", which=which, text=tokens.visible(text), n=len(ids), pieces=pieces)
+    return int(ids[0])
+
+
+@dataclass(frozen=True)
+class Answers:
+    answer: int
+    foil: int
+    answer_text: str
+    foil_text: str
+
+
+def answers(tokenizer: Any, answer: str, foil: str) -> Answers:
+    a, f = answer_id(tokenizer, answer, "answer"), answer_id(tokenizer, foil, "foil")
+    if a == f:
+        raise PairError("same_answer", text=tokens.visible(answer))
+    return Answers(a, f, *tokens.readable_tokens(tokenizer, [a, f]))
+
+
+def alignment(pt: PairTokens) -> list[dict[str, Any]]:
+    """One row per position: the clean and the corrupted token there ("" past a prompt's end), and
+    whether they are the same token."""
+    n = max(len(pt.ids_clean), len(pt.ids_corrupted))
+    rows = []
+    for i in range(n):
+        a = pt.tokens_clean[i] if i < len(pt.ids_clean) else None
+        b = pt.tokens_corrupted[i] if i < len(pt.ids_corrupted) else None
+        same = a is not None and b is not None and pt.ids_clean[i] == pt.ids_corrupted[i]
+        rows.append({"pos": i, "clean": "" if a is None else tokens.visible(a),
+                     "corrupted": "" if b is None else tokens.visible(b), "same": same})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# the one number
+
+
+def logit_diff(logits: Any, answer: int, foil: int) -> np.ndarray | float:
+    """logit(answer) − logit(foil) at the last position: ``logits`` [..., V] → [...] (float64 of the
+    float32 scores, so the same scores always give the same number)."""
+    x = np.asarray(logits)
+    d = x[..., answer].astype(np.float64) - x[..., foil].astype(np.float64)
+    return float(d) if d.ndim == 0 else d
+
+
+def top_tokens(tokenizer: Any, logits: Sequence[float] | np.ndarray, k: int = 8) -> list[dict[str, Any]]:
+    """The k highest-scoring next tokens: id, visible text, logit and probability (softmax over all V)."""
+    x = np.asarray(logits, dtype=np.float64)
+    p = _softmax(x)
+    ids = np.argsort(-x, kind="stable")[:k]
+    names = tokens.visible_tokens(tokenizer, ids.tolist())
+    return [{"id": int(i), "token": n, "logit": float(x[i]), "p": float(p[i])} for i, n in zip(ids, names)]
+
+
+def _softmax(logits: Any) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float64)
+    p = np.exp(x - x.max())
+    return p / p.sum()
+
+
+def compare_rows(tokenizer: Any, runs: dict[str, Any], by: str, k: int = 8) -> list[dict[str, Any]]:
+    """The ``k`` most likely next tokens of run ``by``, with every run's probability of each: rows of
+    {"id", "token", <run name>: p …}. ``runs``: name → next-token scores [V]."""
+    probs = {name: _softmax(v) for name, v in runs.items()}
+    ids = np.argsort(-probs[by], kind="stable")[:k].tolist()
+    names = tokens.visible_tokens(tokenizer, ids)
+    return [{"id": int(i), "token": n, **{name: float(p[i]) for name, p in probs.items()}} for i, n in zip(ids, names)]
+
+
+def suggest(tokenizer: Any, clean_logits: Any, corrupted_logits: Any) -> tuple[str, str] | None:
+    """Answer and foil texts from the runs themselves: the clean prompt's most likely next token, and
+    the corrupted prompt's (or the clean prompt's runner-up when both agree). None when a token's text
+    does not tokenise back to that one token (a piece of a UTF-8 character, say)."""
+    a = int(np.argmax(clean_logits))
+    order = np.argsort(-np.asarray(corrupted_logits), kind="stable")
+    f = int(order[0]) if int(order[0]) != a else int(np.argsort(-np.asarray(clean_logits), kind="stable")[1])
+    texts = []
+    for i in (a, f):
+        s = tokenizer.decode([i])
+        ids = tokenizer(s, add_special_tokens=False)["input_ids"]
+        if ids != [i]:
+            return None
+        texts.append(s)
+    return texts[0], texts[1]

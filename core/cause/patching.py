@@ -1,0 +1,385 @@
+"""Activation patching (causal tracing): run the corrupted prompt, copy in ONE activation from the
+clean run, and see how much of the clean answer comes back.
+
+Sites (TransformerLens' vocabulary):
+
+* ``resid``    — the residual stream entering block ``l`` at position ``t`` (``resid_pre``);
+* ``attn_out`` — what layer ``l``'s attention adds to the stream at ``t``;
+* ``mlp_out``  — what layer ``l``'s MLP adds at ``t``;
+* ``head``     — one head's output at ``t``: its slice of the output projection's input
+  (``core.engine.roles.head_slice``, the same slicing head ablation zeroes).
+
+How a batch of patched runs is computed (``_forward_rows``): the model is fed the corrupted prompt
+once ([1, T]); a pre-hook on the first block that any row patches replaces the hidden state with
+the corrupted run's own residual stream there, copied B times (one row per patched run), and the
+hooks of each site overwrite their rows' activations with the clean ones. Before that block every
+row would compute exactly the corrupted run, so nothing is recomputed per row there; from that
+block on the rows run as one batch. Clean and corrupted activations come from two recorded passes
+(``capture``) and are reused by every patched run.
+
+Bit-exact ends: a CPU matrix product may round a row differently depending on where the row sits in
+the batch (its offset in the [B·T, d] operand), so "the same input gives the same output" holds only
+for the same slot of a batch of the same size. The recording runs each prompt as a batch of two
+identical rows and keeps row 0; a single patched run (``patched_logits``) also runs in row 0 of a
+batch of two. So patching nothing IS the corrupted run, and copying the whole stream at layer 0 (or
+at the last block's input) IS the clean run, bit for bit. In a sweep, a run sits in another slot of
+a bigger batch and may differ from its single run in the last float32 bits (≈ 1e-6).
+
+Hooks are scoped to the calling thread and removed on exit (``core.engine.hooks``); forward passes
+hold the model's lock, so sessions sharing the model never see each other's patches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import core.backends as backends
+from core.cause import pair
+from core.engine import roles
+from core.engine.hooks import HookSpec, scoped_hooks
+from core.engine.types import LoadedModel, UnsupportedArchitectureError
+
+SITES = ("resid", "attn_out", "mlp_out")  # the layer × position grids
+HEAD = "head"  # the layer × head grid, at the last position
+ALL_SITES = (*SITES, HEAD)
+TOKENS_PER_PASS = 512  # rows × T per batched pass: big enough to use the CPU well, small in memory
+
+Progress = Callable[[int, int], None]  # (runs done, runs in all)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patched run: copy the clean ``site`` at (``layer``, ``pos``) into the corrupted run
+    (``pos=None``: every position); ``head`` for site "head"."""
+
+    site: str
+    layer: int
+    pos: int | None
+    head: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.site not in ALL_SITES:
+            raise ValueError(f"unknown site {self.site!r}; one of {ALL_SITES}")
+        if (self.site == HEAD) != (self.head is not None):
+            raise ValueError("a head is given exactly for site 'head'")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The clean and the corrupted run, recorded: their next-token scores and the
+    activations every patched run copies from (clean) or starts from (corrupted)."""
+
+    ids_clean: tuple[int, ...]
+    ids_corrupted: tuple[int, ...]
+    logits: torch.Tensor  # [2, V] float32 at the last position: row 0 clean, row 1 corrupted
+    resid: torch.Tensor  # [L, 2, T, d]: the stream entering block l
+    attn_out: torch.Tensor  # [L, 2, T, d]
+    mlp_out: torch.Tensor  # [L, 2, T, d]
+    z: torch.Tensor  # [L, 2, T, H·dh]: the heads' outputs side by side (the output projection's input)
+    head_dim: int
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.resid.shape[0])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.resid.shape[2])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.z.shape[-1]) // self.head_dim
+
+    def clean_logits(self) -> np.ndarray:
+        return self.logits[0].numpy()
+
+    def corrupted_logits(self) -> np.ndarray:
+        return self.logits[1].numpy()
+
+    def site(self, name: str) -> torch.Tensor:
+        return {"resid": self.resid, "attn_out": self.attn_out, "mlp_out": self.mlp_out, HEAD: self.z}[name]
+
+
+def _first(x: Any) -> Any:
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _with_first(out: Any, new: torch.Tensor) -> Any:
+    """``out`` with its tensor (or its tuple's first item) replaced by ``new``."""
+    return (new, *out[1:]) if isinstance(out, tuple) else new
+
+
+def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _set_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
+    return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
+
+
+# ---------------------------------------------------------------------------------------------
+# the two runs every patched run reuses
+
+
+def capture(loaded: LoadedModel, ids_clean: Sequence[int], ids_corrupted: Sequence[int]) -> Baseline:
+    """Run the clean and the corrupted prompt and keep every site of both; refuse (with the reason) a
+    model whose blocks are not one pre-norm residual chain, since its sites would not mean what the
+    page says they mean."""
+    ids_clean, ids_corrupted = tuple(int(i) for i in ids_clean), tuple(int(i) for i in ids_corrupted)
+    if len(ids_clean) != len(ids_corrupted):
+        raise pair.PairError("counts", n_clean=len(ids_clean), n_corrupted=len(ids_corrupted))
+    sites = roles.find_sites(loaded.model)
+    L = len(sites.blocks)
+    projs = [roles.out_proj(a) for a in sites.attns]
+    keys = ("resid", "post", "attn_out", "mlp_out", "z")
+    seen: dict[str, dict[int, torch.Tensor]] = {}
+
+    def store(site: str, i: int, v: torch.Tensor) -> None:
+        if i in seen[site]:
+            raise UnsupportedArchitectureError(f"layer {i}'s {site} ran twice in one forward pass.")
+        seen[site][i] = v[:1].detach().clone()  # row 0: the slot every single patched run uses
+
+    def on_input(site: str, i: int) -> Callable[..., None]:
+        return lambda _m, args, kwargs: store(site, i, _hidden_of(args, kwargs))
+
+    def on_output(site: str, i: int) -> Callable[..., None]:
+        return lambda _m, _args, out: store(site, i, _first(out))
+
+    specs: list[HookSpec] = []
+    for i in range(L):
+        specs += [
+            (sites.blocks[i], "pre_kwargs", on_input("resid", i)),
+            (sites.blocks[i], "forward", on_output("post", i)),
+            (sites.attns[i], "forward", on_output("attn_out", i)),
+            (sites.mlps[i], "forward", on_output("mlp_out", i)),
+            (projs[i], "pre_kwargs", on_input("z", i)),
+        ]
+    runs, logits = [], []
+    with loaded.lock, torch.inference_mode(), scoped_hooks(specs):
+        for ids in (ids_clean, ids_corrupted):
+            seen.update({k: {} for k in keys})
+            x = torch.tensor([ids, ids], dtype=torch.long)  # [2, T]: row 0 is kept (see the module's docstring)
+            logits.append(backends.last_logits(loaded, x)[0].float())  # [V]
+            runs.append(_check(seen, L, loaded.facts.n_heads * loaded.facts.head_dim, type(loaded.model).__name__))
+    stream = [torch.cat(pair_of, dim=1) for pair_of in zip(*runs)]  # each [L, 2, T, ·]: clean, corrupted
+    return Baseline(ids_clean, ids_corrupted, torch.stack(logits), *stream, head_dim=loaded.facts.head_dim)
+
+
+def _check(seen: dict[str, dict[int, torch.Tensor]], L: int, width: int, name: str) -> tuple[torch.Tensor, ...]:
+    for site in seen:
+        if sorted(seen[site]) != list(range(L)):
+            raise UnsupportedArchitectureError(f"{name}: {site} was not seen for every layer ({len(seen[site])} of {L}); "
+                                               "its activations cannot be patched faithfully.")
+    stacked = {k: torch.stack([seen[k][i] for i in range(L)]) for k in seen}  # [L, 1, T, ·]
+    resid, post, attn, mlp, z = (stacked[k] for k in ("resid", "post", "attn_out", "mlp_out", "z"))
+    if attn.shape != resid.shape or mlp.shape != resid.shape:
+        raise UnsupportedArchitectureError(f"{name}: a sub-layer's output is not shaped like the residual stream.")
+    if z.shape[-1] != width:
+        raise UnsupportedArchitectureError(f"{name}: the attention's output projection reads {z.shape[-1]} values, "
+                                           f"not heads × head_dim = {width}; one head's output cannot be cut out.")
+    if L > 1 and not torch.equal(post[:-1], resid[1:]):
+        raise UnsupportedArchitectureError(f"{name}: something sits between consecutive blocks; the residual stream is not one chain.")
+    gap = (post - resid - attn - mlp).abs().max().item()
+    if gap > 1e-4 * max(1.0, resid.abs().max().item()):
+        raise UnsupportedArchitectureError(
+            f"{name}: the blocks are not pre-norm residual blocks (resid[l+1] − resid[l] − attn_out − mlp_out reaches "
+            f"{gap:.3g}), so 'what a sub-layer adds' is not its output; patching it would not mean what the page says.")
+    return resid, attn, mlp, z
+
+
+# ---------------------------------------------------------------------------------------------
+# patched runs, many per forward pass
+
+
+def _hooks(base: Baseline, sites: roles.Sites, rows: Sequence[Patch | None], B: int) -> list[HookSpec]:
+    by: dict[tuple[str, int], list[tuple[int, Patch]]] = {}
+    for b, p in enumerate(rows):
+        if p is not None:
+            by.setdefault((p.site, p.layer), []).append((b, p))
+    start = min((p.layer for p in rows if p is not None), default=0)
+    clean = {k: base.site(k)[:, 0] for k in ALL_SITES}  # [L, T, ·] of the clean run
+    dh = base.head_dim
+
+    def write(x: torch.Tensor, site: str, layer: int) -> torch.Tensor:
+        x = x.clone()  # never edit a tensor the model still uses
+        src = clean[site][layer]  # [T, ·]
+        for b, p in by.get((site, layer), []):
+            cols = roles.head_slice(p.head, dh) if p.head is not None else slice(None)
+            if p.pos is None:
+                x[b, :, cols] = src[:, cols]
+            else:
+                x[b, p.pos, cols] = src[p.pos, cols]
+        return x
+
+    def block_pre(layer: int) -> Callable[..., Any]:
+        def pre(_m: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            h = _hidden_of(args, kwargs)
+            if layer == start:  # the rows begin here, from the corrupted run's own stream (recorded)
+                h = base.resid[layer, 1].expand(B, -1, -1)  # [B, T, d]
+            return _set_hidden(args, kwargs, write(h, "resid", layer))
+
+        return pre
+
+    def out_hook(site: str, layer: int) -> Callable[..., Any]:
+        return lambda _m, _a, out: _with_first(out, write(_first(out), site, layer))
+
+    def z_pre(layer: int) -> Callable[..., Any]:
+        return lambda _m, args: (write(args[0], HEAD, layer), *args[1:])
+
+    specs: list[HookSpec] = [(sites.blocks[start], "pre_kwargs", block_pre(start))]
+    for site, layer in sorted(by):
+        if site == "resid" and layer != start:
+            specs.append((sites.blocks[layer], "pre_kwargs", block_pre(layer)))
+        elif site == "attn_out":
+            specs.append((sites.attns[layer], "forward", out_hook(site, layer)))
+        elif site == "mlp_out":
+            specs.append((sites.mlps[layer], "forward", out_hook(site, layer)))
+        elif site == HEAD:
+            specs.append((roles.out_proj(sites.attns[layer]), "pre", z_pre(layer)))
+    return specs
+
+
+def _check_patch(base: Baseline, p: Patch) -> None:
+    L, T, H = base.n_layers, base.n_tokens, base.n_heads
+    if not 0 <= p.layer < L:
+        raise ValueError(f"layer {p.layer} is outside 0 … {L - 1}")
+    if p.pos is not None and not 0 <= p.pos < T:
+        raise ValueError(f"position {p.pos} is outside 0 … {T - 1}")
+    if p.head is not None and not 0 <= p.head < H:
+        raise ValueError(f"head {p.head} is outside 0 … {H - 1}")
+
+
+def _forward_rows(loaded: LoadedModel, base: Baseline, rows: Sequence[Patch | None]) -> torch.Tensor:
+    """One batched forward pass, one row per patched run (None = no patch): last-position scores [n, V]."""
+    n = len(rows)
+    B = max(2, n)  # at least two rows, like the recording: equal inputs give bit-identical scores
+    rows = [*rows, *([None] * (B - n))]
+    sites = roles.find_sites(loaded.model)
+    x = torch.tensor([base.ids_corrupted], dtype=torch.long)  # [1, T]: the rows are made at the first patched block
+    with loaded.lock, torch.inference_mode(), scoped_hooks(_hooks(base, sites, rows, B)):
+        logits = backends.last_logits(loaded, x).float()  # [B, V]
+    if logits.shape[0] != B:
+        raise UnsupportedArchitectureError("the model did not carry the patched rows through to its output.")
+    return logits[:n]
+
+
+def chunk_size(n_tokens: int) -> int:
+    """Patched runs per forward pass."""
+    return max(2, min(64, TOKENS_PER_PASS // max(1, n_tokens)))
+
+
+def run(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], *, chunk: int | None = None,
+        progress: Progress | None = None, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
+    """The patched runs' last-position scores, [n, V] float32 — or ``reduce(scores)`` per chunk
+    (e.g. the logit difference, [n]), so a sweep never holds n × V numbers. Runs are grouped by
+    layer (a pass starts at its first patched block) and batched ``chunk`` at a time."""
+    for p in patches:
+        if p is not None:
+            _check_patch(base, p)
+    n = len(patches)
+    chunk = chunk or chunk_size(base.n_tokens)
+    order = sorted(range(n), key=lambda i: (patches[i].layer if patches[i] is not None else -1))
+    parts: list[tuple[list[int], np.ndarray]] = []
+    done = 0
+    for s in range(0, n, chunk):
+        idx = order[s : s + chunk]
+        out = _forward_rows(loaded, base, [patches[i] for i in idx])
+        parts.append((idx, (reduce(out) if reduce else out).numpy()))
+        done += len(idx)
+        if progress:
+            progress(done, n)
+    if not parts:
+        return np.zeros((0,) if reduce else (0, base.logits.shape[-1]), dtype=np.float64 if reduce else np.float32)
+    first = parts[0][1]
+    res = np.empty((n, *first.shape[1:]), dtype=first.dtype)
+    for idx, vals in parts:
+        res[idx] = vals
+    return res
+
+
+def patched_logits(loaded: LoadedModel, base: Baseline, patch: Patch | None) -> np.ndarray:
+    """One patched run's next-token scores [V] (None: the corrupted run, unpatched)."""
+    return run(loaded, base, [patch])[0]
+
+
+def logit_diffs(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], answer: int, foil: int, *,
+                chunk: int | None = None, progress: Progress | None = None) -> np.ndarray:
+    """logit(answer) − logit(foil) of each patched run, [n] float64 (see ``pair.logit_diff``)."""
+    return run(loaded, base, patches, chunk=chunk, progress=progress,
+               reduce=lambda lg: lg[:, answer].double() - lg[:, foil].double())
+
+
+# ---------------------------------------------------------------------------------------------
+# the grids the page draws and the CLI saves
+
+
+def grid_patches(site: str, n_layers: int, n_tokens: int) -> list[Patch]:
+    """Every (layer, position) of ``site`` (resid / attn_out / mlp_out), row-major [L, T]."""
+    return [Patch(site, layer, t) for layer in range(n_layers) for t in range(n_tokens)]
+
+
+def head_patches(n_layers: int, n_heads: int, pos: int) -> list[Patch]:
+    """Every (layer, head) at position ``pos``, row-major [L, H]."""
+    return [Patch(HEAD, layer, pos, h) for layer in range(n_layers) for h in range(n_heads)]
+
+
+def n_runs(base: Baseline, site: str) -> int:
+    return base.n_layers * (base.n_heads if site == HEAD else base.n_tokens)
+
+
+def sweep(loaded: LoadedModel, base: Baseline, site: str, answer: int, foil: int, *,
+          progress: Progress | None = None, chunk: int | None = None) -> np.ndarray:
+    """Raw logit differences of every patched run of ``site``: [L, T] for resid / attn_out / mlp_out
+    (position t of layer l), [L, H] for head (each head at the last position)."""
+    L, T = base.n_layers, base.n_tokens
+    if site == HEAD:
+        patches, shape = head_patches(L, base.n_heads, T - 1), (L, base.n_heads)
+    elif site in SITES:
+        patches, shape = grid_patches(site, L, T), (L, T)
+    else:
+        raise ValueError(f"unknown site {site!r}; one of {ALL_SITES}")
+    return logit_diffs(loaded, base, patches, answer, foil, chunk=chunk, progress=progress).reshape(shape)
+
+
+def normalise(ld: np.ndarray | float, ld_clean: float, ld_corrupted: float) -> np.ndarray | None:
+    """(ld − corrupted) / (clean − corrupted): 0 = the corrupted run, 1 = the clean run; None when the
+    two runs do not differ (nothing to restore)."""
+    span = float(ld_clean) - float(ld_corrupted)
+    if not np.isfinite(span) or abs(span) < 1e-6:
+        return None
+    return (np.asarray(ld, dtype=np.float64) - float(ld_corrupted)) / span
+
+
+def best_cell(norm: np.ndarray) -> tuple[int, int]:
+    """The (row, column) that restores the most."""
+    i = int(np.nanargmax(norm))
+    return i // norm.shape[1], i % norm.shape[1]
+
+
+def export(loaded: LoadedModel, pt: pair.PairTokens, ans: pair.Answers, base: Baseline,
+           grids: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The .npz record of a patching experiment (``python -m core patch``): both prompts' tokens, their
+    logit differences, and each site's grid of raw logit differences (not normalised, so that anyone
+    can check them); ``meta`` says how to normalise."""
+    ld_c = pair.logit_diff(base.clean_logits(), ans.answer, ans.foil)
+    ld_r = pair.logit_diff(base.corrupted_logits(), ans.answer, ans.foil)
+    meta = {"model": loaded.facts.name, "answer": ans.answer_text, "foil": ans.foil_text, "answer_id": ans.answer,
+            "foil_id": ans.foil, "n_layers": base.n_layers, "n_tokens": base.n_tokens, "n_heads": base.n_heads,
+            "sites": {"resid": "[L, T] the residual stream entering block l at position t, copied from the clean run",
+                      "attn_out": "[L, T] layer l's attention output at position t, copied from the clean run",
+                      "mlp_out": "[L, T] layer l's MLP output at position t, copied from the clean run",
+                      "head_out": "[L, H] head h's output (its slice of the output projection's input) at the last position"},
+            "values": "logit(answer) - logit(foil) at the last position of each patched run of the corrupted prompt",
+            "normalise": "(x - logit_diff_corrupted) / (logit_diff_clean - logit_diff_corrupted): 0 = corrupted, 1 = clean"}
+    out = {"tokens_clean": np.asarray(pt.tokens_clean, dtype=str), "tokens_corrupted": np.asarray(pt.tokens_corrupted, dtype=str),
+           "token_ids_clean": np.asarray(pt.ids_clean, dtype=np.int64),
+           "token_ids_corrupted": np.asarray(pt.ids_corrupted, dtype=np.int64),
+           "logit_diff_clean": np.float64(ld_c), "logit_diff_corrupted": np.float64(ld_r), "meta": np.asarray(json.dumps(meta))}
+    out.update({("head_out" if site == HEAD else site): np.asarray(g, dtype=np.float64) for site, g in grids.items()})
+    return out

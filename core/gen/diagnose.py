@@ -1,0 +1,371 @@
+"""Diagnose a slow or wrong answer: the measurements behind the tutorial's symptom → root-cause table.
+
+Pure (no Streamlit). Every time is a ``Timing`` (median, spread, busy flag) from ``core.engine.timing``;
+prefill and decode are timed the app's one way (``core.gen.generate``: a ``Stepper`` timed inside the
+model's lock). What is here:
+
+* ``measure_prefill_curve``: tokenising and prefill time against input length, and ``fit_prefill``,
+  the curve t(n) = a + b·n + c·n² through their medians (coefficients never negative), whose linear
+  part b·n is the per-token work (projections, MLP) and quadratic part c·n² the attention over every
+  earlier position. ``extrapolate`` carries it past what was measured — always with its assumptions.
+* ``measure_decode``: one request, tokenise → prefill → N decode steps, repeated: the streaming
+  timeline and total time against output length (≈ TTFT + N × TPOT).
+* ``MemoryShape`` / ``memory_at`` / ``max_requests``: weights vs KV cache vs activations for
+  (context × concurrent requests) against a budget; the KV term is the calculator's formula
+  (``HeadGeometry.kv_bytes``: 2 × layers × KV heads × head_dim × bytes × tokens × requests).
+* ``temperature_demo``: a candidate distribution at several temperatures, exactly softmax(logits / T).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.engine import budget, timing
+from core.engine import config as cfgread
+from core.engine.numbers import softmax, top_k
+from core.engine.timing import Timing
+from core.engine.tokens import encode
+from core.engine.types import HeadGeometry, LoadedModel, ModelFacts
+from core.gen import generate, kvcalc
+
+# input lengths the prefill curve is measured at (cut at the chosen longest and at the context window)
+CURVE_LENGTHS: tuple[int, ...] = (64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+DEFAULT_LONGEST = 2048
+EXERCISE_FROM, EXERCISE_TO, EXERCISE_OUTPUT = 2_000, 20_000, 100  # the tutorial's exercise: 2K → 20K input, 100 output
+# The extrapolation's assumptions, as i18n keys (``diagnose.assume_<key>``): the page states every one.
+ASSUMPTIONS: tuple[str, ...] = ("same_machine", "shape_holds", "alone", "memory", "context")
+BASE_TEXT = "The quick brown fox jumps over the lazy dog. 小明把书交给小红。"
+ProgressFn = Callable[[int, int, int], None]  # (done, total, tokens being measured now)
+
+
+def machine() -> dict[str, Any]:
+    """Which machine measured: processor, CPU count, torch's intra-op threads."""
+    return {"processor": platform.processor() or platform.machine() or "?", "cpus": os.cpu_count() or 0,
+            "threads": int(torch.get_num_threads())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Symptom 1: the first token gets slower as the input grows
+
+
+@dataclass(frozen=True)
+class PrefillPoint:
+    n_tokens: int
+    tokenise: Timing  # the tokenizer turning the text into ids
+    prefill: Timing  # the whole prompt through the model once, up to the first token's logits (TTFT)
+
+
+def curve_lengths(longest: int, max_positions: int, lengths: Sequence[int] = CURVE_LENGTHS) -> list[int]:
+    """The lengths to measure: those up to ``longest`` that fit the context window (at least one)."""
+    room = max(1, int(max_positions or 1 << 30) - 1)
+    out = [n for n in lengths if n <= min(longest, room)]
+    return out or [max(1, min(longest, room))]
+
+
+def text_of(tokenizer: Any, n_tokens: int) -> tuple[str, list[int]]:
+    """Ordinary text of at least ``n_tokens`` tokens, and its first ``n_tokens`` ids."""
+    base = tokenizer(BASE_TEXT, add_special_tokens=False)["input_ids"]
+    k = n_tokens // max(1, len(base)) + 1
+    text = " ".join([BASE_TEXT] * k)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return text, list(ids)[:n_tokens]
+
+
+def measure_prefill_curve(loaded: LoadedModel, lengths: Sequence[int], reps: int = 3, warmup: int = 1,
+                          progress: ProgressFn | None = None) -> list[PrefillPoint]:
+    """Tokenising and prefill time at each length (``reps`` timed runs after ``warmup`` untimed ones)."""
+    out = []
+    for i, n in enumerate(lengths):
+        if progress is not None:
+            progress(i, len(lengths), n)
+        text, ids = text_of(loaded.tokenizer, int(n))
+        tok_t, _ = timing.repeat(lambda text=text: loaded.tokenizer(text, add_special_tokens=False), reps=max(reps, 5), warmup=1)
+        m = generate.measure_tpot(loaded, ids, n_decode=0, reps=reps, warmup=warmup)
+        out.append(PrefillPoint(len(ids), tok_t, m.prefill))
+    if progress is not None:
+        progress(len(lengths), len(lengths), 0)
+    return out
+
+
+@dataclass(frozen=True)
+class Fit:
+    """t(n) = a + b·n + c·n² in seconds, fitted to medians; ``max_rel_error``: the largest relative
+    miss on the points it was fitted on (its stated error)."""
+
+    a: float
+    b: float
+    c: float
+    max_rel_error: float
+    n_points: int
+
+    def predict(self, n: Any) -> Any:
+        n = np.asarray(n, dtype=np.float64)
+        return self.a + self.b * n + self.c * n * n
+
+    def parts(self, n: float) -> dict[str, float]:
+        """The fixed, linear and quadratic parts at ``n`` tokens (seconds)."""
+        return {"fixed": self.a, "linear": self.b * n, "quadratic": self.c * n * n}
+
+
+def fit_prefill(ns: Sequence[float], seconds: Sequence[float]) -> Fit:
+    """Least squares in relative terms (each point weighted by 1/t, so the short inputs count as much
+    as the long ones) with every coefficient ≥ 0: the best fit over the subsets of {1, n, n²} whose
+    unconstrained solution is non-negative — exactly the non-negative least-squares optimum for three terms."""
+    n = np.asarray(ns, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if n.size == 0 or n.size != t.size:
+        raise ValueError("the fit needs as many times as lengths, at least one")
+    w = 1.0 / np.maximum(t, 1e-12)
+    cols = np.stack([np.ones_like(n), n, n * n], axis=1)  # [P, 3]
+    best: tuple[float, np.ndarray] | None = None
+    for k in (1, 2, 3):
+        for subset in itertools.combinations(range(3), k):
+            if len(subset) > n.size:
+                continue
+            A = cols[:, subset] * w[:, None]
+            coef, *_ = np.linalg.lstsq(A, t * w, rcond=None)
+            if np.any(coef < 0):
+                continue
+            full = np.zeros(3)
+            full[list(subset)] = coef
+            err = float(np.sum(((cols @ full) - t) ** 2 * w * w))
+            if best is None or err < best[0] - 1e-15:
+                best = (err, full)
+    assert best is not None  # the single-term fits of positive times are never negative
+    a, b, c = (float(x) for x in best[1])
+    pred = a + b * n + c * n * n
+    rel = float(np.max(np.abs(pred - t) / np.maximum(t, 1e-12)))
+    return Fit(a, b, c, rel, int(n.size))
+
+
+def fit_points(points: Sequence[PrefillPoint]) -> Fit:
+    return fit_prefill([p.n_tokens for p in points], [p.prefill.median for p in points])
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """The fitted curve carried to ``n_tokens``: a prediction, not a measurement."""
+
+    n_tokens: int
+    seconds: float
+    parts: dict[str, float]
+    measured_up_to: int
+    factor: float  # n_tokens / measured_up_to: how far past the data
+    beyond_context: bool  # the model could not even take this many tokens
+    assumptions: tuple[str, ...] = ASSUMPTIONS
+
+    @property
+    def is_extrapolation(self) -> bool:
+        return self.n_tokens > self.measured_up_to
+
+
+def extrapolate(fit: Fit, n_tokens: int, measured_up_to: int, max_positions: int | None = None) -> Extrapolation:
+    n = int(n_tokens)
+    return Extrapolation(n, float(fit.predict(n)), fit.parts(n), int(measured_up_to), n / max(1, int(measured_up_to)),
+                         bool(max_positions) and n > int(max_positions or 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Symptom 2 and streaming: one request, tokenise → prefill → N decode steps
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    n_prompt: int
+    n_decode: int
+    tokenise: Timing
+    prefill: Timing  # TTFT: the prompt through the model, up to the first token
+    step_medians: list[float]  # per decode step, median over the timed runs
+    decode: Timing  # every decode step of every timed run: its median is the TPOT
+    kv_tokens: list[int]  # positions in the cache after the prefill and after each step
+    kv_bytes: int  # bytes the real cache tensors held at the end
+    kv_tokens_end: int
+
+    @property
+    def tpot(self) -> float:
+        return self.decode.median
+
+    @property
+    def busy(self) -> bool:
+        return self.tokenise.busy or self.prefill.busy or self.decode.busy
+
+    def cumulative(self) -> np.ndarray:
+        """Seconds from the request's start until output token k (k = 1 … n_decode + 1): [N + 1]."""
+        return self.tokenise.median + self.prefill.median + np.concatenate([[0.0], np.cumsum(self.step_medians)])
+
+    def tpot_growth(self) -> float:
+        """Seconds added to one decode step per extra cached position (slope of a straight line; ≥ 0 not forced)."""
+        if len(self.step_medians) < 2:
+            return 0.0
+        x = np.asarray(self.kv_tokens[: len(self.step_medians)], dtype=np.float64)
+        return float(np.polyfit(x, np.asarray(self.step_medians), 1)[0])
+
+
+def measure_decode(loaded: LoadedModel, prompt: str, chat: bool, n_decode: int = 32, reps: int = 3, warmup: int = 1,
+                   progress: ProgressFn | None = None) -> DecodeRun:
+    """The prompt tokenised and generated ``n_decode`` + 1 tokens (end token ignored: a step's cost does not
+    depend on which token it is), ``reps`` timed runs after ``warmup``. Raises EmptyPromptError on an empty prompt."""
+    tok_t, enc = timing.repeat(lambda: encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS),
+                               reps=max(reps, 5), warmup=1)
+    ids = list(enc.ids)
+    room = int(loaded.facts.max_positions or 1 << 30) - len(ids) - 1
+    n_dec = max(0, min(int(n_decode), room))
+    prefills: list[float] = []
+    rows: list[list[float]] = []
+    last: generate.Stepper | None = None
+    total = warmup + reps
+    for i in range(total):
+        if progress is not None:
+            progress(i, total, len(ids))
+        s = generate.Stepper(loaded, ids, None, max_steps=n_dec + 1, record_attention=False, stop_at_eos=False)
+        s.run()
+        if i >= warmup:
+            prefills.append(float(s.ttft or 0.0))
+            rows.append(s.tpots)
+        last = s
+    if progress is not None:
+        progress(total, total, len(ids))
+    assert last is not None
+    medians = [float(np.median([r[j] for r in rows])) for j in range(n_dec)]
+    decode = timing.of([x for r in rows for x in r], warmup) if n_dec else timing.of([0.0])
+    toks, tot, _ = last.kv_arrays()
+    return DecodeRun(len(ids), n_dec, tok_t, timing.of(prefills, warmup), medians, decode, [int(x) for x in toks],
+                     int(tot[-1]), int(toks[-1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Symptom 3: out of memory as concurrency rises
+
+
+MAX_BUDGET_GB = 1e6  # a petabyte: beyond it, no accelerator exists to plan for
+
+
+def parse_budget_gb(text: Any) -> tuple[float | None, str | None]:
+    """(bytes, None) for a usable budget in decimal GB, or (None, reason) — reason is an i18n suffix
+    (``diagnose.budget_<reason>``): not_number, not_finite, not_positive, too_big."""
+    try:
+        gb = float(str(text).strip().replace(",", ""))
+    except (TypeError, ValueError):
+        return None, "not_number"
+    if not math.isfinite(gb):
+        return None, "not_finite"
+    if gb <= 0:
+        return None, "not_positive"
+    if gb > MAX_BUDGET_GB:
+        return None, "too_big"
+    return gb * budget.GB, None
+
+
+@dataclass(frozen=True)
+class MemoryShape:
+    """What sizes a model's memory: its KV geometry, parameter count and widths, and bytes per value."""
+
+    name: str
+    geometry: HeadGeometry
+    n_params: int
+    d_model: int
+    d_ff: int
+    vocab: int
+    bytes_per_value: int
+
+    @classmethod
+    def of_facts(cls, facts: ModelFacts, bytes_per_value: int) -> MemoryShape:
+        return cls(facts.name, facts.geometry, int(facts.n_params), facts.d_model, facts.d_ff, facts.vocab_size,
+                   int(bytes_per_value))
+
+    @classmethod
+    def of_config(cls, text: str | dict[str, Any], bytes_per_value: int) -> MemoryShape:
+        """From a pasted config.json, validated by ``core.engine.config`` (ConfigError otherwise)."""
+        cfg = cfgread.parse(text)
+        g = kvcalc.from_config(cfg, name="config.json")
+        d = g.d_model or cfgread.pos_int(cfg, "hidden_size")
+        return cls("config.json", g, budget.n_params(cfg), d, cfgread.pos_int(cfg, "intermediate_size", 4 * d),
+                   cfgread.pos_int(cfg, "vocab_size"), int(bytes_per_value))
+
+    def kv_bytes(self, context: int, requests: int = 1) -> int:
+        """The calculator's formula: 2 × layers × KV heads × head_dim × bytes × tokens × requests."""
+        return self.geometry.kv_bytes(int(context), self.bytes_per_value, int(requests))
+
+    def weight_bytes(self) -> int:
+        return budget.weight_bytes(self.n_params, self.bytes_per_value)
+
+    def activation_bytes(self, context: int, requests: int = 1) -> int:
+        """An estimate of the transient tensors of prefilling every request at once, one layer at a time:
+        hidden state, its norm, attention output and residual (4·d), K and V (2·KV width), gate/up/activation
+        (3·d_ff) per position, with fused attention (no T × T matrix), plus the last position's logits in fp32."""
+        g = self.geometry
+        per_pos = 4 * self.d_model + 2 * g.n_kv_heads * g.dh + 3 * self.d_ff
+        return int(requests) * (int(context) * per_pos * self.bytes_per_value + self.vocab * 4)
+
+
+@dataclass(frozen=True)
+class MemoryAt:
+    context: int
+    requests: int
+    weights: int
+    kv: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.activations
+
+
+def memory_at(shape: MemoryShape, context: int, requests: int) -> MemoryAt:
+    return MemoryAt(int(context), int(requests), shape.weight_bytes(), shape.kv_bytes(context, requests),
+                    shape.activation_bytes(context, requests))
+
+
+def max_requests(shape: MemoryShape, context: int, budget_bytes: float) -> int:
+    """How many requests of ``context`` tokens fit the budget together (0: not even one; the weights
+    are held once and shared)."""
+    room = float(budget_bytes) - shape.weight_bytes()
+    one = shape.kv_bytes(context) + shape.activation_bytes(context)
+    if room <= 0 or one <= 0:
+        return 0
+    return int(room // one)
+
+
+def request_axis(limit: int, requests: int) -> np.ndarray:
+    """Concurrent-request counts for the memory figure: past both the limit and the chosen count."""
+    top = max(8, int(requests), math.ceil(1.5 * max(limit, 1)))
+    top = min(top, 10**7)
+    return np.unique(np.linspace(1, top, num=min(top, 60)).round().astype(np.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# Symptom 4: a lower temperature does not fix a wrong fact
+
+
+TEMPERATURES: tuple[float, ...] = (0.3, 0.7, 1.0, 1.5)
+
+
+@dataclass(frozen=True)
+class TemperatureDemo:
+    ids: np.ndarray  # [K] candidate token ids shown
+    temperatures: tuple[float, ...]
+    question: np.ndarray  # [nT, K] softmax(logits_question / T)[ids]
+    evidence: np.ndarray  # [nT, K] softmax(logits_with_evidence / T)[ids]
+    top_question: int  # argmax of the question's logits (the same at every T > 0)
+    top_evidence: int
+
+
+def temperature_demo(logits_question: np.ndarray, logits_evidence: np.ndarray,
+                     temperatures: Sequence[float] = TEMPERATURES, k: int = 5) -> TemperatureDemo:
+    """The top ``k`` candidates of each prompt (at T = 1), their probabilities at every temperature."""
+    lq = np.asarray(logits_question)
+    le = np.asarray(logits_evidence)
+    ids = list(dict.fromkeys([*top_k(lq, k).tolist(), *top_k(le, k).tolist()]))
+    ids_a = np.asarray(ids, dtype=np.int64)
+    q = np.stack([softmax(lq, temperature=T)[ids_a] for T in temperatures])  # [nT, K]
+    e = np.stack([softmax(le, temperature=T)[ids_a] for T in temperatures])
+    return TemperatureDemo(ids_a, tuple(float(T) for T in temperatures), q, e, int(np.argmax(lq)), int(np.argmax(le)))

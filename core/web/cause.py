@@ -1,0 +1,170 @@
+"""What the three Cause-and-effect pages share: the pair of prompts and its two answers (widgets kept
+in the session and the URL, validated once into a sentence), the recorded pair, a progress bar.
+
+URL: ``clean``, ``corrupt``, ``answer``, ``foil`` carry the pair (each capped like a text box);
+the patching page adds ``site``, ``layer``, ``pos`` / ``head`` (the chosen cell), the attribution
+page ``steps`` and ``layer`` — all validated where they are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import streamlit as st
+
+from core.cause import pair, patching
+from core.engine.tokens import visible
+from core.engine.types import LoadedModel, UnsupportedArchitectureError
+from core.web import cache, ui, widgets
+
+FIELDS = ("clean", "corrupted", "answer", "foil")
+URL = {"clean": "clean", "corrupted": "corrupt", "answer": "answer", "foil": "foil"}
+CAPS = {"clean": pair.MAX_CHARS, "corrupted": pair.MAX_CHARS, "answer": pair.MAX_ANSWER_CHARS, "foil": pair.MAX_ANSWER_CHARS}
+STATE = "cause_pair"
+
+
+def _from_link() -> dict[str, str]:
+    """The pair a link carries (each field capped), the first preset for what it lacks."""
+    default = pair.PairText.of(pair.PRESETS[0])
+    out = {}
+    for f in FIELDS:
+        raw = st.query_params.get(URL[f])
+        out[f] = raw[: CAPS[f]] if isinstance(raw, str) and raw != "" else getattr(default, f)
+    return out
+
+
+def current() -> pair.PairText:
+    if STATE not in st.session_state:
+        st.session_state[STATE] = _from_link()
+    return pair.PairText(**st.session_state[STATE])
+
+
+def _preset_of(text: pair.PairText) -> str:
+    return next((p.key for p in pair.PRESETS if pair.PairText.of(p) == text), pair.FREE)
+
+
+def _apply_preset(key: str) -> None:
+    p = pair.preset(st.session_state[f"{key}_preset"])
+    if p is not None:
+        for f in FIELDS:
+            st.session_state[f"{key}_{f}"] = getattr(p, f)
+
+
+def set_answers(key: str, answer: str, foil: str) -> None:
+    """A button's callback: put these answers in the boxes (runs before the boxes are drawn)."""
+    st.session_state[f"{key}_answer"], st.session_state[f"{key}_foil"] = answer, foil
+
+
+def inputs(key: str) -> pair.PairText:
+    """Example picker, the two prompts and the two answers; kept in the session (shared by the three
+    pages) and in the URL. ``key`` namespaces the widgets per page."""
+    cur = current()
+    for f in FIELDS:
+        st.session_state.setdefault(f"{key}_{f}", getattr(cur, f))
+    st.session_state.setdefault(f"{key}_preset", _preset_of(cur))
+    st.selectbox(ui.t("cause.preset"), [*pair.PRESET_KEYS, pair.FREE], key=f"{key}_preset",
+                 format_func=ui.fmt("cause.preset_{}"), on_change=_apply_preset, args=(key,))
+    c1, c2 = st.columns(2)
+    c1.text_input(ui.t("cause.clean"), key=f"{key}_clean", max_chars=pair.MAX_CHARS)
+    c2.text_input(ui.t("cause.corrupted"), key=f"{key}_corrupted", max_chars=pair.MAX_CHARS)
+    c1.text_input(ui.t("cause.answer"), key=f"{key}_answer", max_chars=pair.MAX_ANSWER_CHARS, help=ui.t("cause.answer_help"))
+    c2.text_input(ui.t("cause.foil"), key=f"{key}_foil", max_chars=pair.MAX_ANSWER_CHARS, help=ui.t("cause.answer_help"))
+    text = pair.PairText(*(str(st.session_state[f"{key}_{f}"]) for f in FIELDS))
+    st.session_state[STATE] = {f: getattr(text, f) for f in FIELDS}
+    ui.set_qp(**{URL[f]: (getattr(text, f) or None) for f in FIELDS})
+    st.caption(ui.t("cause.plain_text", k=pair.MAX_TOKENS))
+    return text
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A pair that can be patched: tokens, answers, the recorded runs and the one number."""
+
+    tokens: pair.PairTokens
+    answers: pair.Answers
+    base: patching.Baseline
+    ld_clean: float
+    ld_corrupted: float
+
+    @property
+    def ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return self.tokens.ids_clean, self.tokens.ids_corrupted
+
+    @property
+    def answer_md(self) -> str:
+        return token_md(self.answers.answer_text)
+
+    @property
+    def foil_md(self) -> str:
+        return token_md(self.answers.foil_text)
+
+
+def token_md(text: str) -> str:
+    """A token's text as an inert Markdown code span, spaces made visible (" Paris" → `␣Paris`)."""
+    return f"`{widgets.code(visible(text))}`"
+
+
+def encoded(loaded: LoadedModel, text: pair.PairText) -> pair.PairTokens | None:
+    try:
+        return pair.encode_pair(loaded.tokenizer, text.clean, text.corrupted)
+    except pair.PairError as e:
+        st.warning(e.text(ui.lang()))
+        return None
+
+
+def answers(loaded: LoadedModel, text: pair.PairText) -> pair.Answers | None:
+    try:
+        return pair.answers(loaded.tokenizer, text.answer, text.foil)
+    except pair.PairError as e:
+        st.warning(e.text(ui.lang()))
+        return None
+
+
+def baseline(pt: pair.PairTokens) -> patching.Baseline | None:
+    try:
+        return cache.cause_baseline(ui.model_spec(), pt.ids_clean, pt.ids_corrupted)
+    except UnsupportedArchitectureError as e:
+        st.error(ui.t("cause.unsupported", msg=str(e)))
+        return None
+
+
+def ready(loaded: LoadedModel, text: pair.PairText) -> Ready | None:
+    """Everything a patching or attribution view needs, or None with one sentence shown."""
+    pt = encoded(loaded, text)
+    if pt is None:
+        return None
+    if not pt.same_length:
+        st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))
+        return None
+    ans = answers(loaded, text)
+    base = baseline(pt) if ans is not None else None
+    if base is None:
+        return None
+    return Ready(pt, ans, base, pair.logit_diff(base.clean_logits(), ans.answer, ans.foil),
+                 pair.logit_diff(base.corrupted_logits(), ans.answer, ans.foil))
+
+
+def progress_bar(key: str, **kw: object) -> tuple[Callable[[int, int], None], object]:
+    """A progress bar with words (``key``: an i18n string with {done} and {n}); returns (callback, bar)."""
+    bar = st.progress(0.0, text=ui.t(key, done=0, n="…", **kw))
+
+    def update(done: int, n: int) -> None:
+        bar.progress(min(1.0, done / max(1, n)), text=ui.t(key, done=done, n=n, **kw))
+
+    return update, bar
+
+
+def new_click(chart_key: str, n_rows: int, n_cols: int) -> tuple[int, int] | None:
+    """The (row, column) of a grid cell just clicked in chart ``chart_key`` (its selection, read from
+    the session at the start of the run), or None when nothing new was clicked; clamped to the grid."""
+    sel = st.session_state.get(chart_key) or {}
+    pts = (sel.get("selection") or {}).get("points") or []
+    if not pts or pts == st.session_state.get(f"{chart_key}_seen"):
+        return None
+    st.session_state[f"{chart_key}_seen"] = pts
+    try:
+        row, col = round(float(pts[0].get("y", 0))), round(float(pts[0].get("x", 0)))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return max(0, min(n_rows - 1, row)), max(0, min(n_cols - 1, col))

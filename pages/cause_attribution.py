@@ -1,0 +1,60 @@
+"""Attribution: which input tokens pushed the answer — gradient × input and integrated gradients on the
+token embeddings, as coloured chips and bars, beside the last position's attention for contrast."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.cause import attribution
+from core.cause import figures as cause_fig
+from core.web import cache, cause, chips, presenter, ui, widgets
+
+
+def _steps() -> int:
+    try:
+        link = int(st.query_params.get("steps", attribution.DEFAULT_STEPS))
+    except (TypeError, ValueError):
+        link = attribution.DEFAULT_STEPS
+    st.session_state.setdefault("cattr_steps", link if link in attribution.IG_STEPS else attribution.DEFAULT_STEPS)
+    steps = st.select_slider(ui.t("cause.steps"), attribution.IG_STEPS, key="cattr_steps")
+    ui.set_qp(steps=steps)
+    return int(steps)
+
+
+def _chips(title: str, tokens, values) -> None:
+    st.markdown(f"**{title}**")
+    chips.show(tokens, colours=attribution.chip_colours(values), titles=[f"{v:+.4f}" for v in values], positions=True)
+
+
+def render() -> None:
+    ui.header("page.cause_attribution", "cause.attr_intro")
+    text = cause.inputs("cattr")
+    loaded = ui.loaded_model()
+    pt = cause.encoded(loaded, text) if loaded is not None else None
+    ans = cause.answers(loaded, text) if pt is not None else None
+    if ans is None:
+        return
+    steps = _steps()
+    update, bar = cause.progress_bar("cause.progress_ig")
+    att = cache.cause_attribution(ui.model_spec(), pt.ids_clean, ans.answer, ans.foil, steps, progress=update)
+    gxi, ig = att.gxi, att.ig
+    bar.empty()
+    a, f = cause.token_md(ans.answer_text), cause.token_md(ans.foil_text)
+    st.markdown(ui.t("cause.attr_target", a=a, f=f, ld=f"{gxi.value:.3f}"))
+    _chips(ui.t("cause.chips_gxi"), pt.tokens_clean, gxi.scores)
+    _chips(ui.t("cause.chips_ig", steps=steps), pt.tokens_clean, ig.scores)
+    L = loaded.facts.n_layers
+    layer = widgets.int_slider(ui.t("cause.attn_layer"), 0, L - 1, ui.qp_int("attn_layer", L - 1, 0, L - 1), key="cattr_layer")
+    ui.set_qp(attn_layer=layer)
+    attn = cache.cause_attention_row(ui.model_spec(), text.clean, layer)
+    presenter.chart(cause_fig.fig_attribution(pt.tokens_clean, gxi.scores, ig.scores, attn, steps, layer, ui.lang()), width="stretch")
+    ui.badge("model")
+    st.markdown(ui.t("cause.gxi_sum", total=f"{gxi.total:.3f}", ld=f"{gxi.value:.3f}"))
+    st.markdown(ui.t("cause.completeness", total=f"{ig.total:.4f}", delta=f"{ig.delta:.4f}", gap=f"{ig.gap:+.2g}", steps=steps))
+    st.caption(ui.t("cause.baseline_note"))
+    st.markdown(ui.t("cause.why_differ"))
+    for key in ("cause.measured_gxi", "cause.measured_ig", "cause.measured_attn"):
+        st.markdown(f"- {ui.t(key)}")
+
+
+render()

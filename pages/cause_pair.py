@@ -1,0 +1,77 @@
+"""Two prompts that differ in one fact: their tokens aligned, the most likely next tokens of each, and
+the logit difference that the patching and attribution pages explain."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from core.cause import figures as cause_fig
+from core.cause import pair
+from core.web import cause, nav, presenter, ui
+
+
+def _alignment(pt: pair.PairTokens) -> None:
+    st.subheader(ui.t("cause.align_title"))
+    cols = {"pos": ui.t("cause.col_pos"), "clean": ui.t("cause.col_clean"), "corrupted": ui.t("cause.col_corrupted"),
+            "same": ui.t("cause.col_same")}
+    rows = [{cols[k]: v for k, v in r.items()} for r in pair.alignment(pt)]
+    st.dataframe(rows, hide_index=True, width="stretch", height=min(38 * len(rows) + 40, 400))
+    diff = pt.differing()
+    if not pt.same_length:
+        st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))
+    elif diff:
+        st.markdown(ui.t("cause.align_same_n", n=pt.n_tokens, positions=", ".join(map(str, diff))))
+    else:
+        st.info(ui.t("cause.align_same_n_nodiff", n=pt.n_tokens))
+
+
+def _next_logits(pt: pair.PairTokens, text: pair.PairText) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both prompts' next-token scores: from the recorded pair when it can be recorded, else each trace."""
+    if pt.same_length:
+        base = cause.baseline(pt)
+        return None if base is None else (base.clean_logits(), base.corrupted_logits())
+    trs = [ui.current_trace(p, chat_mode=False) for p in (text.clean, text.corrupted)]
+    return None if None in trs else (trs[0].last_logits, trs[1].last_logits)
+
+
+def _numbers(loaded, logits: tuple[np.ndarray, np.ndarray], ans: pair.Answers | None) -> None:
+    st.subheader(ui.t("cause.top_title"))
+    tops = [pair.top_tokens(loaded.tokenizer, lg) for lg in logits]
+    presenter.chart(cause_fig.fig_top_tokens(*tops, ans.answer if ans else -1, ans.foil if ans else -1, ui.lang()), width="stretch")
+    ui.badge("model")
+    if ans is None:
+        return
+    c, r = (pair.logit_diff(lg, ans.answer, ans.foil) for lg in logits)
+    m1, m2, m3 = st.columns(3)
+    m1.metric(ui.t("cause.m_ld_clean"), f"{c:.3f}")
+    m2.metric(ui.t("cause.m_ld_corrupted"), f"{r:.3f}")
+    m3.metric(ui.t("cause.m_span"), f"{c - r:.3f}")
+    st.markdown(ui.t("cause.ld_explain", a=cause.token_md(ans.answer_text), f=cause.token_md(ans.foil_text), c=f"{c:.3f}",
+                     r=f"{r:.3f}"))
+
+
+def render() -> None:
+    ui.header("page.cause_pair", "cause.pair_intro")
+    text = cause.inputs("cpair")
+    loaded = ui.loaded_model()
+    pt = cause.encoded(loaded, text) if loaded is not None else None
+    if pt is None:
+        return
+    _alignment(pt)
+    logits = _next_logits(pt, text)
+    if logits is None:
+        return
+    ans = cause.answers(loaded, text)
+    tip = pair.suggest(loaded.tokenizer, *logits)
+    if tip is not None and (ans is None or (ans.answer_text, ans.foil_text) != tip):
+        st.button(f"{ui.t('cause.use_top')}: {' / '.join(repr(s) for s in tip)}", key="cpair_use_top",
+                  on_click=cause.set_answers, args=("cpair", *tip))
+    _numbers(loaded, logits, ans)
+    st.markdown(ui.t("cause.measured_pair"))
+    st.caption(ui.t("cause.next_pages"))
+    nav.page_link("cause_patching", icon="🩹")
+    nav.page_link("cause_attribution", icon="🎯")
+
+
+render()

@@ -1,0 +1,88 @@
+"""Benchmark: a full layer × position residual-patching sweep vs one plain forward pass, in one run.
+
+    .venv/bin/python tests/benchmarks/bench_patch.py [--reps 3] [--model PATH] [--solo 24]
+
+The plain forward is the shared model's own forward of the corrupted prompt ([1, T], no cache, no
+hook), the cost of one unpatched run. The sweep is ``core.cause.patching.sweep(…, "resid", …)``: L × T
+patched runs, batched, starting each pass at its first patched block, reusing the clean and
+corrupted activations recorded once (the recording is timed separately and not counted).
+Plain passes and sweeps alternate so drift hits both; medians are reported. ``--solo N`` also
+times N patched runs one by one (one forward each), to show what batching saves.
+Last lines: ``runs=<n>``, ``ratio_per_run=<x / n>``, ``ratio_patch_sweep=<x>`` (aim: x ≤ 0.5 × runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from core import backends
+from core.cause import pair, patching
+
+CLEAN = "The Eiffel Tower is a famous landmark in the city of"
+CORRUPTED = "The Colosseum is a famous landmark in the city of"
+
+
+def plain_forward(loaded, ids) -> float:
+    x = torch.tensor([list(ids)])
+    t0 = time.perf_counter()
+    with loaded.lock, torch.inference_mode():
+        loaded.model(input_ids=x, use_cache=False) if not loaded.is_toy else loaded.model(x)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--solo", type=int, default=0, help="also time this many patched runs one by one")
+    ap.add_argument("--chunk", type=int, default=None, help="patched runs per pass (default: patching.chunk_size)")
+    a = ap.parse_args()
+
+    loaded = backends.load_model(a.model)
+    pt = pair.encode_pair(loaded.tokenizer, CLEAN, CORRUPTED)
+    pt.require_same_length()
+    ans = pair.answers(loaded.tokenizer, " Paris", " Rome")
+    T, L = pt.n_tokens, loaded.facts.n_layers
+    print(f"model: {loaded.facts.name}; torch threads: {torch.get_num_threads()}; T={T} tokens, L={L} layers; "
+          f"chunk {a.chunk or patching.chunk_size(T)} runs per pass")
+
+    t0 = time.perf_counter()
+    base = patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
+    print(f"recording clean + corrupted (once): {(time.perf_counter() - t0) * 1e3:.0f} ms")
+    for _ in range(2):  # warm-up
+        plain_forward(loaded, pt.ids_corrupted)
+    patching.logit_diffs(loaded, base, [patching.Patch("resid", 0, 0)], ans.answer, ans.foil)
+
+    plain, sweeps = [], []
+    grid = None
+    for _ in range(a.reps):
+        plain += [plain_forward(loaded, pt.ids_corrupted) for _ in range(5)]
+        t0 = time.perf_counter()
+        grid = patching.sweep(loaded, base, "resid", ans.answer, ans.foil, chunk=a.chunk)
+        sweeps.append(time.perf_counter() - t0)
+    plain += [plain_forward(loaded, pt.ids_corrupted) for _ in range(5)]
+    mp, ms = statistics.median(plain), statistics.median(sweeps)
+    runs = grid.size
+    ratio = ms / mp
+    print(f"plain forward {mp * 1e3:.1f} ms (median of {len(plain)});  sweep of {runs} runs {ms:.2f} s "
+          f"(median of {len(sweeps)}: {', '.join(f'{s:.2f}' for s in sweeps)})")
+    if a.solo:
+        cells = patching.grid_patches("resid", L, T)[:: max(1, (L * T) // a.solo)][: a.solo]
+        t0 = time.perf_counter()
+        for p in cells:
+            patching.logit_diffs(loaded, base, [p], ans.answer, ans.foil)
+        per = (time.perf_counter() - t0) / len(cells)
+        print(f"one by one: {per * 1e3:.1f} ms per patched run ({per / mp:.2f}× a plain forward) → "
+              f"{per * runs:.1f} s for the sweep unbatched")
+    print(f"target: ratio ≤ 0.5 × runs = {0.5 * runs:.0f}")
+    print(f"runs={runs}")
+    print(f"ratio_per_run={ratio / runs:.3f}")
+    print(f"ratio_patch_sweep={ratio:.1f}")
+
+
+if __name__ == "__main__":
+    main()

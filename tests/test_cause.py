@@ -1,0 +1,535 @@
+"""Cause and effect (issue 12): activation patching and attribution, checked against exact identities
+and against hand-written references on untouched models.
+
+* patching nothing IS the corrupted run; copying the whole residual stream at layer 0, or at the last
+  block's input, IS the clean run (bit for bit); normalised scores are exactly 0 and 1 there;
+* every patched run (residual stream, attention output, MLP output, one head) equals an untouched HF
+  model (eager attention) with its own ``register_forward_hook`` / pre-hook copying the same
+  activation — tiny random Llama, Qwen2, Mistral, GPT-2, the real SmolLM2 — and the toy;
+* gradient × input equals autograd on an untouched model fed ``inputs_embeds``; integrated gradients
+  satisfy completeness within a tolerance that shrinks as the steps grow;
+* eight threads patching different cells at once each get their solo result; no hook outlives a run;
+* bad input is refused with a sentence (both languages); the pages render and draw the core's numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT
+from core import backends
+from core.cause import attribution, pair, patching
+from core.engine import roles, tokens
+from core.engine.types import UnsupportedArchitectureError
+from core.toy import load_trained
+from core.toy.model import ToyConfig, ToyTransformer
+from core.toy.run import wrap
+
+EIFFEL = ("The Eiffel Tower is in the city of", "The Colosseum is in the city of", " Paris", " Rome")
+ONE_TOKEN = ("The capital of France is the city of", "The capital of Italy is the city of")  # differ in one token
+INDUCTION = ("kqzmwpkqzmw", "kqzmwrkqzmw", "p", "r")
+ARCHS = ("llama", "qwen2", "mistral", "gpt2")
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return load_trained()
+
+
+def _no_hooks(model) -> bool:
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def _recorded(loaded, clean=EIFFEL[0], corrupted=EIFFEL[1]):
+    pt = pair.encode_pair(loaded.tokenizer, clean, corrupted)
+    pt.require_same_length()
+    return pt, patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
+
+
+def _untouched(loaded, folder=None):
+    """An independent copy of the model: a fresh HF load with eager attention (or a deep copy of the toy)."""
+    if loaded.is_toy:
+        return copy.deepcopy(loaded.model).eval()
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager", dtype=torch.float32).eval()
+
+
+def _ref_logits(model, ids, toy: bool = False) -> torch.Tensor:
+    x = torch.tensor([list(ids)])
+    out = model(x) if toy else model(input_ids=x, use_cache=False)
+    return (out[0] if toy else out.logits)[0, -1]
+
+
+def _reference_patch(model, ids_clean, ids_corrupted, patch: patching.Patch, toy: bool, head_dim: int) -> np.ndarray:
+    """The patched run written by hand: plain register_forward_(pre_)hook on an untouched model."""
+    s = roles.find_sites(model)
+    if patch.site == "resid":
+        module, kind = s.blocks[patch.layer], "pre"
+    elif patch.site == "attn_out":
+        module, kind = s.attns[patch.layer], "out"
+    elif patch.site == "mlp_out":
+        module, kind = s.mlps[patch.layer], "out"
+    else:
+        module, kind = roles.out_proj(s.attns[patch.layer]), "pre"
+    cols = slice(patch.head * head_dim, (patch.head + 1) * head_dim) if patch.head is not None else slice(None)
+    rows = slice(None) if patch.pos is None else patch.pos
+    seen = {}
+
+    def grab_pre(_m, args, kwargs):
+        seen["x"] = (args[0] if args else kwargs["hidden_states"]).clone()
+
+    def grab_out(_m, _a, out):
+        seen["x"] = (out[0] if isinstance(out, tuple) else out).clone()
+
+    def put_pre(_m, args, kwargs):
+        h = (args[0] if args else kwargs["hidden_states"]).clone()
+        h[0, rows, cols] = seen["x"][0, rows, cols]
+        return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
+
+    def put_out(_m, _a, out):
+        h = (out[0] if isinstance(out, tuple) else out).clone()
+        h[0, rows, cols] = seen["x"][0, rows, cols]
+        return (h, *out[1:]) if isinstance(out, tuple) else h
+
+    with torch.inference_mode():
+        h = (module.register_forward_pre_hook(grab_pre, with_kwargs=True) if kind == "pre"
+             else module.register_forward_hook(grab_out))
+        try:
+            _ref_logits(model, ids_clean, toy)
+        finally:
+            h.remove()
+        h = (module.register_forward_pre_hook(put_pre, with_kwargs=True) if kind == "pre"
+             else module.register_forward_hook(put_out))
+        try:
+            return _ref_logits(model, ids_corrupted, toy).numpy()
+        finally:
+            h.remove()
+
+
+def _cells(L: int, T: int, H: int) -> list[patching.Patch]:
+    mid = L // 2
+    return [patching.Patch("resid", mid, 2), patching.Patch("resid", L - 1, T - 1), patching.Patch("attn_out", 0, T - 1),
+            patching.Patch("attn_out", mid, 3), patching.Patch("mlp_out", L - 1, 2), patching.Patch("mlp_out", 0, 3),
+            patching.Patch("head", L - 1, T - 1, H - 1), patching.Patch("head", mid, T - 1, 0),
+            patching.Patch("resid", mid, None)]
+
+
+# ---------------------------------------------------------------------------------------------
+# exact ends
+
+
+def _check_ends(loaded, base):
+    L = base.n_layers
+    clean, corrupted = base.clean_logits(), base.corrupted_logits()
+    assert not np.array_equal(clean, corrupted)
+    np.testing.assert_array_equal(patching.patched_logits(loaded, base, None), corrupted)
+    np.testing.assert_array_equal(patching.patched_logits(loaded, base, patching.Patch("resid", 0, None)), clean)
+    np.testing.assert_array_equal(patching.patched_logits(loaded, base, patching.Patch("resid", L - 1, None)), clean)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_patching_ends_are_exact_on_tiny_models(tiny_loaded, arch):
+    loaded = tiny_loaded[arch]
+    _, base = _recorded(loaded)
+    _check_ends(loaded, base)
+    assert _no_hooks(loaded.model)
+
+
+def test_patching_ends_are_exact_and_normalise_to_0_and_1(smol):
+    pt, base = _recorded(smol)
+    _check_ends(smol, base)
+    ans = pair.answers(smol.tokenizer, " Paris", " Rome")
+    L = base.n_layers
+    runs = [None, patching.Patch("resid", 0, None), patching.Patch("resid", L - 1, None)]
+    ld = patching.logit_diffs(smol, base, runs, ans.answer, ans.foil)
+    c, r = (pair.logit_diff(lg, ans.answer, ans.foil) for lg in (base.clean_logits(), base.corrupted_logits()))
+    assert c > 0 > r  # the clean prompt says Paris, the corrupted one Rome
+    assert patching.normalise(ld, c, r).tolist() == [0.0, 1.0, 1.0]
+    assert patching.normalise(c, c, c) is None  # nothing to restore: no score
+    # the recorded runs are the model's own forward passes
+    with torch.inference_mode():
+        for ids, got in ((pt.ids_clean, base.clean_logits()), (pt.ids_corrupted, base.corrupted_logits())):
+            torch.testing.assert_close(torch.from_numpy(got), _ref_logits(smol.model, ids), atol=1e-4, rtol=1e-4)
+
+
+def test_sweep_grid_at_layer_0_is_0_and_1_where_the_prompts_differ(smol):
+    """Prompts that differ in one token: at layer 0 only that position's stream differs, so copying it
+    IS the clean run (exactly, as a single run), and copying any other position changes nothing."""
+    pt, base = _recorded(smol, *ONE_TOKEN)
+    (t,) = pt.differing()
+    ans = pair.answers(smol.tokenizer, " Paris", " Rome")
+    np.testing.assert_array_equal(patching.patched_logits(smol, base, patching.Patch("resid", 0, t)), base.clean_logits())
+    np.testing.assert_array_equal(patching.patched_logits(smol, base, patching.Patch("resid", 0, 0)), base.corrupted_logits())
+    grid = patching.sweep(smol, base, "resid", ans.answer, ans.foil, chunk=7)  # 7: chunks that straddle layers
+    c, r = (pair.logit_diff(lg, ans.answer, ans.foil) for lg in (base.clean_logits(), base.corrupted_logits()))
+    norm = patching.normalise(grid, c, r)
+    # in a batch of 7 a run may round its last float32 bits differently from its single run (see patching)
+    assert abs(norm[0, t] - 1.0) < 1e-5 and np.all(np.abs(np.delete(norm[0], t)) < 1e-5)
+    assert grid.shape == (smol.facts.n_layers, pt.n_tokens)
+    # the batched sweep equals each run done alone (any chunking)
+    some = [(layer, tt) for layer in (1, 13, 29) for tt in (0, t, pt.n_tokens - 1)]
+    alone = patching.logit_diffs(smol, base, [patching.Patch("resid", layer, tt) for layer, tt in some], ans.answer, ans.foil, chunk=1)
+    np.testing.assert_allclose([grid[layer, tt] for layer, tt in some], alone, atol=2e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# against a hand-written reference
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_patched_runs_equal_a_hand_written_reference_tiny(tiny_loaded, tiny_dirs, arch):
+    loaded = tiny_loaded[arch]
+    pt, base = _recorded(loaded)
+    ref = _untouched(loaded, tiny_dirs[arch])
+    f = loaded.facts
+    for p in _cells(f.n_layers, pt.n_tokens, f.n_heads):
+        want = _reference_patch(ref, pt.ids_clean, pt.ids_corrupted, p, False, f.head_dim)
+        got = patching.patched_logits(loaded, base, p)
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=str(p))
+        if p.layer == f.n_layers - 1 and p.pos is not None and p.pos < pt.n_tokens - 1 and p.site != "resid":
+            np.testing.assert_array_equal(got, base.corrupted_logits())  # the last layer, an earlier position: no path to the answer
+        elif p.site != "head":
+            assert not np.allclose(got, base.corrupted_logits(), atol=1e-6), p  # the patch did something
+    assert _no_hooks(loaded.model) and _no_hooks(ref)
+
+
+def test_patched_runs_equal_a_hand_written_reference_smol(smol):
+    from core.engine.hf import converted_dir, embedded_gguf_path
+
+    pt, base = _recorded(smol)
+    ref = _untouched(smol, converted_dir(embedded_gguf_path()))
+    f = smol.facts
+    cells = _cells(f.n_layers, pt.n_tokens, f.n_heads)
+    got = patching.run(smol, base, cells)  # batched, several layers per pass
+    for p, g in zip(cells, got):
+        want = _reference_patch(ref, pt.ids_clean, pt.ids_corrupted, p, False, f.head_dim)
+        np.testing.assert_allclose(g, want, atol=2e-4, rtol=1e-4, err_msg=str(p))
+    assert _no_hooks(smol.model)
+
+
+def test_toy_patching_equals_reference_and_ends_are_exact(toy):
+    pt, base = _recorded(toy, *INDUCTION[:2])
+    _check_ends(toy, base)
+    ref = _untouched(toy)
+    f = toy.facts
+    for p in _cells(f.n_layers, pt.n_tokens, f.n_heads):
+        want = _reference_patch(ref, pt.ids_clean, pt.ids_corrupted, p, True, f.head_dim)
+        np.testing.assert_allclose(patching.patched_logits(toy, base, p), want, atol=1e-5, rtol=1e-5, err_msg=str(p))
+    # the toy's induction circuit: the answer's letter (position 6 after <bos>) carries the fact
+    ans = pair.answers(toy.tokenizer, "p", "r")
+    grid = patching.sweep(toy, base, "resid", ans.answer, ans.foil)
+    c, r = (pair.logit_diff(lg, ans.answer, ans.foil) for lg in (base.clean_logits(), base.corrupted_logits()))
+    norm = patching.normalise(grid, c, r)
+    assert pt.differing() == [6] and norm[0, 6] == 1.0 and patching.best_cell(norm) == (0, 6)
+    heads = patching.sweep(toy, base, "head", ans.answer, ans.foil)
+    assert heads.shape == (f.n_layers, f.n_heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# shared model: threads, hooks, refusals
+
+
+def test_eight_threads_patching_at_once_each_get_their_solo_result(smol):
+    _, base = _recorded(smol)
+    L, T, H = base.n_layers, base.n_tokens, base.n_heads
+    cells = [patching.Patch("resid", 3 * i, i % T) for i in range(4)] + [
+        patching.Patch("attn_out", 20, T - 1), patching.Patch("mlp_out", 5, 3), patching.Patch("head", 25, T - 1, H - 2),
+        patching.Patch("resid", L - 1, None)]
+    alone = [patching.patched_logits(smol, base, p) for p in cells]
+    together: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(cells))
+
+    def work(i):
+        try:
+            barrier.wait()
+            together[i] = patching.patched_logits(smol, base, cells[i])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cells))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i, p in enumerate(cells):
+        np.testing.assert_array_equal(together[i], alone[i], err_msg=str(p))
+    assert _no_hooks(smol.model)
+
+
+def test_hooks_are_removed_on_error_and_bad_cells_refused(tiny_loaded, monkeypatch):
+    loaded = tiny_loaded["llama"]
+    _, base = _recorded(loaded)
+    for bad in (patching.Patch("resid", 99, 0), patching.Patch("mlp_out", 0, 99), patching.Patch("head", 0, 0, 99)):
+        with pytest.raises(ValueError):
+            patching.patched_logits(loaded, base, bad)
+    with pytest.raises(ValueError):
+        patching.Patch("head", 0, 0)  # a head needs its index
+    with pytest.raises(ValueError):
+        patching.Patch("nowhere", 0, 0)
+
+    def boom(*_a, **_k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(backends, "last_logits", boom)
+    with pytest.raises(RuntimeError):
+        patching.patched_logits(loaded, base, patching.Patch("attn_out", 1, 2))
+    assert _no_hooks(loaded.model)
+
+
+def test_post_norm_blocks_are_refused_with_the_reason():
+    torch.manual_seed(0)
+    post = wrap(ToyTransformer(ToyConfig(norm_placement="post", n_layers=2)), "test")
+    with pytest.raises(UnsupportedArchitectureError, match="pre-norm"):
+        patching.capture(post, [1, 2, 3, 4], [1, 2, 5, 4])
+    assert _no_hooks(post.model)
+
+
+def test_pair_refusals_are_sentences_in_both_languages(smol):
+    tok = smol.tokenizer
+    cases = [
+        (lambda: pair.encode_pair(tok, "", "x"), "empty_clean"),
+        (lambda: pair.encode_pair(tok, "x", "   "), "empty_corrupted"),
+        (lambda: pair.encode_pair(tok, "word " * 80, "x"), "too_long"),
+        (lambda: pair.encode_pair(tok, "x" * (pair.MAX_CHARS + 1), "x"), "too_many_chars"),
+        (lambda: pair.encode_pair(tok, "埃菲尔铁塔位于", "罗马斗兽场位于").require_same_length(), "counts"),
+        (lambda: pair.answers(tok, " Paris", ""), "empty_foil"),
+        (lambda: pair.answers(tok, " Paris", " Paris"), "same_answer"),
+        (lambda: pair.answers(tok, "巴黎", " Rome"), "answer_tokens"),
+    ]
+    for call, code in cases:
+        with pytest.raises(pair.PairError) as e:
+            call()
+        assert e.value.code == code
+        en, zh = e.value.text("en"), e.value.text("zh")
+        assert en.endswith(".") and "⟦" not in en and "⟦" not in zh and en != zh
+    with pytest.raises(pair.PairError) as e:
+        pair.answers(tok, "巴黎", " Rome")
+    pieces = tokens.visible_tokens(tok, tok("巴黎", add_special_tokens=False)["input_ids"])
+    assert len(pieces) == 5 and f"is 5 tokens for this model ({' | '.join(pieces)})" in str(e.value)  # how it tokenises, said
+    with pytest.raises(pair.PairError) as e:
+        pair.encode_pair(tok, "埃菲尔铁塔位于", "罗马斗兽场位于").require_same_length()
+    assert "18 clean, 15 corrupted" in str(e.value)
+    _, base = _recorded(smol)
+    assert pair.suggest(tok, base.clean_logits(), base.corrupted_logits()) == (" Paris", " Rome")
+
+
+# ---------------------------------------------------------------------------------------------
+# attribution
+
+
+def _ref_grad_x_input(model, ids, answer, foil, toy=False):
+    """Autograd on an untouched model: the embeddings as a leaf, fed as inputs_embeds (HF) or swapped
+    in by a plain forward hook on the embedding (the toy has no inputs_embeds)."""
+    emb = roles.find_sites(model).embed
+    with torch.no_grad():
+        e = emb(torch.tensor([list(ids)])).clone()
+    leaf = e.requires_grad_(True)
+    if toy:
+        h = emb.register_forward_hook(lambda *_: leaf)
+        try:
+            lg = model(torch.tensor([list(ids)]))[0][0, -1]
+        finally:
+            h.remove()
+    else:
+        lg = model(inputs_embeds=leaf, use_cache=False).logits[0, -1]
+    f = lg[answer] - lg[foil]
+    (g,) = torch.autograd.grad(f, leaf)
+    return (g[0] * leaf[0]).sum(-1).detach().double().numpy(), float(f.detach())
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_grad_x_input_equals_autograd_on_an_untouched_model(tiny_loaded, tiny_dirs, arch):
+    loaded = tiny_loaded[arch]
+    ids = pair.encode_pair(loaded.tokenizer, *EIFFEL[:2]).ids_clean
+    a, f = 300, 301
+    got = attribution.grad_x_input(loaded, ids, a, f)
+    want, value = _ref_grad_x_input(_untouched(loaded, tiny_dirs[arch]), ids, a, f)
+    np.testing.assert_allclose(got.scores, want, atol=1e-5, rtol=1e-4)
+    assert got.value == pytest.approx(value, abs=1e-5) and got.total == pytest.approx(float(want.sum()), abs=1e-5)
+    assert all(not p.requires_grad for p in loaded.model.parameters()) and all(p.grad is None for p in loaded.model.parameters())
+    assert _no_hooks(loaded.model)
+
+
+def test_grad_x_input_smol_and_toy(smol, toy):
+    from core.engine.hf import converted_dir, embedded_gguf_path
+
+    pt = pair.encode_pair(smol.tokenizer, *EIFFEL[:2])
+    ans = pair.answers(smol.tokenizer, " Paris", " Rome")
+    got = attribution.grad_x_input(smol, pt.ids_clean, ans.answer, ans.foil)
+    want, value = _ref_grad_x_input(_untouched(smol, converted_dir(embedded_gguf_path())), pt.ids_clean, ans.answer, ans.foil)
+    np.testing.assert_allclose(got.scores, want, atol=2e-4, rtol=1e-3)
+    assert got.value == pytest.approx(value, abs=1e-4)
+    tp = pair.encode_pair(toy.tokenizer, *INDUCTION[:2])
+    ta = pair.answers(toy.tokenizer, "p", "r")
+    got = attribution.grad_x_input(toy, tp.ids_clean, ta.answer, ta.foil)
+    want, _ = _ref_grad_x_input(_untouched(toy), tp.ids_clean, ta.answer, ta.foil, toy=True)
+    np.testing.assert_allclose(got.scores, want, atol=1e-6, rtol=1e-5)
+
+
+def _gap(loaded, ids, a, f, steps):
+    ig = attribution.integrated_gradients(loaded, ids, a, f, steps)
+    assert ig.scores[0] == 0.0  # the first position stays on its own embedding: no score by construction
+    return ig
+
+
+# The stated completeness tolerance, one schedule for every model: the relative gap
+# |Σ IG − (f(x) − f(baseline))| / |f(x) − f(baseline)| with s Gauss–Legendre steps is at most IG_TOL[s].
+# (Measured here: tiny Llama 0.13 / 4e-5 / 8e-7, tiny Qwen2 0.14 / 3e-6 / 7e-7, the toy 0.21 / 3e-3 / 7e-6,
+# SmolLM2 0.015 / 0.004 / 1e-5 at 32 / 128 / 256 steps.)
+IG_TOL = {32: 0.5, 128: 1e-2, 256: 1e-4}
+
+
+def _within(igs) -> None:
+    gaps = {ig.steps: ig.relative_gap for ig in igs}
+    assert all(g <= IG_TOL[s] for s, g in gaps.items()), gaps
+    assert abs(igs[-1].gap) < abs(igs[0].gap), gaps  # more steps, smaller gap
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_integrated_gradients_completeness_tiny(tiny_loaded, arch):
+    loaded = tiny_loaded[arch]
+    ids = pair.encode_pair(loaded.tokenizer, *EIFFEL[:2]).ids_clean
+    _within([_gap(loaded, ids, 300, 301, s) for s in IG_TOL])
+
+
+def test_integrated_gradients_completeness_toy_and_smol(toy, smol):
+    tp = pair.encode_pair(toy.tokenizer, *INDUCTION[:2])
+    ta = pair.answers(toy.tokenizer, "p", "r")
+    _within([_gap(toy, tp.ids_clean, ta.answer, ta.foil, s) for s in IG_TOL])
+    pt = pair.encode_pair(smol.tokenizer, *EIFFEL[:2])
+    ans = pair.answers(smol.tokenizer, " Paris", " Rome")
+    igs = [_gap(smol, pt.ids_clean, ans.answer, ans.foil, s) for s in (32, 256)]
+    _within(igs)
+    # f(input) is the clean logit difference the other pages show
+    _, base = _recorded(smol)
+    assert igs[0].value == pytest.approx(pair.logit_diff(base.clean_logits(), ans.answer, ans.foil), abs=1e-4)
+    assert _no_hooks(smol.model)
+
+
+def test_ig_by_hand_on_an_untouched_model(tiny_loaded, tiny_dirs):
+    """The same Gauss–Legendre sum computed by hand with inputs_embeds on an untouched model."""
+    loaded = tiny_loaded["llama"]
+    ids = pair.encode_pair(loaded.tokenizer, *EIFFEL[:2]).ids_clean
+    got = attribution.integrated_gradients(loaded, ids, 300, 301, 16)
+    ref = _untouched(loaded, tiny_dirs["llama"])
+    emb = ref.get_input_embeddings()
+    with torch.no_grad():
+        e = emb(torch.tensor([ids]))[0]
+        b = emb.weight.double().mean(0).float()[None].repeat(len(ids), 1)
+    b[0] = e[0]
+    nodes, weights = np.polynomial.legendre.leggauss(16)
+    total = torch.zeros_like(e, dtype=torch.float64)
+    for x, w in zip((nodes + 1) / 2, weights / 2):
+        leaf = (b + float(x) * (e - b))[None].clone().requires_grad_(True)
+        lg = ref(inputs_embeds=leaf, use_cache=False).logits[0, -1]
+        (g,) = torch.autograd.grad(lg[300] - lg[301], leaf)
+        total += w * g[0].double()
+    want = (total * (e - b).double()).sum(-1).numpy()
+    np.testing.assert_allclose(got.scores, want, atol=1e-5, rtol=1e-4)
+
+
+def test_attention_row_and_chip_colours(smol):
+    tr = backends.trace(smol, EIFFEL[0])
+    row = attribution.last_row_attention(smol, tr, 5)
+    w = backends.attention(smol, tr, 5)
+    assert row.shape == (tr.n_tokens,) and row.sum() == pytest.approx(1.0, abs=1e-3)  # weights kept in float16
+    np.testing.assert_allclose(row, w[:, -1].astype(np.float64).mean(0), rtol=1e-6)
+    c = attribution.chip_colours([2.0, -1.0, 0.0])
+    assert c[0].startswith("rgba(220,38,38,0.70") and c[1].startswith("rgba(37,99,235") and c[2] == "rgba(255,255,255,1)"
+
+
+# ---------------------------------------------------------------------------------------------
+# pages
+
+
+def _app(stem: str, lang: str = "en", **params):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
+    at.session_state["lang"] = lang
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page(f"pages/{stem}.py")
+    at.run()
+    return at
+
+
+def _arr(v) -> np.ndarray:
+    """A plotly array from a figure spec: nested lists, or a typed array {dtype, bdata (base64), shape}."""
+    if isinstance(v, dict) and "bdata" in v:
+        import base64
+
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(float)
+        return a.reshape([int(n) for n in str(v["shape"]).split(",")]) if "shape" in v else a
+    if isinstance(v, list) and v and isinstance(v[0], (list, dict)):
+        return np.stack([_arr(row) for row in v])
+    return np.asarray(v, dtype=float)
+
+
+def _figs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _text(at) -> str:
+    return " ".join(m.value for m in [*at.markdown, *at.caption, *at.warning, *at.info, *at.error])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_pages_render_the_cores_numbers(smol, lang):
+    pt, base = _recorded(smol)
+    ans = pair.answers(smol.tokenizer, " Paris", " Rome")
+    c, r = (pair.logit_diff(lg, ans.answer, ans.foil) for lg in (base.clean_logits(), base.corrupted_logits()))
+    at = _app("cause_pair", lang)
+    assert not at.exception and not at.error and not at.warning, [e.value for e in at.exception]
+    assert [m.value for m in at.metric] == [f"{c:.3f}", f"{r:.3f}", f"{c - r:.3f}"]
+    assert "⟦" not in _text(at) and (("logit 差" in _text(at)) if lang == "zh" else ("logit difference" in _text(at)))
+
+    at = _app("cause_patching", lang, layer="4", pos="2")  # a link that names a cell
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    fig = _figs(at)[0]
+    z = _arr(fig["data"][0]["z"])
+    grid = patching.sweep(smol, base, "resid", ans.answer, ans.foil)
+    np.testing.assert_allclose(z, patching.normalise(grid, c, r), atol=1e-6)
+    assert (at.slider(key="cpatch_layer").value, at.slider(key="cpatch_col_resid").value) == (4, 2)
+    assert at.query_params["clean"] == EIFFEL[0] and at.query_params["site"] == "resid"
+    run = patching.patched_logits(smol, base, patching.Patch("resid", 4, 2))
+    assert at.metric[0].value == f"{pair.logit_diff(run, ans.answer, ans.foil):.3f}"
+    assert "⟦" not in _text(at)
+
+    at = _app("cause_attribution", lang, steps="16")
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    fig = _figs(at)[0]
+    ig = attribution.integrated_gradients(smol, pt.ids_clean, ans.answer, ans.foil, 16)
+    np.testing.assert_allclose(_arr(fig["data"][1]["y"]), ig.scores, atol=1e-6)
+    assert "⟦" not in _text(at) and ("16" in _text(at))
+
+
+def test_pages_say_why_on_bad_input(smol):
+    at = _app("cause_patching", clean="埃菲尔铁塔位于", corrupt="罗马斗兽场位于")
+    assert not at.exception and "18 clean, 15 corrupted" in _text(at) and not at.get("plotly_chart")
+    at = _app("cause_pair", clean="埃菲尔铁塔位于", corrupt="罗马斗兽场位于", answer="巴黎", foil="罗马")
+    assert not at.exception and "18 clean, 15 corrupted" in _text(at)
+    assert "is 5 tokens for this model" in _text(at)  # the answer: how it tokenises
+    at = _app("cause_attribution", answer="Paris Paris")
+    assert not at.exception and "is 2 tokens" in _text(at)
+    at = _app("cause_patching", foil=" Paris")
+    assert not at.exception and "same token" in _text(at)
+
+
+def test_toy_pages_and_site_from_the_link():
+    at = _app("cause_patching", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="head")
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    assert at.radio(key="cpatch_site").value == "head"
+    fig = _figs(at)[0]
+    assert _arr(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
+    at = _app("cause_attribution", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="nowhere")
+    assert not at.exception and not at.error

@@ -1,0 +1,461 @@
+"""Serving a lecture hall: `make serve` (deploy/serve.py) — two app processes behind nginx, all on 127.0.0.1.
+
+* the launcher refuses bad arguments with one sentence (no nginx needed), and its config template renders
+  to a file nginx accepts;
+* through the proxy: a health probe is answered; every page in core/web/nav.py renders;
+* two browsers land on, and stay on, their own replicas across reruns, reloads and page changes; a fresh
+  browser's page and websocket land on the same replica;
+* a session's trace, generation stepper and URL state survive 20 interactions on one websocket;
+* stopping one replica gives its students a clear notice, and they continue on the other replica with their
+  view restored from the URL, while the other replica's students notice nothing;
+* Ctrl-C (SIGINT to the launcher) stops nginx and every replica: no process is left, the ports are free.
+
+The hall tests run in file order on one hall (N = 2) and need nginx (`make test` installs nginx-light) and,
+for the browser, Debian's Chromium; without them they are skipped with the reason. Each wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+from test_browser import ARGS, CHROMIUM, Watch, settle, url_path
+
+from conftest import ROOT
+from core.engine import i18n
+from core.web.nav import STEMS
+from deploy import serve
+
+NGINX = serve.find_nginx()
+needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (`make test` installs nginx-light)")
+needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable installed (browser tests need one)")
+LOGS = ROOT / "screenshots"
+START_S = 360  # two replicas importing torch on a busy 2-core machine
+
+
+def _run_serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deploy.serve", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+# --- the launcher, without starting anything -----------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--replicas", "0"], "REPLICAS must be from 1 to 64, not 0"),
+    (["--replicas", "65"], "REPLICAS must be from 1 to 64, not 65"),
+    (["--replicas", "two"], "REPLICAS must be a whole number from 1 to 64, not 'two'"),
+    (["--port", "0"], "a port must be from 1 to 65535, not 0"),
+    (["--port", "65536"], "a port must be from 1 to 65535, not 65536"),
+    (["--port", "http"], "a port must be a whole number from 1 to 65535, not 'http'"),
+])
+def test_launcher_refuses_bad_arguments_with_a_sentence(args, says):
+    out = _run_serve(*args)
+    assert out.returncode == 2, out
+    assert says in out.stderr and "error:" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+def test_launcher_refuses_a_busy_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = _run_serve("--host", "127.0.0.1", "--port", str(port), "--replicas", "1")
+    assert out.returncode == 2
+    assert f"port {port} is already in use" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_default_replicas_is_half_the_cores():
+    assert serve.default_replicas() == max(1, (psutil.cpu_count() or 2) // 2)
+
+
+@needs_nginx
+def test_template_renders_a_config_nginx_accepts(tmp_path):
+    text = serve.render(serve.TEMPLATE.read_text(), listen="127.0.0.1:8699", ports=[8697, 8698], prefix=tmp_path,
+                        down=frozenset({8698}))
+    assert not re.search(r"\{\{[A-Z]+\}\}", text) and "daemon off;" in text
+    assert "server 127.0.0.1:8697 max_fails=1 fail_timeout=10s;" in text
+    assert "server 127.0.0.1:8698 max_fails=1 fail_timeout=10s down;" in text
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    out = subprocess.run([NGINX, "-t", "-p", f"{tmp_path}/", "-c", str(conf), "-e", "stderr"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert not list(Path("/tmp").glob("nginx.pid")), "nginx wrote outside its prefix"
+
+
+# --- one hall of two replicas behind nginx -------------------------------------------------------------
+
+@dataclass
+class Hall:
+    proc: subprocess.Popen
+    base: str
+    log: Path
+    replicas: dict[str, int] = field(default_factory=dict)  # "127.0.0.1:port" → pid
+    prefix: Path | None = None
+    tree: list[int] = field(default_factory=list)  # every pid the launcher started (nginx's worker included)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def other(self, addr: str) -> str:
+        return next(a for a in self.replicas if a != addr)
+
+    def number(self, addr: str) -> int:
+        return sorted(self.replicas, key=lambda a: int(a.rsplit(":", 1)[1])).index(addr) + 1
+
+    def stop(self, timeout: float = 60) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+        return self.proc.poll()
+
+    def kill_everything(self) -> None:
+        """Last resort, only for what this test started: the launcher's own process group."""
+        for pid in [self.proc.pid, *self.tree]:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+def _free_block(start: int, stop: int, n: int = 3) -> int:
+    for p in range(start, stop):
+        if all(serve.port_free("127.0.0.1", q) for q in range(p, p + n)):
+            return p
+    raise RuntimeError(f"no {n} free ports in {start}..{stop}")
+
+
+@pytest.fixture(scope="module")
+def hall():
+    if NGINX is None:
+        pytest.skip("nginx is not installed (`make test` installs nginx-light)")
+    port = _free_block(8640, 8670)
+    LOGS.mkdir(exist_ok=True)
+    log = LOGS / "proxy.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deploy.serve", "--replicas", "2", "--port", str(port), "--host", "127.0.0.1",
+             "--replica-port", str(port + 1)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    h = Hall(proc, f"http://127.0.0.1:{port}", log)
+    try:
+        deadline = time.time() + START_S
+        while "serve: serving" not in h.text():
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the hall did not start (exit {proc.poll()}):\n{h.text()[-3000:]}")
+            time.sleep(0.5)
+        for port_s, pid in re.findall(r"replica \d+/2\s+http://127\.0\.0\.1:(\d+)\s+pid (\d+)", h.text()):
+            h.replicas[f"127.0.0.1:{port_s}"] = int(pid)
+        h.prefix = Path(re.search(r"config and logs: (\S+)\)", h.text()).group(1))
+        h.tree = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(h.replicas) == 2, h.text()
+        yield h
+    finally:
+        if h.stop() is None:
+            h.kill_everything()
+
+
+def _get(url: str, cookie: str | None = None) -> tuple[int, str, dict[str, str], list[str]]:
+    req = urllib.request.Request(url, headers={"Cookie": cookie} if cookie else {})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}, r.headers.get_all("Set-Cookie") or []
+
+
+def affinity_keys(h: Hall) -> dict[str, str]:
+    """An affinity cookie value for each replica, found by asking nginx (its hash decides, not this test)."""
+    keys: dict[str, str] = {}
+    for i in range(200):
+        key = f"test-student-{i}"
+        _, _, headers, _ = _get(h.base + "/_stcore/health", f"xray_affinity={key}")
+        keys.setdefault(headers["x-replica"], key)
+        if len(keys) == len(h.replicas):
+            return keys
+    raise AssertionError(f"200 keys all landed on {list(keys)}")
+
+
+@needs_nginx
+def test_proxy_answers_a_health_probe(hall):
+    status, body, headers, cookies = _get(hall.base + "/_stcore/health")
+    assert status == 200 and body == "ok"
+    assert headers["x-replica"] in hall.replicas
+    key = next(c for c in cookies if c.startswith("xray_affinity=")).split(";")[0].split("=", 1)[1]
+    # with its cookie, a browser always reaches the same replica; and it is not handed a new cookie
+    for _ in range(5):
+        _, _, again, cookies2 = _get(hall.base + "/_stcore/health", f"xray_affinity={key}")
+        assert again["x-replica"] == headers["x-replica"]
+        assert not any(c.startswith("xray_affinity=") for c in cookies2)
+    assert _get(hall.base + "/nginx-health")[1].strip() == "ok"  # nginx's own liveness, no replica involved
+    # a request body over nginx's 16 KB buffer goes through its temp folder and on to a replica (whatever the
+    # replica answers, the answer is the replica's: nginx could write its temp file, even as a worker user)
+    req = urllib.request.Request(hall.base + "/_stcore/upload_file/none/none", data=b"x" * 300_000, method="PUT")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            answered_by = r.headers.get("X-Replica")
+    except urllib.error.HTTPError as e:
+        answered_by = e.headers.get("X-Replica")
+    assert answered_by in hall.replicas, answered_by
+    log = hall.text()  # the launcher's active check: one line per replica before nginx started
+    assert all(f"http://{a}" in log and "healthy" in log for a in hall.replicas)
+    assert log.index("replica 2/2") < log.index("serve: nginx")
+
+
+# --- in a browser ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser(hall):
+    if CHROMIUM is None:
+        pytest.skip("no chromium executable installed (browser tests need one)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Where:
+    """Which replica answered a page: every websocket handshake (via the DevTools protocol, whose events
+    carry the 101 response's headers) and every HTTP response, by nginx's X-Replica header."""
+
+    def __init__(self, page):
+        self.ws: list[str] = []
+        self.http: list[str] = []
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.on("Network.webSocketHandshakeResponseReceived", lambda e: self.ws.append(
+            next((v for k, v in e["response"]["headers"].items() if k.lower() == "x-replica"), "?")))
+        page.on("response", lambda r: self.http.append(r.headers.get("x-replica", "")) if r.headers.get("x-replica") else None)
+        self._cdp = cdp
+
+    def last_ws(self, page, n: int = 1, timeout: float = 60) -> str:
+        deadline = time.time() + timeout
+        while len(self.ws) < n:
+            if time.time() > deadline:
+                raise TimeoutError(f"no websocket #{n} within {timeout} s")
+            page.wait_for_timeout(200)
+        return self.ws[-1]
+
+
+def _context(browser, h: Hall, replica: str | None = None, keys: dict[str, str] | None = None):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    if replica is not None:
+        ctx.add_cookies([{"name": "xray_affinity", "value": keys[replica], "url": h.base}])
+    return ctx
+
+
+def _qs(page) -> dict[str, str]:
+    return {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query).items()}
+
+
+def _notices(page) -> str:
+    return page.evaluate("() => Array.from(document.querySelectorAll('[data-testid=\"stAlert\"]')).map(e => e.innerText).join('\\n')")
+
+
+@needs_browser
+def test_every_page_renders_through_the_proxy(hall, browser):
+    ctx = _context(browser, hall)
+    failures: list[str] = []
+    try:
+        page = ctx.new_page()
+        where = Where(page)
+        for stem in STEMS:
+            watch = Watch(page)
+            page.goto(f"{hall.base}/{url_path(stem)}?lang=en")
+            settle(page, timeout=240)
+            if page.locator('[data-testid="stException"]').count():
+                failures.append(f"{stem}: exception {page.locator('[data-testid=stException]').first.inner_text()[:300]}")
+            if not page.locator('[data-testid="stMain"] h1').count():
+                failures.append(f"{stem}: no title")
+            if watch.real_errors():
+                failures.append(f"{stem}: console {watch.real_errors()[:3]}")
+        # one browser: all its page loads (one websocket each) went to one replica
+        assert len(where.ws) == len(STEMS) and len(set(where.ws)) == 1, where.ws
+        assert set(where.http) == set(where.ws), (set(where.http), set(where.ws))
+    finally:
+        ctx.close()
+    assert not failures, "\n".join(failures)
+
+
+@needs_browser
+def test_two_browsers_stay_on_their_own_replicas(hall, browser):
+    keys = affinity_keys(hall)
+    a_addr, b_addr = sorted(hall.replicas)
+    contexts = []
+    try:
+        # a first visit, no cookie yet: nginx hands one out, and the page and its websocket share a replica
+        fresh = _context(browser, hall)
+        contexts.append(fresh)
+        page = fresh.new_page()
+        where = Where(page)
+        page.goto(f"{hall.base}/tour?lang=en&step=1")
+        settle(page, timeout=180)
+        assert any(c["name"] == "xray_affinity" for c in fresh.cookies())
+        assert where.ws and set(where.http) == {where.ws[0]}, (where.http, where.ws)
+
+        pages = {}
+        for addr in (a_addr, b_addr):
+            ctx = _context(browser, hall, addr, keys)
+            contexts.append(ctx)
+            page = ctx.new_page()
+            pages[addr] = (page, Where(page))
+            page.goto(f"{hall.base}/heads?lang=en&layer=0&head=0")
+        for addr, (page, where) in pages.items():
+            settle(page, timeout=180)
+            assert where.last_ws(page) == addr
+        # reruns on the open websocket, then a reload and another page (each a new websocket)
+        for step in range(3):
+            for page, _ in pages.values():
+                slider = page.locator('.st-key-heads_layer input[type="range"]')
+                slider.focus()
+                slider.press("ArrowRight")
+                settle(page)
+                assert _qs(page)["layer"] == str(step + 1)
+        for addr, (page, where) in pages.items():
+            page.reload()
+            settle(page)
+            page.goto(f"{hall.base}/tour?lang=en&step=2")
+            settle(page)
+            assert len(where.ws) == 3, where.ws
+            assert set(where.ws) == {addr} and set(where.http) == {addr}, (addr, where.ws, set(where.http))
+            assert not page.locator('[data-testid="stException"]').count()
+    finally:
+        for ctx in contexts:
+            ctx.close()
+
+
+KV_POINTS_JS = ("(t) => { for (const p of document.querySelectorAll('.js-plotly-plot')) {"
+                " const tt = p.layout && p.layout.title; const s = typeof tt === 'string' ? tt : (tt && tt.text);"
+                " if (s && s.includes(t)) return p.calcdata[0].length; } return null }")
+
+
+@needs_browser
+def test_session_state_survives_20_interactions(hall, browser):
+    """The generation stepper lives in the session (its KV cache, its records): 20 interactions on one
+    websocket — prefill, 16 decode steps, 3 view changes — and nothing is lost, the URL keeps its state."""
+    prompt = "Once upon a time, in a small village by the sea, there lived"
+    title = i18n.t("generation.fig_kv", "en")
+    ctx = _context(browser, hall)
+    try:
+        page = ctx.new_page()
+        where = Where(page)
+        page.goto(f"{hall.base}/generation?lang=en&chat=0&layer=1&head=2&prompt={urllib.parse.quote(prompt)}")
+        settle(page, timeout=180)
+        replica = where.last_ws(page)
+        passes, layer = 0, 1
+        for i in range(20):
+            if i == 0:
+                page.locator(".st-key-generation_prefill button").click()
+                passes = 1
+            elif i in (6, 12, 18):  # look at another layer: a view change, the stepper must stay as it is
+                slider = page.locator('.st-key-generation_layer input[type="range"]')
+                slider.focus()
+                slider.press("ArrowRight")
+                layer += 1
+            else:
+                page.locator(".st-key-generation_next button").click()
+                passes += 1
+            settle(page, quiet=1.0)
+            page.wait_for_function(f"(t) => ({KV_POINTS_JS})(t) === {passes}", arg=title, timeout=60_000)
+            qs = _qs(page)
+            assert (qs.get("lang"), qs.get("prompt"), qs.get("chat"), qs.get("layer"), qs.get("head")) == \
+                ("en", prompt, "0", str(layer), "2"), (i, qs)
+            assert qs.get("step") == str(passes - 1), (i, qs)  # the step slider follows the newest pass
+            assert not page.locator('[data-testid="stException"]').count(), i
+        assert page.evaluate(KV_POINTS_JS, title) == 17
+        assert where.ws == [replica] and set(where.http) == {replica}, (where.ws, set(where.http))  # one websocket, one replica
+    finally:
+        ctx.close()
+
+
+@needs_browser
+def test_stopping_a_replica_moves_its_students_with_their_view(hall, browser):
+    keys = affinity_keys(hall)
+    gone, stays = sorted(hall.replicas)
+    prompt = "小明把书交给小红，因为她明天要考试。"
+    contexts = []
+    try:
+        ctx_a = _context(browser, hall, gone, keys)
+        ctx_b = _context(browser, hall, stays, keys)
+        contexts += [ctx_a, ctx_b]
+        a, b = ctx_a.new_page(), ctx_b.new_page()
+        wa, wb = Where(a), Where(b)
+        a.goto(f"{hall.base}/tour?lang=zh&step=3&layer=2&prompt={urllib.parse.quote(prompt)}")
+        b.goto(f"{hall.base}/heads?lang=en&layer=0&head=0")
+        settle(a, timeout=180)
+        settle(b, timeout=180)
+        assert wa.last_ws(a) == gone and wb.last_ws(b) == stays
+        before = _qs(a)
+
+        psutil.Process(hall.replicas[gone]).send_signal(signal.SIGTERM)  # the replica stops
+        notice = i18n.t("serve.moved", "zh", n=hall.number(stays), total=2)
+        a.wait_for_function("(t) => Array.from(document.querySelectorAll('[data-testid=\"stAlert\"]'))"
+                            ".some(e => e.innerText.includes(t))", arg=notice[:20], timeout=120_000)
+        settle(a)
+        assert notice in _notices(a)
+        assert wa.ws == [gone, stays], wa.ws  # reconnected through nginx, to the other replica
+        # the view came back from the URL: page, language, stage, layer, prompt
+        assert a.locator('[data-testid="stMain"] h1').first.inner_text().strip() == i18n.t("page.tour", "zh")
+        assert a.locator(".st-key-prompt textarea").input_value() == prompt
+        assert a.locator('.st-key-tour_layer input[type="range"]').input_value() == "2"
+        after = _qs(a)
+        assert {k: after.get(k) for k in ("lang", "step", "layer", "prompt")} == \
+            {k: before.get(k) for k in ("lang", "step", "layer", "prompt")}
+        # ... and the student continues there
+        a.locator(".st-key-tour_next_top button").click()
+        settle(a)
+        assert _qs(a)["step"] == "4" and not a.locator('[data-testid="stException"]').count()
+
+        # the other replica's student saw nothing of it
+        slider = b.locator('.st-key-heads_layer input[type="range"]')
+        slider.focus()
+        slider.press("ArrowRight")
+        settle(b)
+        assert _qs(b)["layer"] == "1" and wb.ws == [stays] and not _notices(b).strip()
+
+        # the launcher noticed, took the replica out of nginx's rotation, and keeps serving
+        deadline = time.time() + 60
+        while "stopped with exit code" not in hall.text() and time.time() < deadline:
+            time.sleep(0.5)
+        assert f"http://{gone}) stopped with exit code" in hall.text()
+        assert f"server {gone} max_fails=1 fail_timeout=10s down;" in (hall.prefix / "nginx.conf").read_text()
+        for _ in range(3):
+            assert _get(hall.base + "/_stcore/health", f"xray_affinity={keys[gone]}")[2]["x-replica"] == stays
+    finally:
+        for ctx in contexts:
+            ctx.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@needs_nginx
+def test_ctrl_c_stops_every_process(hall):
+    pids = [hall.proc.pid, *hall.tree]
+    assert len(hall.tree) >= 4, hall.tree  # two replicas, nginx's master and its worker
+    code = hall.stop(timeout=60)
+    assert code == 0, hall.text()[-2000:]
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not [p for p in pids if _alive(p)], f"left running: {[p for p in pids if _alive(p)]}"
+    port = int(hall.base.rsplit(":", 1)[1])
+    assert all(serve.port_free("127.0.0.1", p) for p in (port, *(int(a.rsplit(":", 1)[1]) for a in hall.replicas)))
+    assert hall.prefix is not None and not hall.prefix.exists()  # the temp folder is gone
+    assert "nothing left running" in hall.text()
