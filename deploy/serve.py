@@ -284,6 +284,8 @@ class Launcher:
                 raise KeyboardInterrupt
             for r in list(waiting):
                 if r.proc.poll() is not None:
+                    if self.stopping.is_set():  # Ctrl-C in the terminal reaches the replicas too
+                        raise KeyboardInterrupt
                     raise UsageError(f"{r.name} stopped while starting (exit code {r.proc.returncode}); its lines above say why")
                 if health_ok(r.base, timeout=2):
                     r.up = True
@@ -309,7 +311,8 @@ class Launcher:
         args = [self.nginx_bin, "-p", f"{self.prefix}/", "-c", str(conf), "-e", "stderr"]
         check = subprocess.run([*args, "-t", "-q"], capture_output=True, text=True)
         if check.returncode != 0:
-            raise UsageError(f"nginx refused its configuration: {check.stderr.strip().splitlines()[-1:]}")
+            lines = check.stderr.strip().splitlines() or [f"exit code {check.returncode}"]
+            raise UsageError(f"nginx refused its configuration: {lines[-1]}")
         self.nginx, _ = self._spawn(args, "nginx")
         deadline = time.monotonic() + 20
         local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.plan.host, self.plan.host)

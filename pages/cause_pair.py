@@ -16,7 +16,7 @@ def _alignment(pt: pair.PairTokens) -> None:
     cols = {"pos": ui.t("cause.col_pos"), "clean": ui.t("cause.col_clean"), "corrupted": ui.t("cause.col_corrupted"),
             "same": ui.t("cause.col_same")}
     rows = [{cols[k]: v for k, v in r.items()} for r in pair.alignment(pt)]
-    st.dataframe(rows, hide_index=True, width="stretch", height=min(38 * len(rows) + 40, 400))
+    st.dataframe(rows, hide_index=True, width="stretch", height=min(35 * (len(rows) + 1) + 3, 420))
     diff = pt.differing()
     if not pt.same_length:
         st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))

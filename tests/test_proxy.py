@@ -17,6 +17,7 @@ for the browser, Debian's Chromium; without them they are skipped with the reaso
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import socket
@@ -45,8 +46,9 @@ LOGS = ROOT / "screenshots"
 START_S = 360  # two replicas importing torch on a busy 2-core machine
 
 
-def _run_serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "deploy.serve", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+def _run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deploy.serve", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
 
 
 # --- the launcher, without starting anything -----------------------------------------------------------
@@ -74,6 +76,28 @@ def test_launcher_refuses_a_busy_port():
         out = _run_serve("--host", "127.0.0.1", "--port", str(port), "--replicas", "1")
     assert out.returncode == 2
     assert f"port {port} is already in use" in out.stderr and "Traceback" not in out.stderr
+
+
+@needs_nginx
+def test_launcher_checks_the_model_setting_before_starting_anything():
+    """XRAY_MODELS applies to every replica, so it is checked once, first: one sentence, nothing started."""
+    out = _run_serve("--host", "127.0.0.1", "--port", str(_free_block(8670, 8690, 1)), "--replicas", "1",
+                     env={"XRAY_MODELS": "bad id=/nowhere"})
+    assert out.returncode == 2
+    assert "XRAY_MODELS entry 1" in out.stderr and "Traceback" not in out.stderr + out.stdout
+    assert "replica 1" not in out.stdout
+
+
+def test_replica_number_comes_from_the_launcher(monkeypatch):
+    from core.web import replica
+
+    monkeypatch.delenv(serve.ENV_REPLICA, raising=False)
+    assert replica.number() is None  # `make run`: one process, no replica
+    monkeypatch.setenv(serve.ENV_REPLICA, "2")
+    monkeypatch.setenv(serve.ENV_REPLICAS, "3")
+    assert replica.number() == (2, 3)
+    monkeypatch.setenv(serve.ENV_REPLICA, "4")
+    assert replica.number() is None
 
 
 def test_default_replicas_is_half_the_cores():
@@ -266,6 +290,9 @@ def _notices(page) -> str:
 
 @needs_browser
 def test_every_page_renders_through_the_proxy(hall, browser):
+    """Every page in turn, in one browser: a title, no exception, no console error; and every page load
+    (one websocket each) reached the one replica its cookie names. (One browser on one replica, rather
+    than both replicas at once: on two shared cores a second cold replica only adds its own model load.)"""
     ctx = _context(browser, hall)
     failures: list[str] = []
     try:
@@ -281,7 +308,6 @@ def test_every_page_renders_through_the_proxy(hall, browser):
                 failures.append(f"{stem}: no title")
             if watch.real_errors():
                 failures.append(f"{stem}: console {watch.real_errors()[:3]}")
-        # one browser: all its page loads (one websocket each) went to one replica
         assert len(where.ws) == len(STEMS) and len(set(where.ws)) == 1, where.ws
         assert set(where.http) == set(where.ws), (set(where.http), set(where.ws))
     finally:

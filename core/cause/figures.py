@@ -83,7 +83,7 @@ def fig_patch_grid(score: np.ndarray, raw: np.ndarray, tokens: Sequence[str], ti
     ticks = [f"h{c}" for c in x] if heads else [position_label(tokens, c) for c in x]
     fig.update_xaxes(tickmode="array", tickvals=x, ticktext=ticks, tickangle=-45 if not heads else 0,
                      title_text=_t("cause.head", lang) if heads else _t("cause.position", lang))
-    fig.update_yaxes(autorange="reversed", title_text=_t("cause.layer", lang))
+    fig.update_yaxes(autorange="reversed", title_text=_t("cause.layer", lang), dtick=1 if L <= 12 else None)
     fig.update_layout(title=title, height=max(360, 16 * L + 160), margin=dict(t=50, b=40), clickmode="event+select",
                       dragmode=False)
     return fig

@@ -172,13 +172,11 @@ def alignment(pt: PairTokens) -> list[dict[str, Any]]:
     """One row per position: the clean and the corrupted token there ("" past a prompt's end), and
     whether they are the same token."""
     n = max(len(pt.ids_clean), len(pt.ids_corrupted))
+    la, lb = tokens.token_labels(pt.tokens_clean), tokens.token_labels(pt.tokens_corrupted)  # the one label rule
     rows = []
     for i in range(n):
-        a = pt.tokens_clean[i] if i < len(pt.ids_clean) else None
-        b = pt.tokens_corrupted[i] if i < len(pt.ids_corrupted) else None
-        same = a is not None and b is not None and pt.ids_clean[i] == pt.ids_corrupted[i]
-        rows.append({"pos": i, "clean": "" if a is None else tokens.visible(a),
-                     "corrupted": "" if b is None else tokens.visible(b), "same": same})
+        same = i < min(len(la), len(lb)) and pt.ids_clean[i] == pt.ids_corrupted[i]
+        rows.append({"pos": i, "clean": la[i] if i < len(la) else "", "corrupted": lb[i] if i < len(lb) else "", "same": same})
     return rows
 
 

@@ -13,8 +13,9 @@ Chromium pages at once are too heavy for a 2-core machine at K = 60 (the browser
 servers are being measured on), and Streamlit's AppTest bypasses the proxy and the server entirely. So each
 session here speaks the browser's own protocol, with Streamlit's own protobuf messages, and nothing else:
 
-1. ``GET /`` through nginx, as a first visit: nginx answers with the affinity cookie (and Streamlit with its
-   XSRF cookie);
+1. ``GET /`` through nginx, as a first visit (nginx answers with the affinity cookie), then
+   ``GET /_stcore/health`` with that cookie, as the frontend does before it connects (Streamlit answers with
+   its XSRF cookie);
 2. opens ``/_stcore/stream`` through nginx with those cookies, the ``streamlit`` subprotocol and the page's
    Origin, so nginx's sticky hash puts the websocket on the replica the cookie names;
 3. sends the BackMsg the frontend sends on load: ``rerun_script`` with the URL's page and query string,
@@ -202,22 +203,8 @@ async def warm(hall: Hall, timeout: float, page: str) -> None:
             raise RuntimeError(f"the warm-up run failed: {r.why}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="K = 8 and 16 only (a few minutes)")
-    ap.add_argument("--ks", default=None, help="comma-separated K values (default 8,30,60; --quick: 8,16)")
-    ap.add_argument("--port", type=int, default=8680, help="nginx's port; the replicas take the next ones")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one session may wait")
-    ap.add_argument("--page", default="tour",
-                    help="the page each session opens: a page stem of core/web/nav.py (default 'tour', at its tokens "
-                         "stage; 'journey' is the default page, /)")
-    a = ap.parse_args()
-    ks = [int(k) for k in (a.ks or ("8,16" if a.quick else "8,30,60")).split(",")]
-    if serve.find_nginx() is None:
-        print("bench_load: nginx is not installed (make serve / make test install it)", file=sys.stderr)
-        return 2
-    out = ROOT / "out"
-    out.mkdir(exist_ok=True)
+def run_halls(a: argparse.Namespace, ks: list[int], out: Path) -> dict[int, dict[int, float]]:
+    """The bursts, with 1 and then 2 replicas; returns the throughput by K and by number of replicas."""
     throughput: dict[int, dict[int, float]] = {}
     for replicas in (1, 2):
         hall = Hall(replicas, a.port, out / f"bench_load_{replicas}.log")
@@ -240,13 +227,36 @@ def main() -> int:
                 print(f"rss_replica[{addr}] replicas={replicas}: {now:.0f} MiB now, {peak:.0f} MiB peak", flush=True)
         finally:
             hall.stop()
+    return throughput
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="K = 8 and 16 only (a few minutes on a quiet machine)")
+    ap.add_argument("--ks", default=None, help="comma-separated K values (default 8,30,60; --quick: 8,16)")
+    ap.add_argument("--port", type=int, default=8680, help="nginx's port; the replicas take the next ones")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one session may wait")
+    ap.add_argument("--page", default="tour",
+                    help="the page each session opens: a page stem of core/web/nav.py (default 'tour', at its tokens "
+                         "stage; 'journey' is the default page, /)")
+    a = ap.parse_args()
+    ks = [int(k) for k in (a.ks or ("8,16" if a.quick else "8,30,60")).split(",")]
+    if serve.find_nginx() is None:
+        print("bench_load: nginx is not installed (make serve / make test install it)", file=sys.stderr)
+        return 2
+    out = ROOT / "out"
+    out.mkdir(exist_ok=True)
+    try:
+        throughput = run_halls(a, ks, out)
+    except RuntimeError as e:  # a hall that did not start, a warm-up that failed: one sentence (the log is named)
+        print(f"bench_load: {e}", file=sys.stderr)
+        return 1
     for k in ks:
         t = throughput.get(k, {})
-        if 1 in t and 2 in t and t[1] > 0:
+        if t.get(1) and 2 in t:
             print(f"ratio_replicas_2_K{k}={t[2] / t[1]:.2f}")
-    k = ks[-1]
-    t = throughput.get(k, {})
-    print(f"ratio_replicas_2={t[2] / t[1]:.2f}" if t.get(1) else "ratio_replicas_2=nan")
+    t = throughput.get(ks[-1], {})
+    print(f"ratio_replicas_2={t[2] / t[1]:.2f}" if t.get(1) and 2 in t else "ratio_replicas_2=nan")
     return 0
 
 
