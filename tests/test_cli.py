@@ -77,7 +77,9 @@ def test_bad_argument_is_one_sentence_before_loading(argv, flag, no_model, capsy
 
 def test_max_tokens_names_the_trace_limit(no_model, capsys):
     assert cli.main(["trace", "hi", "--max-tokens", "0"]) == 2
-    assert "512" in _one_error_line(capsys.readouterr().err)
+    from core.engine.trace import MAX_TOKENS
+
+    assert str(MAX_TOKENS) in _one_error_line(capsys.readouterr().err)
 
 
 def test_empty_prompt_is_refused_before_loading(no_model, capsys, tmp_path):

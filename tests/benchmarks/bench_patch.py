@@ -1,6 +1,6 @@
 """Benchmark: a full layer × position residual-patching sweep vs one plain forward pass, in one run.
 
-    .venv/bin/python tests/benchmarks/bench_patch.py [--reps 3] [--model PATH] [--solo 24]
+    .venv/bin/python tests/benchmarks/bench_patch.py [--reps 3] [--model PATH] [--solo 24] [--threads 1]
 
 The plain forward is the shared model's own forward of the corrupted prompt ([1, T], no cache, no
 hook), the cost of one unpatched run. The sweep is ``core.cause.patching.sweep(…, "resid", …)``: L × T
@@ -40,7 +40,10 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--solo", type=int, default=0, help="also time this many patched runs one by one")
     ap.add_argument("--chunk", type=int, default=None, help="patched runs per pass (default: patching.chunk_size)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
 
     loaded = backends.load_model(a.model)
     pt = pair.encode_pair(loaded.tokenizer, CLEAN, CORRUPTED)
