@@ -60,8 +60,8 @@ def test_empty_prompt_gives_hint_and_runs_no_model(forward_count, prompt):
 
 
 def test_huge_prompt_is_truncated_with_a_notice(forward_count):
-    prompt = ("The quick brown fox jumps over the lazy dog. " * 230)[:10_000]
-    assert len(prompt) == 10_000
+    prompt = ("The quick brown fox jumps over the lazy dog. " * 450)[:19_900]  # ≈ 4,400 tokens: over the 4,096 limit
+    assert len(prompt) == 19_900
     at = _tour(prompt)
     assert not at.exception
     assert at.warning and str(MAX_TOKENS) in at.warning[0].value, _messages(at)
