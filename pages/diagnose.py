@@ -135,22 +135,21 @@ def _memory(spec: str, loaded) -> None:
     if budget_b is None:
         st.warning(ui.t(f"diagnose.budget_{why}", raw=widgets.code(raw)))
         return
-    at = dg.memory_at(shape, ctx, reqs)
-    limit = dg.max_requests(shape, ctx, budget_b)
-    xs = dg.request_axis(limit, reqs)
-    presenter.chart(gen_fig.memory_plan(xs, shape.weight_bytes(), [shape.kv_bytes(ctx, int(r)) for r in xs],
-                                        [shape.activation_bytes(ctx, int(r)) for r in xs], budget_b, limit, reqs, ui.lang()), width="stretch")
+    plan = dg.memory_plan(shape, ctx, reqs, budget_b)
+    at, limit = plan.at, plan.limit
+    presenter.chart(gen_fig.memory_plan(plan.requests, plan.weights, plan.kv, plan.activations, budget_b, limit, reqs, ui.lang()),
+                    width="stretch")
     ui.badge("formula", ui.t("diagnose.mem_estimate"))
     g = shape.geometry
     st.markdown(ui.t("diagnose.mem_text", name=shape.name, t=ctx, r=reqs, w=budget.fmt_gb(at.weights), kv=budget.fmt_gb(at.kv),
                      act=budget.fmt_gb(at.activations), total=budget.fmt_gb(at.total), budget=budget.fmt_gb(budget_b),
                      L=g.n_layers, kvh=g.n_kv_heads, dh=g.dh, b=bpv))
-    st.markdown(ui.t("diagnose.mem_fits" if at.total <= budget_b else "diagnose.mem_oom", n=limit))
+    st.markdown(ui.t("diagnose.mem_fits" if plan.fits else "diagnose.mem_oom", n=limit))
     d = _decode(spec) if src == "current" else None
     if d is not None:
-        real = dg.MemoryShape.of_facts(loaded.facts, loaded.facts.value_bytes).kv_bytes(d.kv_tokens_end)
-        st.markdown(ui.t("diagnose.mem_real", t=d.kv_tokens_end, real=f"{d.kv_bytes:,}", formula=f"{real:,}",
-                         ok="✓" if real == d.kv_bytes else "✗", b=loaded.facts.value_bytes))
+        formula, ok = dg.real_cache_check(loaded.facts, d)
+        st.markdown(ui.t("diagnose.mem_real", t=d.kv_tokens_end, real=f"{d.kv_bytes:,}", formula=f"{formula:,}",
+                         ok="✓" if ok else "✗", b=loaded.facts.value_bytes))
 
 
 def _temperature(loaded) -> None:

@@ -350,6 +350,38 @@ TEMPERATURES: tuple[float, ...] = (0.3, 0.7, 1.0, 1.5)
 
 
 @dataclass(frozen=True)
+class MemoryPlan:
+    """Everything the memory figure and its sentences show, for one (shape, context, requests, budget)."""
+
+    at: MemoryAt  # the learner's own point
+    limit: int  # the most requests that fit the budget
+    requests: np.ndarray  # the x axis
+    weights: int
+    kv: list[int]  # per x
+    activations: list[int]  # per x
+    budget: float  # bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.at.total <= self.budget
+
+
+def memory_plan(shape: MemoryShape, context: int, requests: int, budget_bytes: float) -> MemoryPlan:
+    """``memory_at`` for the chosen point, ``max_requests`` under the budget, and the curves over the request axis."""
+    limit = max_requests(shape, context, budget_bytes)
+    xs = request_axis(limit, requests)
+    return MemoryPlan(memory_at(shape, context, requests), limit, xs, shape.weight_bytes(),
+                      [shape.kv_bytes(context, int(r)) for r in xs], [shape.activation_bytes(context, int(r)) for r in xs],
+                      budget_bytes)
+
+
+def real_cache_check(facts: Any, run: DecodeRun) -> tuple[int, bool]:
+    """(the formula's KV bytes at the run's final cache length, whether the real cache held exactly that)."""
+    formula = MemoryShape.of_facts(facts, facts.value_bytes).kv_bytes(run.kv_tokens_end)
+    return formula, formula == run.kv_bytes
+
+
+@dataclass(frozen=True)
 class TemperatureDemo:
     ids: np.ndarray  # [K] candidate token ids shown
     temperatures: tuple[float, ...]

@@ -55,10 +55,19 @@ def get_trace(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) 
                        lambda: backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens))
 
 
+def _layer_key(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int) -> tuple:
+    return ("layer", spec, prompt, chat, max_tokens, layer_idx)
+
+
+def has_layer(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int = MAX_TOKENS) -> bool:
+    """Whether that layer is already derived (a page shows a spinner only when it is not)."""
+    return _layer_key(spec, prompt, chat, layer_idx, max_tokens) in store()
+
+
 def get_layer(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int = MAX_TOKENS) -> LayerDetail:
     """One layer of the cached trace in full (q, k, v, weights, sub-layer outputs), derived once."""
     tr = get_trace(spec, prompt, chat, max_tokens)
-    return store().get(("layer", spec, prompt, chat, max_tokens, layer_idx),
+    return store().get(_layer_key(spec, prompt, chat, layer_idx, max_tokens),
                        lambda: backends.layer_detail(get_model(spec), tr, layer_idx))
 
 

@@ -15,7 +15,7 @@ import streamlit as st
 from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, encode, has_chat_template
-from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
+from core.engine.trace import LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache
 
@@ -177,9 +177,8 @@ def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
     accessor pages use. Derived once per (trace, layer) and kept in the byte-bounded cache; a spinner
     says so while it is derived; None, with the reason shown, if it cannot be."""
     spec = model_spec()
-    key = ("layer", spec, tr.prompt, tr.chat, MAX_TOKENS, layer)
     try:
-        if key in cache.store():
+        if cache.has_layer(spec, tr.prompt, tr.chat, layer):
             return cache.get_layer(spec, tr.prompt, tr.chat, layer)
         with st.spinner(t("ui.deriving_layer", l=layer, T=tr.n_tokens)):
             return cache.get_layer(spec, tr.prompt, tr.chat, layer)
