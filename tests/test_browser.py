@@ -277,7 +277,7 @@ def test_eight_concurrent_sessions_see_only_their_own_prompt(browser, server):
             ctx = browser.new_context(viewport={"width": 1200, "height": 900})
             page = ctx.new_page()
             prompt = f"Yesterday {name} counted {i + 2} zebras."
-            page.goto(f"{server}/tour?lang=en&step=1&prompt={urllib.parse.quote(prompt)}", wait_until="commit")
+            page.goto(f"{server}/tour?lang=en&step=1&chat=0&prompt={urllib.parse.quote(prompt)}", wait_until="commit")
             contexts.append(ctx)
             pages.append(page)
         for i, (name, page) in enumerate(zip(NAMES, pages)):
