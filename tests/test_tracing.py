@@ -121,7 +121,10 @@ def test_residual_stream_identity_and_hidden_states(cases):
     for name, _, tr, o, lay in cases:
         np.testing.assert_allclose(tr.resid[1:], tr.resid[:-1] + lay["attn_out"] + lay["mlp_out"], rtol=1e-5, atol=1e-3, err_msg=name)
         np.testing.assert_allclose(tr.attn_out_norm, np.linalg.norm(lay["attn_out"], axis=-1), rtol=1e-4, atol=1e-4, err_msg=name)
-        np.testing.assert_allclose(tr.mlp_out_norm, np.linalg.norm(lay["mlp_out"], axis=-1), rtol=1e-4, atol=1e-4, err_msg=name)
+        # a derived layer's mlp_out is the rest of the block's step once the (eager) attention is taken
+        # out: it carries the SDPA-vs-eager rounding of the attention, small against the stream's scale
+        stream = max(1.0, float(np.abs(tr.resid).max()))
+        np.testing.assert_allclose(tr.mlp_out_norm, np.linalg.norm(lay["mlp_out"], axis=-1), rtol=1e-4, atol=2e-5 * stream, err_msg=name)
         hs = o.hidden_states  # HF: embeddings(+positions), then each block's output …, the last one after the final norm
         for layer in range(tr.n_layers):
             scale = max(1.0, float(np.abs(hs[layer][0].numpy()).max()))

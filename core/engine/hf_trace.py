@@ -21,6 +21,7 @@ The toy model fills the same Trace through its own probes (``core.toy``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,17 +49,20 @@ class Replay:
     """Per layer, the block's positional and keyword arguments with tensors encoded (``_encode``);
     tensors shared between layers (the mask, cos/sin) are stored once in ``tensors``."""
 
-    calls: list[tuple[Any, Any]]  # per layer: (encoded args, encoded kwargs)
+    calls: list[tuple[Any, Any]]  # per layer: the block's (encoded args, encoded kwargs)
     tensors: list[dict[str, Any]] = field(default_factory=list)
+    # per layer: the attention module's (encoded args, encoded kwargs), its input being the normed stream
+    attn_calls: list[tuple[Any, Any]] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
         return sum(v.nbytes for t in self.tensors for v in t.values() if isinstance(v, np.ndarray))
 
-    def call(self, layer: int, hidden: torch.Tensor) -> tuple[tuple, dict]:
-        """The block's (args, kwargs) again, with ``hidden`` as its input."""
+    def call(self, layer: int, hidden: torch.Tensor, attention: bool = False) -> tuple[tuple, dict]:
+        """The block's (or, with ``attention``, its attention module's) (args, kwargs) again, with
+        ``hidden`` as its input."""
         cache: dict[int, torch.Tensor] = {}
-        args, kwargs = self.calls[layer]
+        args, kwargs = (self.attn_calls if attention else self.calls)[layer]
         return tuple(_decode(a, hidden, self.tensors, cache) for a in args), {
             k: _decode(v, hidden, self.tensors, cache) for k, v in kwargs.items()}
 
@@ -78,7 +82,20 @@ def _encode_tensor(t: torch.Tensor) -> dict[str, Any]:
     return {"kind": "array", "array": t.clone().numpy()}
 
 
-def _encode(obj: Any, hidden: torch.Tensor, tensors: list[dict[str, Any]], seen: dict[int, int]) -> Any:
+class _Hidden:
+    """Stands for a call's input stream in a recorded call: the tensor itself is not kept (holding
+    every block's input alive would keep the allocator from reusing its buffers, slowing the pass)."""
+
+
+HIDDEN = _Hidden()
+
+
+def _without_hidden(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    x = _hidden_of(args, kwargs)
+    return (tuple(HIDDEN if a is x else a for a in args), {k: HIDDEN if v is x else v for k, v in kwargs.items()})
+
+
+def _encode(obj: Any, hidden: Any, tensors: list[dict[str, Any]], seen: dict[int, int]) -> Any:
     if obj is hidden:
         return ("hidden",)
     if isinstance(obj, torch.Tensor):
@@ -134,6 +151,7 @@ class Capture:
     logits: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # [1, T, V]
     calls: list[dict[str, Any]] = field(default_factory=list)  # one xray record per attention call
     block_calls: dict[int, tuple[tuple, dict]] = field(default_factory=dict)  # layer → (args, kwargs)
+    attn_calls: dict[int, tuple[tuple, dict]] = field(default_factory=dict)  # layer → the attention's (args, kwargs)
     seen: dict[str, set[int]] = field(default_factory=dict)  # site → layers seen
     once: dict[str, torch.Tensor] = field(default_factory=dict)  # "embeddings" | "final_hidden" → [T, d]
     problem: str | None = None  # the first broken identity, if any
@@ -147,7 +165,7 @@ def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
     return args[0] if args else kwargs["hidden_states"]
 
 
-def _capture_hooks(sites: Sites, cap: Capture, model_name: str) -> list[HookSpec]:
+def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool) -> list[HookSpec]:
     L = len(sites.blocks)
     pending: dict[str, torch.Tensor] = {}  # this block's input and sub-layer outputs, until it returns
 
@@ -161,7 +179,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str) -> list[HookSpec
         pending.clear()
         pending["in"] = x
         cap.resid[i].copy_(x[0])
-        cap.block_calls[i] = (args, kwargs)
+        cap.block_calls[i] = _without_hidden(args, kwargs)
         mark("resid_pre", i)
 
     def on_sub(site: str, i: int, out: Any) -> None:
@@ -176,9 +194,13 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str) -> list[HookSpec
         if i == L - 1:
             cap.resid[L].copy_(y[0])
         if "attn_out" in pending and "mlp_out" in pending and "in" in pending:
-            # the trace contract's identity, per block: out = in + attn_out + mlp_out
-            gap = torch.sub(y, pending["in"]).sub_(pending["attn_out"]).sub_(pending["mlp_out"]).abs_().max().item()
-            scale = max(1.0, y.abs().max().item())  # float32 rounding grows with the stream's magnitude
+            # the trace contract's identity, per block: out = in + attn_out + mlp_out, checked on 16
+            # positions spread over the sequence (a block that is not "x + attn + mlp" breaks it at every one)
+            rows = slice(None, None, max(1, y.shape[1] // 16))
+            yr = y[:, rows]
+            gap = torch.sub(yr, pending["in"][:, rows]).sub_(pending["attn_out"][:, rows]).sub_(
+                pending["mlp_out"][:, rows]).abs_().max().item()
+            scale = max(1.0, yr.abs().max().item())  # float32 rounding grows with the stream's magnitude
             if gap > IDENTITY_RTOL * scale and cap.problem is None:
                 cap.problem = (f"the blocks of {model_name} are not pre-norm residual blocks (resid[l+1] − resid[l] − "
                                f"attn_out − mlp_out reaches {gap:.3g}): e.g. post-norm or extra branch norms.")
@@ -190,16 +212,32 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str) -> list[HookSpec
 
     specs: list[HookSpec] = [
         (sites.embed, "forward", lambda _m, _a, out: cap.once.__setitem__("embeddings", _first(out).detach()[0])),
-        (sites.lm_head, "pre_kwargs", on_lm_head),
+        # with only the last position's logits asked for, the LM head sees one row: read the final norm's output
+        (sites.final_norm, "forward", lambda _m, _a, out: cap.once.__setitem__("final_hidden", _first(out).detach()[0]))
+        if last_only else (sites.lm_head, "pre_kwargs", on_lm_head),
     ]
     for i, (b, a, m) in enumerate(zip(sites.blocks, sites.attns, sites.mlps)):
         specs += [
             (b, "pre_kwargs", lambda _m, args, kw, i=i: on_block_in(i, args, kw)),
             (b, "forward", lambda _m, _a, out, i=i: on_block_out(i, out)),
+            (a, "pre_kwargs", lambda _m, args, kw, i=i: cap.attn_calls.__setitem__(i, _without_hidden(args, kw))),
             (a, "forward", lambda _m, _a, out, i=i: on_sub("attn_out", i, out)),
             (m, "forward", lambda _m, _a, out, i=i: on_sub("mlp_out", i, out)),
         ]
     return specs
+
+
+# Per model class: does its LM head alone turn the final norm's output into the logits (no soft-cap,
+# no scaling after it)? Then a trace asks the forward for the last position's logits only and packs the
+# others' top-K and log-sum-exp band by band from ``final_hidden`` (``_head_summary``), never holding
+# the [T, V] matrix. Learned on a class's first trace by comparing the last row both ways.
+_HEAD_ALONE: dict[type, bool] = {}
+
+
+def _last_only_possible(model: Any, sites: Sites) -> bool:
+    return (_HEAD_ALONE.get(type(model), True) and sites.final_norm is not None
+            and isinstance(sites.lm_head, torch.nn.Linear)
+            and "logits_to_keep" in inspect.signature(type(model).forward).parameters)
 
 
 def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
@@ -207,12 +245,50 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     sites = find_sites(loaded.model)
     L, T, d = len(sites.blocks), len(ids), loaded.facts.d_model
     input_ids = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
+    last_only = _last_only_possible(loaded.model, sites)
     cap = Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T))
+    extra = {"logits_to_keep": 1} if last_only else {}
     with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True) as rec:
         cap.calls = rec.calls
-        with scoped_hooks(_capture_hooks(sites, cap, type(loaded.model).__name__)):
-            cap.logits = loaded.model(input_ids=input_ids, use_cache=False).logits
+        with scoped_hooks(_capture_hooks(sites, cap, type(loaded.model).__name__, last_only)):
+            cap.logits = loaded.model(input_ids=input_ids, use_cache=False, **extra).logits
+        if last_only and type(loaded.model) not in _HEAD_ALONE:
+            fh = cap.once.get("final_hidden")
+            mine = sites.lm_head(fh[-1:]) if fh is not None and fh.shape[0] == T else None
+            _HEAD_ALONE[type(loaded.model)] = mine is not None and torch.allclose(mine[0], cap.logits[0, -1], rtol=1e-5, atol=1e-5)
+    if last_only and not _HEAD_ALONE[type(loaded.model)]:
+        return capture(loaded, ids)  # this class post-processes its logits: trace it with all of them
     return cap
+
+
+HEAD_BAND_BYTES = 2 * 2**20  # one tile of logits, summarised while it is still in the CPU's cache
+HEAD_ROWS = 512  # positions per tile: the head's weight matrix is read once per this many positions
+
+
+def _head_summary(head: Any, final_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-K (values, ids) and log-sum-exp of the logits at every position, computed tile by tile
+    (positions × a band of the vocabulary) from the final norm's output with the LM head's own weight
+    and bias — the same linear layer on the same rows as the forward — without forming [T, V]."""
+    W, bias = head.weight, head.bias
+    T, V = final_hidden.shape[0], W.shape[0]
+    k = min(TOP_K, V)
+    values, indices, lse = torch.empty(T, k), torch.empty(T, k, dtype=torch.long), torch.empty(T)
+    with torch.inference_mode():
+        for i in range(0, T, HEAD_ROWS):
+            x = final_hidden[i:i + HEAD_ROWS]
+            cols = max(256, HEAD_BAND_BYTES // (4 * x.shape[0]))
+            vals, ids, lses = [], [], []
+            for a in range(0, V, cols):
+                band = torch.nn.functional.linear(x, W[a:a + cols], None if bias is None else bias[a:a + cols])
+                tv, ti = torch.topk(band, k=min(k, band.shape[1]), dim=-1)
+                vals.append(tv)
+                ids.append(ti.add_(a))
+                top = tv[:, :1]  # the band's maximum: log Σ exp(x) = m + log Σ exp(x − m), in place
+                lses.append(band.sub_(top).exp_().sum(dim=-1).log_().add_(top[:, 0]))
+            tv, pos = torch.topk(torch.cat(vals, dim=1), k=k, dim=-1)
+            values[i:i + HEAD_ROWS], indices[i:i + HEAD_ROWS] = tv, torch.cat(ids, dim=1).gather(1, pos)
+            lse[i:i + HEAD_ROWS] = torch.logsumexp(torch.stack(lses, dim=1), dim=-1)
+    return values, indices, lse
 
 
 def check(cap: Capture, n_layers: int, model_name: str) -> None:
@@ -246,14 +322,22 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
     facts = loaded.facts
     tensors: list[dict[str, Any]] = []
     seen: dict[int, int] = {}
-    calls = []
-    for i in range(facts.n_layers):
-        args, kwargs = cap.block_calls[i]
-        hidden = _hidden_of(args, kwargs)
-        calls.append((tuple(_encode(a, hidden, tensors, seen) for a in args),
-                      {k: _encode(v, hidden, tensors, seen) for k, v in kwargs.items()}))
-    logits = cap.logits[0]  # [T, V]
-    top = torch.topk(logits, k=min(TOP_K, logits.shape[-1]), dim=-1)
+
+    def encoded(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return (tuple(_encode(a, HIDDEN, tensors, seen) for a in args),
+                {k: _encode(v, HIDDEN, tensors, seen) for k, v in kwargs.items()})
+
+    calls = [encoded(*cap.block_calls[i]) for i in range(facts.n_layers)]
+    try:  # the attention modules' own calls (mostly the block's tensors again, stored once)
+        attn_calls = [encoded(*cap.attn_calls[i]) for i in range(facts.n_layers)]
+    except (KeyError, UnsupportedArchitectureError):  # replays then run whole blocks
+        attn_calls = []
+    logits = cap.logits[0]  # [T, V], or [1, V] when the forward was asked for the last position only
+    if logits.shape[0] == len(ids):
+        top = torch.topk(logits, k=min(TOP_K, logits.shape[-1]), dim=-1)
+        top_values, top_ids, lse = top.values, top.indices, torch.logsumexp(logits, dim=-1)
+    else:
+        top_values, top_ids, lse = _head_summary(find_sites(loaded.model).lm_head, cap.once["final_hidden"])
     meta = {"model": facts.name, "model_kind": loaded.kind, "source": loaded.source, "facts": facts.to_dict(),
             "chat": bool(what.get("chat", False))}
     return Trace(
@@ -269,15 +353,15 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
         mlp_out_norm=cap.mlp_norm.numpy(),
         final_hidden=_np(cap.once["final_hidden"]),
         last_logits=_np(logits[-1]),
-        top_ids=top.indices.numpy().astype(np.int64),
-        top_logits=_np(top.values),
-        logsumexp=_np(torch.logsumexp(logits, dim=-1)),
+        top_ids=top_ids.numpy().astype(np.int64),
+        top_logits=_np(top_values),
+        logsumexp=_np(lse),
         head_shape=(facts.n_heads, facts.n_kv_heads, facts.head_dim),
         kv_itemsize=int(cap.resid.element_size()),
         meta=meta,
         truncated_from=what.get("truncated_from"),
         notes=list(what.get("notes") or []),
-        replay=Replay(calls, tensors),
+        replay=Replay(calls, tensors, attn_calls),
     )
 
 
@@ -301,10 +385,53 @@ def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
 
 
 def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
-    """Layer ``layer`` of ``tr`` in full, by replaying that one block with eager attention."""
+    """Layer ``layer`` of ``tr`` in full, by replaying that one layer's attention (or, where that is not
+    possible, its whole block) with eager attention."""
     if tr.replay is None:
         raise UnsupportedArchitectureError("this trace keeps no replay recipe.")
     sites = find_sites(loaded.model)
+    if tr.replay.attn_calls and sites.attn_norms[layer] is not None:
+        return _attention_replay(loaded, sites, tr, layer)
+    return _block_replay(loaded, sites, tr, layer)
+
+
+def _eager_call(rec: xray.AttentionRecord, layer: int) -> dict[str, Any]:
+    if len(rec.calls) != 1 or rec.calls[0]["weights"] is None:
+        raise UnsupportedArchitectureError(f"replaying layer {layer} did not make exactly one eager attention call.")
+    return rec.calls[0]
+
+
+def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor) -> LayerDetail:
+    w = c["weights"][0].to(torch.float16)  # [H, T, T]; already float16 when computed in bands
+    return LayerDetail(layer, q=_np(c["query"][0]), k=_np(c["key"][0]), v=_np(c["value"][0]), weights=w.numpy(),
+                       attn_out=_np(attn_out), mlp_out=_np(mlp_out))
+
+
+def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> LayerDetail:
+    """The attention sub-layer alone: its norm on ``resid[l]``, then the attention module with its
+    recorded arguments. What it adds must have, at every position, the norm the trace kept
+    (``attn_out_norm``); the MLP's contribution is then the rest of the block's step,
+    ``resid[l+1] − resid[l] − attn_out`` (the contract identity, checked during the forward)."""
+    hidden = torch.from_numpy(np.array(tr.resid[layer]))[None]  # [1, T, d], a writable copy
+    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=True, weights_dtype=torch.float16) as rec:
+        x = sites.attn_norms[layer](hidden)
+        args, kwargs = tr.replay.call(layer, x, attention=True)
+        attn_out = _first(sites.attns[layer](*args, **kwargs))[0]  # [T, d]
+        c = _eager_call(rec, layer)
+    want = tr.attn_out_norm[layer]
+    got = torch.linalg.vector_norm(attn_out, dim=-1).numpy()
+    gap = float(np.abs(got - want).max())
+    if gap > REPLAY_RTOL * max(1.0, float(want.max())):
+        raise UnsupportedArchitectureError(
+            f"replaying the attention of layer {layer} alone did not reproduce what it added to the residual stream "
+            f"(norms off by {gap:.3g}); its attention cannot be derived exactly.")
+    mlp_out = torch.from_numpy(tr.resid[layer + 1] - tr.resid[layer]) - attn_out
+    return _detail(layer, c, attn_out, mlp_out)
+
+
+def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> LayerDetail:
+    """The whole block ``layer`` on ``resid[l]`` with its recorded arguments; its output must
+    reproduce the kept ``resid[l+1]``."""
     got: dict[str, torch.Tensor] = {}
     hooks: list[HookSpec] = [
         (sites.attns[layer], "forward", lambda _m, _a, out: got.__setitem__("attn_out", _first(out))),
@@ -312,21 +439,17 @@ def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
     ]
     hidden = torch.from_numpy(np.array(tr.resid[layer]))[None]  # [1, T, d], a writable copy
     args, kwargs = tr.replay.call(layer, hidden)
-    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=True) as rec, scoped_hooks(hooks):
+    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=True, weights_dtype=torch.float16) as rec, \
+            scoped_hooks(hooks):
         out = _first(sites.blocks[layer](*args, **kwargs))[0]  # [T, d]
-        if len(rec.calls) != 1 or rec.calls[0]["weights"] is None:
-            raise UnsupportedArchitectureError(f"replaying layer {layer} did not make exactly one eager attention call.")
-        c = rec.calls[0]
-        want = torch.from_numpy(tr.resid[layer + 1].copy())
-        gap = (out - want).abs().max().item()
-        if gap > REPLAY_RTOL * max(1.0, want.abs().max().item()):
-            raise UnsupportedArchitectureError(
-                f"replaying layer {layer} alone did not reproduce the traced residual stream (off by {gap:.3g}); "
-                "its attention cannot be derived exactly.")
-        w = torch.empty(c["weights"].shape[1:], dtype=torch.float16)
-        w.copy_(c["weights"][0])  # [H, T, T], one multi-threaded converting copy
-        return LayerDetail(layer, q=_np(c["query"][0]), k=_np(c["key"][0]), v=_np(c["value"][0]), weights=w.numpy(),
-                           attn_out=_np(got["attn_out"][0]), mlp_out=_np(got["mlp_out"][0]))
+        c = _eager_call(rec, layer)
+    want = torch.from_numpy(tr.resid[layer + 1].copy())
+    gap = (out - want).abs().max().item()
+    if gap > REPLAY_RTOL * max(1.0, want.abs().max().item()):
+        raise UnsupportedArchitectureError(
+            f"replaying layer {layer} alone did not reproduce the traced residual stream (off by {gap:.3g}); "
+            "its attention cannot be derived exactly.")
+    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0])
 
 
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -49,9 +50,12 @@ class AttentionRecord:
     ``keep_weights``: run eager and keep q, k, v and the weights of every call; without it the calls
     run fast (SDPA where allowed) and only their count and settings are kept (``calls[i]["kwargs"]``)."""
 
-    def __init__(self, keep_weights: bool = True, last_row: bool = False) -> None:
+    def __init__(self, keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None) -> None:
         self.keep_weights = keep_weights
         self.last_row = last_row
+        # set (e.g. float16): the weights are computed in bands of query rows (``_eager_in_bands``) and
+        # kept in this dtype; None: one eager call, weights kept as eager returns them
+        self.weights_dtype = weights_dtype
         self.calls: list[dict[str, Any]] = []
 
 
@@ -97,6 +101,49 @@ def _eager_for(module: Any) -> Callable:
     return fn
 
 
+BAND_BYTES = 16 * 2**20  # the scores of one band of query rows: small enough to be reused by the allocator
+
+
+def _last_live_column(mask: torch.Tensor) -> int:
+    """1 + the last key column that some row of ``mask`` [B, 1|H, rows, Tk] does not mask out, or Tk
+    when a row is masked entirely (eager's answer for such a row involves every column)."""
+    if mask.dtype == torch.bool:
+        live = mask
+    else:
+        live = mask > torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else mask != 0
+    live_rows = live.flatten(0, 1).any(0)  # [rows, Tk]
+    if not bool(live_rows.any(-1).all()):
+        return mask.shape[-1]
+    cols = live_rows.any(0).nonzero()
+    return int(cols.max()) + 1
+
+
+def _eager_in_bands(eager: Callable, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    mask: torch.Tensor | None, dtype: torch.dtype, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's own eager attention, called on bands of query rows, each with the key columns
+    that band can see (a causal band of rows i … j-1 sees columns 0 … j-1; the rest are exactly 0
+    after softmax, since masked scores sit at the dtype's minimum). Every row is computed by the same
+    function from the same numbers as in one full call; the bands only spare the [H, T, T] temporaries
+    and the masked half of the work. Returns (output [B, Tq, H, dh], weights [B, H, Tq, Tk] in ``dtype``)."""
+    B, H, Tq, _ = query.shape
+    Tk = key.shape[2]
+    rows = max(16, BAND_BYTES // max(1, H * Tk * 4))
+    # numpy's zeros come from calloc: fresh zero pages, touched only where a band writes (the masked
+    # triangle of a causal map stays untouched, costing neither time nor resident memory)
+    weights = torch.from_numpy(np.zeros((B, H, Tq, Tk), dtype=torch.empty(0, dtype=dtype).numpy().dtype))
+    outs = []
+    for i in range(0, Tq, rows):
+        j = min(Tq, i + rows)
+        m = mask[:, :, i:j, :] if mask is not None else None
+        kc = Tk if m is None else _last_live_column(m)
+        if m is not None:
+            m = m[..., :kc]
+        out, w = eager(module, query[:, :, i:j], key[:, :, :kc], value[:, :, :kc], m, **kwargs)
+        weights[:, :, i:j, :kc].copy_(w)
+        outs.append(out)
+    return torch.cat(outs, dim=1), weights
+
+
 def _scalars(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is None or isinstance(v, (bool, int, float, str))}
 
@@ -117,7 +164,10 @@ def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attent
                               "query": None, "key": None, "value": None, "weights": None, "mask": None, "last_row": last})
         return out, None
     eager = _eager_for(module)
-    out, weights = eager(module, query, key, value, attention_mask, **kwargs)
+    if rec is not None and rec.weights_dtype is not None and kwargs.get("sinks") is None and kwargs.get("s_aux") is None:
+        out, weights = _eager_in_bands(eager, module, query, key, value, attention_mask, rec.weights_dtype, **kwargs)
+    else:
+        out, weights = eager(module, query, key, value, attention_mask, **kwargs)
     if rec is not None:
         rec.calls.append(
             {
@@ -147,10 +197,11 @@ def register() -> None:
 
 
 @contextlib.contextmanager
-def recording(keep_weights: bool = True, last_row: bool = False) -> Iterator[AttentionRecord]:
+def recording(keep_weights: bool = True, last_row: bool = False,
+              weights_dtype: torch.dtype | None = None) -> Iterator[AttentionRecord]:
     """Record the attention calls this thread makes inside the block; always cleared on exit."""
     prev = getattr(_local, "record", None)
-    rec = AttentionRecord(keep_weights, last_row)
+    rec = AttentionRecord(keep_weights, last_row, weights_dtype)
     _local.record = rec
     try:
         yield rec
