@@ -453,8 +453,14 @@ def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> L
 
 
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
-    """The whole [T, V] logits matrix, recomputed from ``final_hidden`` by the LM head."""
+    """The whole [T, V] logits matrix, recomputed from ``final_hidden`` by the LM head — or, for a
+    model that post-processes the head's output (a logit scale or soft-cap: its last row then differs
+    from the traced ``last_logits``), by running the model's forward on the trace's ids again."""
     head = find_sites(loaded.model).lm_head
     with loaded.lock, torch.inference_mode():
         x = torch.from_numpy(np.array(tr.final_hidden))[None]  # [1, T, d]
-        return head(x)[0].float().numpy()
+        out = head(x)[0]
+        last = torch.from_numpy(np.array(tr.last_logits))
+        if not torch.allclose(out[-1].float(), last, rtol=1e-5, atol=1e-5 * max(1.0, float(last.abs().max()))):
+            out = loaded.model(input_ids=torch.tensor([tr.token_ids.tolist()]), use_cache=False).logits[0]
+        return out.float().numpy()
