@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, NoReturn, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from core.gen.sampling import SamplingConfig
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 PROGRESS_EVERY_S = 1.0  # seconds between two progress lines of ``generate``
+R = TypeVar("R")  # what a command's work returns to its report
 
 
 class CliError(Exception):
@@ -169,54 +170,70 @@ def _prompt(a: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# trace
+# the shape of every command
 
 
-def _guarded(work: Callable[[], Any]) -> tuple[Any, int | None]:
-    """Run the part of a command that loads and uses the model: (result, None), or (None, exit code)
-    after one line on stderr — never a traceback."""
+def _add_out_and_model(p: _Parser, long_flag: str, example: str) -> None:
+    """``-o`` (stored as ``out``; ``example`` is its default and the name the error messages suggest) and
+    ``--model``: every command has both."""
+    p.add_argument("-o", long_flag, dest="out", metavar=long_flag[2:].upper(), default=example,
+                   help="the .npz file to write (exactly this path)")
+    p.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
+
+
+def _run(p: _Parser, argv: list[str], check: Callable[[argparse.Namespace], None],
+         work: Callable[[argparse.Namespace], R], report: Callable[[argparse.Namespace, R], int]) -> int:
+    """One command: its arguments parsed and ``check``-ed, and the output file checked, before any model
+    loads; then ``work`` (which loads and uses the model and writes the file) and ``report`` (what it
+    prints, and the exit code). A refusal or a model error is one ``error: …`` line and exit code 2,
+    Ctrl-C during the work exit code 130 — never a traceback."""
     try:
-        return work(), None
+        a = p.parse_args(argv)
+        check(a)
+        check_output(a.out, "-o", p.get_default("out"))
     except CliError as e:
-        return None, _fail(str(e))
+        return _fail(str(e))
+    try:
+        result = work(a)
+    except CliError as e:
+        return _fail(str(e))
     except MODEL_ERRORS as e:
-        return None, _fail(_model_error(e))
+        return _fail(_model_error(e))
     except KeyboardInterrupt:
         print("interrupted: nothing was saved.", file=sys.stderr)
-        return None, EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
+    return report(a, result)
+
+
+# ---------------------------------------------------------------------------------------------
+# trace
 
 
 def trace_main(argv: list[str]) -> int:
     ap = _Parser(prog="python -m core trace", description="Trace one forward pass and save it as .npz")
     ap.add_argument("prompt")
-    ap.add_argument("-o", "--out", default="trace.npz", help="the .npz file to write (exactly this path)")
-    ap.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
+    _add_out_and_model(ap, "--out", "trace.npz")
     ap.add_argument("--chat", action="store_true", help="apply the chat template")
     ap.add_argument("--max-tokens", type=MAX_TOKENS_ARG, default=MAX_TOKENS,
                     help=f"cut the prompt at this many tokens (1 to {MAX_TOKENS}, the default)")
-    try:
-        a = ap.parse_args(argv)
-        _prompt(a)
-        check_output(a.out, "-o", "trace.npz")
-    except CliError as e:
-        return _fail(str(e))
-    def work() -> Trace:
+
+    def work(a: argparse.Namespace) -> Trace:
         loaded = backends.load_model(a.model)
         tr = backends.trace(loaded, a.prompt, chat=a.chat, max_tokens=a.max_tokens)
         write_output(a.out, lambda f: backends.export_npz(loaded, tr, f))
         return tr
 
-    tr, code = _guarded(work)
-    if code is not None:
-        return code
-    for n in tr.notes:
-        print(f"note: {n}", file=sys.stderr)
-    pattern = "attn_pattern " if tr.n_tokens <= PATTERN_EXPORT_MAX else ""
-    print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: "
-          f"tokens token_ids embeddings resid attn_out mlp_out q k v {pattern}final_hidden logits meta")
-    if not pattern:
-        print(f"note: attn_pattern is left out above {PATTERN_EXPORT_MAX} tokens (meta['omitted'] says why)", file=sys.stderr)
-    return 0
+    def report(a: argparse.Namespace, tr: Trace) -> int:
+        for n in tr.notes:
+            print(f"note: {n}", file=sys.stderr)
+        pattern = "attn_pattern " if tr.n_tokens <= PATTERN_EXPORT_MAX else ""
+        print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: "
+              f"tokens token_ids embeddings resid attn_out mlp_out q k v {pattern}final_hidden logits meta")
+        if not pattern:
+            print(f"note: attn_pattern is left out above {PATTERN_EXPORT_MAX} tokens (meta['omitted'] says why)", file=sys.stderr)
+        return 0
+
+    return _run(ap, argv, _prompt, work, report)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,59 +256,57 @@ def _progress(requested: int) -> Callable[[int, int, float], None]:
     return on_step
 
 
+def _sampling(a: argparse.Namespace) -> SamplingConfig:
+    """The decoding the options ask for: greedy without a --temperature above 0 (saying so when sampling
+    options were given anyway)."""
+    if a.temperature is None or a.temperature == 0:
+        if a.top_k or a.top_p < 1 or a.seed is not None:
+            print("note: --top-k, --top-p and --seed only act with a --temperature above 0; decoding greedily.",
+                  file=sys.stderr)
+        return generate.greedy_config()
+    return SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+
+
 def generate_main(argv: list[str]) -> int:
     """``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] …``"""
     p = _Parser(prog="python -m core generate", description="Prefill + decode with a KV cache, timed step by step.")
     p.add_argument("prompt")
     p.add_argument("--steps", type=STEPS_ARG, default=16,
                    help="new tokens at most (the prefill's included); capped by the model's context")
-    p.add_argument("-o", "--output", default="gen.npz", help="the .npz file to write (exactly this path)")
-    p.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
+    _add_out_and_model(p, "--output", "gen.npz")
     p.add_argument("--chat", action="store_true", help="wrap the prompt with the chat template")
     p.add_argument("--temperature", type=TEMPERATURE_ARG, default=None, help="0 or absent: greedy")
     p.add_argument("--top-k", type=TOP_K_ARG, default=0, help="0 = off")
     p.add_argument("--top-p", type=TOP_P_ARG, default=1.0, help="1 = off")
     p.add_argument("--seed", type=SEED_ARG, default=None)
-    try:
-        a = p.parse_args(argv)
-        _prompt(a)
-        check_output(a.output, "-o", "gen.npz")
-    except CliError as e:
-        return _fail(str(e))
-    greedy = a.temperature is None or a.temperature == 0
-    if greedy:
-        cfg = generate.greedy_config()
-        if a.top_k or a.top_p < 1 or a.seed is not None:
-            print("note: --top-k, --top-p and --seed only act with a --temperature above 0; decoding greedily.",
-                  file=sys.stderr)
-    else:
-        cfg = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed)
-    def work() -> dict:
+
+    def work(a: argparse.Namespace) -> dict:
+        cfg = _sampling(a)
         loaded = backends.load_model(a.model)
         rec = generate.generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat, on_step=_progress(a.steps))
         if len(rec["token_ids"]):
-            write_output(a.output, lambda f: np.savez(f, **rec))
+            write_output(a.out, lambda f: np.savez(f, **rec))
         return rec
 
-    rec, code = _guarded(work)
-    if code is not None:
-        return code
-    stop = json.loads(str(rec["meta"]))["stop_reason"]
-    n = len(rec["token_ids"])
-    if not n:  # Ctrl-C during the prefill
-        print("interrupted before the first token: nothing was saved.", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    tp = rec["step_seconds"][1:]
-    print(f"{n} tokens, stop: {stop}; TTFT {rec['prefill_seconds'] * 1e3:.1f} ms"
-          + (f", median TPOT {np.median(tp) * 1e3:.1f} ms" if len(tp) else ""))
-    print(f"KV cache at the end: {int(rec['kv_tokens'][-1])} positions, {int(rec['kv_bytes'][-1]):,} bytes")
-    print(f"text: {str(rec['text'])!r}")
-    print(f"wrote {a.output}")
-    if stop == "interrupted":
-        print(f"interrupted: saved the {n} tokens generated so far to {a.output} (stop_reason \"interrupted\").",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return 0
+    def report(a: argparse.Namespace, rec: dict) -> int:
+        stop = json.loads(str(rec["meta"]))["stop_reason"]
+        n = len(rec["token_ids"])
+        if not n:  # Ctrl-C during the prefill
+            print("interrupted before the first token: nothing was saved.", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        tp = rec["step_seconds"][1:]
+        print(f"{n} tokens, stop: {stop}; TTFT {rec['prefill_seconds'] * 1e3:.1f} ms"
+              + (f", median TPOT {np.median(tp) * 1e3:.1f} ms" if len(tp) else ""))
+        print(f"KV cache at the end: {int(rec['kv_tokens'][-1])} positions, {int(rec['kv_bytes'][-1]):,} bytes")
+        print(f"text: {str(rec['text'])!r}")
+        print(f"wrote {a.out}")
+        if stop == "interrupted":
+            print(f"interrupted: saved the {n} tokens generated so far to {a.out} (stop_reason \"interrupted\").",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return 0
+
+    return _run(p, argv, _prompt, work, report)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,17 +346,10 @@ def patch_main(argv: list[str]) -> int:
     p.add_argument("corrupted", help="the corrupted prompt: the same number of tokens, one fact changed")
     p.add_argument("--answer", required=True, help="one token the clean prompt leads to, e.g. ' Paris'")
     p.add_argument("--foil", required=True, help="one token the corrupted prompt leads to, e.g. ' Rome'")
-    p.add_argument("-o", "--out", default="patch.npz", help="the .npz file to write (exactly this path)")
-    p.add_argument("--model", default=None, help="a local HF folder, an HF cache id, or 'toy' (default: embedded SmolLM2)")
+    _add_out_and_model(p, "--out", "patch.npz")
     p.add_argument("--heads", action="store_true", help="also patch each head's output at the last position (head_out [L, H])")
-    try:
-        a = p.parse_args(argv)
-        _patch_args(a)
-        check_output(a.out, "-o", "patch.npz")
-    except CliError as e:
-        return _fail(str(e))
 
-    def work() -> dict[str, np.ndarray]:
+    def work(a: argparse.Namespace) -> dict[str, np.ndarray]:
         loaded = backends.load_model(a.model)
         pt = pair.encode_pair(loaded.tokenizer, a.clean, a.corrupted)
         pt.require_same_length()
@@ -353,20 +361,20 @@ def patch_main(argv: list[str]) -> int:
         write_output(a.out, lambda f: np.savez(f, **rec))
         return rec
 
-    rec, code = _guarded(work)
-    if code is not None:
-        return code
-    c, r = float(rec["logit_diff_clean"]), float(rec["logit_diff_corrupted"])
-    L, T = rec["resid"].shape
-    print(f"{T} tokens, {L} layers; logit difference clean {c:.3f}, corrupted {r:.3f}")
-    for site in ("resid", "attn_out", "mlp_out", "head_out"):
-        if site in rec:
-            norm = patching.normalise(rec[site], c, r)
-            if norm is not None:
-                i, j = patching.best_cell(norm)
-                print(f"{site}: most restored at layer {i}, {'head' if site == 'head_out' else 'position'} {j} ({norm[i, j]:.0%})")
-    print(f"wrote {a.out}: keys {' '.join(rec)}")
-    return 0
+    def report(a: argparse.Namespace, rec: dict[str, np.ndarray]) -> int:
+        c, r = float(rec["logit_diff_clean"]), float(rec["logit_diff_corrupted"])
+        L, T = rec["resid"].shape
+        print(f"{T} tokens, {L} layers; logit difference clean {c:.3f}, corrupted {r:.3f}")
+        for site in ("resid", "attn_out", "mlp_out", "head_out"):
+            if site in rec:
+                norm = patching.normalise(rec[site], c, r)
+                if norm is not None:
+                    i, j = patching.best_cell(norm)
+                    print(f"{site}: most restored at layer {i}, {'head' if site == 'head_out' else 'position'} {j} ({norm[i, j]:.0%})")
+        print(f"wrote {a.out}: keys {' '.join(rec)}")
+        return 0
+
+    return _run(p, argv, _patch_args, work, report)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from core.engine import attnview
 from core.engine.numbers import max_abs_diff
 from core.maths import attention as A
 from core.maths import figures as P
 from core.web import cache, presenter, ui, widgets
 
 PRESETS = ("worked", "seed42", "real")
-# arrays, axis labels, and the editor-key versions of Q/K/V and of the mask: a new example starts fresh
-# editors, while the worked example's "Unmask" box changes only the mask (an edited Q survives it)
-Example = tuple[dict[str, np.ndarray], A.CalculatorLabels, str, str]
+# arrays, axis labels, the editor-key versions of Q/K/V and of the mask (a new example starts fresh
+# editors, while the worked example's "Unmask" box changes only the mask: an edited Q survives it), and
+# the keys shown (a long prompt's real row: a window of them; the softmax still runs over every key)
+Example = tuple[dict[str, np.ndarray], A.CalculatorLabels, str, str, slice]
+ALL = slice(None)
 
 
 def _edit(arr: np.ndarray, rows: list[str], cols: list[str], key: str) -> np.ndarray:
@@ -61,8 +64,22 @@ def _real_example() -> Example | None:
         return None
     ex = A.real_row(tr, d, head, pos)
     st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.geometry.group_size))
-    version = f"real{layer}_{head}_{pos}_{tr.n_tokens}"
-    return ex, A.calculator_labels(ex, tr.tokens, pos), version, version
+    keys = _key_window(tr.n_tokens, pos)
+    version = f"real{layer}_{head}_{pos}_{tr.n_tokens}_{keys.start}"
+    return ex, A.calculator_labels(ex, tr.tokens, pos), version, version, keys
+
+
+def _key_window(T: int, pos: int) -> slice:
+    """All keys up to ``attnview.CELLS``; beyond, a window of that many (URL ``keys``: its first key;
+    by default the window that ends at the query), so the editors, tables and figures stay readable."""
+    n = attnview.CELLS
+    if n >= T:
+        return ALL
+    hi = T - n
+    a = widgets.int_slider(ui.t("attention_lab.key_start"), 0, hi, ui.qp_int("keys", max(0, min(hi, pos - n + 1)), 0, hi),
+                           key="attention_lab_keys")
+    ui.set_qp(keys=a)
+    return slice(a, a + n)
 
 
 def _example(preset: str) -> Example | None:
@@ -70,35 +87,52 @@ def _example(preset: str) -> Example | None:
     if preset == "worked":
         unmask = st.checkbox(ui.t("attention_lab.unmask"), key="attention_lab_unmask")
         ex = A.worked_example(unmask)
-        return ex, A.calculator_labels(ex), "worked", f"worked{unmask}"
+        return ex, A.calculator_labels(ex), "worked", f"worked{unmask}", ALL
     if preset == "seed42":
         ex = A.drop_batch(A.seed42_example())
-        return ex, A.calculator_labels(ex), preset, preset
+        return ex, A.calculator_labels(ex), preset, preset, ALL
     return _real_example()
 
 
-def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str, mask_version: str) -> tuple[np.ndarray, ...]:
-    """Q, K, V and the mask as editable tables; returns what the user left in them."""
+def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str, mask_version: str,
+            keys: slice) -> tuple[np.ndarray, ...]:
+    """Q, K, V and the mask as editable tables (the rows of K and V, and the mask's columns, of the
+    ``keys`` shown); returns the whole arrays with what the user left in the shown part."""
     c1, c2, c3 = st.columns(3)
     out = []
-    for col, name, rows, cols in ((c1, "q", lab.q, lab.dk), (c2, "k", lab.k, lab.dk), (c3, "v", lab.k, lab.dv)):
+    for col, name, rows, cols in ((c1, "q", lab.q, lab.dk), (c2, "k", lab.k[keys], lab.dk), (c3, "v", lab.k[keys], lab.dv)):
+        part = ex[name] if name == "q" else ex[name][keys]
         with col:
             st.markdown(f"**{name.upper()}** `[{ex[name].shape[0]}, {ex[name].shape[1]}]`")
-            out.append(_edit(ex[name], rows, cols, f"attention_lab_{name}_{version}"))
+            out.append(_put(ex[name], keys if name != "q" else ALL, _edit(part, rows, cols, f"attention_lab_{name}_{version}")))
     st.markdown(ui.t("attention_lab.mask_label"))
-    return (*out, _edit(ex["mask"], lab.q, lab.k, f"attention_lab_mask_{mask_version}"))
+    mask = ex["mask"].copy()
+    mask[:, keys] = _edit(ex["mask"][:, keys], lab.q, lab.k[keys], f"attention_lab_mask_{mask_version}")
+    return (*out, mask)
 
 
-def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str) -> None:
+def _put(whole: np.ndarray, rows: slice, edited: np.ndarray) -> np.ndarray:
+    """``whole`` with its ``rows`` replaced by the edited ones (the keys outside a window keep the model's values)."""
+    out = whole.copy()
+    out[rows] = edited
+    return out
+
+
+def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: slice) -> None:
+    """Each step's numbers (for the ``keys`` shown), the weights' figure, and the row check over every key."""
     for i, (name, arr) in enumerate(steps.as_dict().items(), start=1):
         st.markdown(ui.t(f"attention_lab.step_{name}", n=i, s=f"{steps.scale:.4g}"))
         if name == "weights":
-            presenter.chart(P.weights_figure(arr, ~np.isfinite(steps.masked), ui.t("attention_lab.fig_weights"), lab.q, lab.k, lang),
-                            width="stretch", key="attention_lab_weights")
+            presenter.chart(P.weights_figure(arr[:, keys], ~np.isfinite(steps.masked[:, keys]), ui.t("attention_lab.fig_weights"), lab.q,
+                                             lab.k[keys], lang), width="stretch", key="attention_lab_weights")
             st.caption(ui.t("attention_lab.weights_colours"))
-        cols = lab.k if name != "output" else lab.dv
-        st.dataframe(P.matrix_frame(arr, lab.q, cols).style.format(P.cell_text), width="stretch")
+        shown, cols = (arr, lab.dv) if name == "output" else (arr[:, keys], lab.k[keys])
+        st.dataframe(P.matrix_frame(shown, lab.q, cols).style.format(P.cell_text), width="stretch")
     st.dataframe(A.weights_check_table(steps.weights, lab.q, lang))
+    if keys != ALL:  # say that the softmax ran over every key, and what the hidden ones hold
+        n = steps.weights.shape[-1]
+        st.caption(ui.t("attention_lab.key_window", a=keys.start, b=min(keys.stop, n) - 1, T=n,
+                        rest=f"{float(steps.weights[0].sum() - steps.weights[0, keys].sum()):.3f}"))
 
 
 def _calc_tab(lang: str) -> None:
@@ -108,20 +142,20 @@ def _calc_tab(lang: str) -> None:
     chosen = _example(preset)
     if chosen is None:
         return
-    ex, lab, version, mask_version = chosen
-    q, k, v, mask = _inputs(ex, lab, version, mask_version)
+    ex, lab, version, mask_version, keys = chosen
+    q, k, v, mask = _inputs(ex, lab, version, mask_version, keys)
     d_k = ex["q"].shape[1]
     # one box per preset: unticking it for the tutorial's example must not silently unscale the real row
     scaled = st.checkbox(ui.t("attention_lab.use_scale", d=d_k), value=True, key=f"attention_lab_scaled_{preset}")
     steps = A.attention_steps(q, k, v, mask, scale=None if scaled else 1.0)
-    _steps(steps, lab, lang)
+    _steps(steps, lab, lang, keys)
     ref = ex.get("reference")
     if ref is not None:
         st.metric(ui.t("attention_lab.max_diff"), f"{max_abs_diff(steps.weights[0], ref):.2e}")
         if not scaled:  # the model divides by √d_k: say how far the unscaled row is from it, and why
             st.warning(ui.t("attention_lab.unscaled_real", d=d_k, s=f"{np.sqrt(d_k):.4g}",
                             diff=f"{max_abs_diff(steps.weights[0], ref):.2f}"))
-        presenter.chart(P.compare_row_figure(steps.weights[0], ref, lab.k, lang), width="stretch")
+        presenter.chart(P.compare_row_figure(steps.weights[0], ref, lab.k, lang, None if keys == ALL else keys.start), width="stretch")
     ui.badge("model" if ref is not None else "formula")
 
 

@@ -3,6 +3,8 @@ measurement on the current model (core.gen.diagnose), the 2K → 20K exercise an
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import streamlit as st
 
@@ -28,10 +30,11 @@ def _machine() -> str:
 
 
 def _bump(name: str, want: tuple) -> None:
-    """Button callback: a new run number measures afresh (the cache keys on it)."""
-    run = st.session_state.get(f"{P}_{name}_run", 0) + 1
-    st.session_state[f"{P}_{name}_run"] = run
-    st.session_state[f"{P}_{name}"] = (*want, run)
+    """Button callback. The first press asks for run 0, shared by every visitor of this server (the cache
+    keys on it); pressing again asks for a run number no one has used, so it measures afresh."""
+    done = st.session_state.get(f"{P}_{name}")
+    again = done is not None and tuple(done[: len(want)]) == want
+    st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
 
 
 def _label(key: str):
@@ -91,10 +94,13 @@ def _slow_first(spec: str) -> None:
     parts = fit.parts(top)
     st.markdown(ui.t("diagnose.fit_text", a=ms(fit.a), b=f"{fit.b * 1e6:.4g}", c=f"{fit.c * 1e9:.4g}", n=top,
                      fixed=ms(parts["fixed"]), lin=ms(parts["linear"]), quad=ms(parts["quadratic"]),
-                     err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points))
+                     err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points, tok=ms(pts[-1].tokenise.median),
+                     pre=ms(pts[-1].prefill.median)))
     st.dataframe(pd.DataFrame({ui.t("diagnose.col_tokens"): [p.n_tokens for p in pts],
                                ui.t("diagnose.col_tokenise"): [describe(p.tokenise) for p in pts],
-                               ui.t("diagnose.col_prefill"): [describe(p.prefill) for p in pts]}), hide_index=True, width="stretch")
+                               ui.t("diagnose.col_prefill"): [describe(p.prefill) for p in pts],
+                               ui.t("diagnose.col_tpot"): [describe(p.decode) if p.decode else "—" for p in pts]}),
+                 hide_index=True, width="stretch")
     if any(p.prefill.busy or p.tokenise.busy for p in pts):
         st.warning(report.busy_note(ui.lang()))
 
@@ -103,13 +109,30 @@ def _slow_answer(spec: str) -> None:
     d = _decode(spec)
     if d is None:
         st.info(ui.t("diagnose.press_decode"))
+    else:
+        presenter.chart(gen_fig.output_curve(d.cumulative(), d.tokenise.median + d.prefill.median, d.tpot, _machine(), ui.lang()),
+                        width="stretch")
+        ui.badge("measured", ui.t("diagnose.reps_note", n=d.prefill.n))
+        st.markdown(ui.t("diagnose.decode_text", n_in=d.n_prompt, n_out=d.n_decode + 1, ttft=describe(d.prefill),
+                         tpot=describe(d.decode), total=ms(float(d.cumulative()[-1]))))
+        if d.busy:
+            st.warning(report.busy_note(ui.lang()))
+    _tpot_growth(spec)
+
+
+def _tpot_growth(spec: str) -> None:
+    """How TPOT grows with the cache: the decode steps timed after each prefill of the curve, a straight line through them."""
+    pts = dg.tpot_points(_points(spec) or [])
+    fit = dg.fit_tpot(pts)
+    if fit is None:
+        st.info(ui.t("diagnose.press_tpot"))
         return
-    presenter.chart(gen_fig.output_curve(d.cumulative(), d.tokenise.median + d.prefill.median, d.tpot, _machine(), ui.lang()), width="stretch")
-    ui.badge("measured", ui.t("diagnose.reps_note", n=d.prefill.n))
-    st.markdown(ui.t("diagnose.decode_text", n_in=d.n_prompt, n_out=d.n_decode + 1, ttft=describe(d.prefill), tpot=describe(d.decode),
-                     total=ms(float(d.cumulative()[-1])), grow=f"{d.tpot_growth() * 1e5:.3g}"))
-    if d.busy:
-        st.warning(report.busy_note(ui.lang()))
+    presenter.chart(gen_fig.tpot_curve(pts, fit, _machine(), ui.lang()), width="stretch")
+    ui.badge("measured", ui.t("diagnose.tpot_note", n=pts[0].decode.n if pts[0].decode else 0))
+    lo, hi = pts[0].n_tokens, pts[-1].n_tokens
+    st.markdown(ui.t("diagnose.tpot_text", a=ms(fit.a), k=f"{fit.b * 1e6:.3g}", per1k=ms(fit.b * 1000), lo=lo, hi=hi,
+                     t_lo=ms(float(fit.predict(lo))), t_hi=ms(float(fit.predict(hi))), err=f"{fit.max_rel_error * 100:.0f}",
+                     n=fit.n_points, out=dg.EXERCISE_OUTPUT, dec=ms(dg.EXERCISE_OUTPUT * float(fit.predict(hi)))))
 
 
 def _memory(spec: str, loaded) -> None:
@@ -165,13 +188,16 @@ def _temperature(loaded) -> None:
     presenter.chart(gen_fig.temperature_bars(toks, demo.temperatures, demo.question, demo.evidence, ui.lang()), width="stretch")
     ui.badge("model", ui.t("diagnose.temp_exact"))
     name = readable_tokens(loaded.tokenizer, [demo.top_question, demo.top_evidence])
-    st.markdown(ui.t("diagnose.temp_text", top=widgets.code(name[0]), top_ev=widgets.code(name[1]),
+    moved = demo.top_question != demo.top_evidence
+    st.markdown(ui.t("diagnose.temp_text" if moved else "diagnose.temp_same", top=widgets.code(name[0]), top_ev=widgets.code(name[1]),
                      temps=", ".join(f"{T:g}" for T in demo.temperatures)))
 
 
 def _symptom(spec: str, loaded) -> None:
     st.subheader(ui.t("diagnose.s_symptom"))
+    st.session_state.setdefault(f"{P}_sym", ui.qp_choice("symptom", SYMPTOMS, SYMPTOMS[0]))  # a link reopens its symptom
     sym = st.radio(ui.t("diagnose.pick"), SYMPTOMS, key=f"{P}_sym", format_func=ui.fmt("diagnose.sym_{}"))
+    ui.set_qp(symptom=sym)
     st.markdown(ui.t("diagnose.card", cause=ui.t(f"diagnose.{sym}.cause"), check=ui.t(f"diagnose.{sym}.check"),
                      fix=ui.t(f"diagnose.{sym}.fix")))
     {"slow_first": lambda: _slow_first(spec), "slow_answer": lambda: _slow_answer(spec), "oom": lambda: _memory(spec, loaded),
@@ -206,6 +232,12 @@ def _exercise(spec: str, loaded) -> None:
     st.markdown(ui.t("diagnose.ex_extrap", t0=dg.EXERCISE_FROM, s0=ms(lo.seconds), kind0=ui.t("diagnose.kind_extrap" if lo.is_extrapolation
                      else "diagnose.kind_interp"), t1=dg.EXERCISE_TO, s1=ms(hi.seconds), x=f"{hi.seconds / max(lo.seconds, 1e-12):.1f}",
                      top=top, factor=f"{hi.factor:.1f}", quad=f"{100 * hi.parts['quadratic'] / max(hi.seconds, 1e-12):.0f}"))
+    line = dg.fit_tpot(pts)
+    if line is not None:  # the 100 output tokens: N × TPOT at each length, from the TPOT line
+        d0, d1 = (dg.EXERCISE_OUTPUT * float(line.predict(n)) for n in (dg.EXERCISE_FROM, dg.EXERCISE_TO))
+        st.markdown(ui.t("diagnose.ex_decode", out=dg.EXERCISE_OUTPUT, t0=dg.EXERCISE_FROM, t1=dg.EXERCISE_TO, d0=ms(d0), d1=ms(d1),
+                         dd=ms(max(0.0, d1 - d0)), top=dg.tpot_points(pts)[-1].n_tokens, s0=ms(lo.seconds), s1=ms(hi.seconds),
+                         ds=ms(max(0.0, hi.seconds - lo.seconds))))
     st.markdown(ui.t("diagnose.assume_head") + "\n" + "\n".join(
         f"- {ui.t(f'diagnose.assume_{a}', ctx=facts.max_positions, name=facts.name)}" for a in hi.assumptions))
 

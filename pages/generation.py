@@ -46,14 +46,16 @@ def _attention(loaded: LoadedModel, stp: generate.Stepper, rec: generate.StepRec
     """The chosen head's attention: the fed token's row over the cache, and the prefill's matrix."""
     f = loaded.facts
     layer, head = widgets.layer_head_pickers(P, f.n_layers, f.n_heads)
-    a1, a2 = st.columns(2)
     n_vis = rec.kv_tokens
+    start = widgets.map_window(P, n_vis, kind="row")  # one window for both figures (a long prompt: summed/averaged overview)
+    a1, a2 = st.columns(2)
     if rec.attn is not None:
         title = ui.t("generation.fig_row", tok=position_label(pieces, n_vis - 1), layer=layer, head=head, kv=f.geometry.kv_head_of(head))
-        presenter.chart_in(a1, gen_fig.attention_row(rec.attn[layer, head], pieces[:n_vis], len(stp.prompt_ids), title, ui.lang()), width="stretch")
+        presenter.chart_in(a1, gen_fig.attention_row(rec.attn[layer, head], pieces[:n_vis], len(stp.prompt_ids), title, ui.lang(), start),
+                           width="stretch")
     if stp.prefill_pattern is not None:
         title = ui.t("generation.fig_prefill", layer=layer, head=head)
-        presenter.chart_in(a2, gen_fig.prefill_matrix(stp.prefill_pattern[layer, head], pieces, title, ui.lang()), width="stretch")
+        presenter.chart_in(a2, gen_fig.prefill_matrix(stp.prefill_pattern[layer, head], pieces, title, ui.lang(), start), width="stretch")
     else:
         a2.info(ui.t("generation.no_prefill_matrix", n=generate.MAX_PREFILL_PATTERN))
     ui.badge("model")

@@ -28,8 +28,8 @@ def render() -> None:
     f, tok = loaded.facts, loaded.tokenizer
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
     stage(1, "journey.s1.body", chars=len(tr.text)).code(tr.text[:600], language=None, wrap_lines=True)
-    chips.show(tr.tokens, tr.token_ids, kinds=chips.kinds_from_special(special_mask(tok, tr.token_ids)),
-               where=stage(2, "journey.s2.body", "tokens", n=T))
+    chips.show_page(tr.tokens, tr.token_ids, key="journey", kinds=chips.kinds_from_special(special_mask(tok, tr.token_ids)),
+                    where=stage(2, "journey.s2.body", "tokens", n=T))
     stage(3, "journey.s3.body", "tokens", ids=str(tr.token_ids[:12].tolist())[:-1] + (", …]" if T > 12 else "]"), T=T)
     box = stage(4, "journey.s4.body", "tokens", V=V, d=d, T=T)
     box.code(f"E[{int(tr.token_ids[-1])}] = {journey.vector_preview(tr.embeddings[-1], lang=ui.lang())}", language=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine.tokens import position_labels
+from core.engine import attnview
 from core.engine.types import HeadGeometry
 from core.maths import attention as A
 from core.maths import figures as P
@@ -63,8 +63,10 @@ def _real_section(lang: str) -> None:
     m2.metric(ui.t("multihead.concat"), r["concat"])
     m3.metric(ui.t("multihead.diff"), r["diff"])
     norms = A.head_write_norms(parts["per_head"])  # [H, T]: how much each head writes at each position
-    presenter.chart(P.matrix_figure(norms, ui.t("multihead.fig_norms", l=layer), A.head_labels(tr.n_heads), position_labels(tr.tokens),
-                                    lang, xlabel_key="ui.position", ylabel_key="ui.head"), width="stretch")
+    view = attnview.strip(norms, widgets.map_window("multihead", tr.n_tokens, kind="strip"), how="mean")  # ≤ 64 columns
+    presenter.chart(P.matrix_figure(view.z, ui.t("multihead.fig_norms", l=layer), A.head_labels(tr.n_heads),
+                                    attnview.cell_labels(view, tr.tokens), lang, xlabel_key="ui.position", ylabel_key="ui.head",
+                                    note=attnview.note(view, lang)), width="stretch")
     st.caption(ui.t("multihead.diff_note"))
     ui.badge("model")
     ui.download_trace("multihead")

@@ -32,9 +32,10 @@ def render() -> None:
     if loaded is None:
         return
     versions = references.library_versions()
+    source = ui.model_source(loaded)  # never the server's path to the weights
     st.markdown(ui.t("references.prov.body", model=loaded.facts.name, params=f"{loaded.facts.n_params:,}",
-                     source=loaded.source, tf=versions["transformers"], torch=versions["torch"]))
-    rows = references.provenance_rows(loaded.facts.to_dict(), loaded.source)
+                     source=source, tf=versions["transformers"], torch=versions["torch"]))
+    rows = references.provenance_rows(loaded.facts.to_dict(), source)
     st.table(pd.DataFrame(rows, columns=[ui.t("references.prov.col.fact"), ui.t("references.prov.col.value")]),
              hide_index=True)
     ui.badge("model")

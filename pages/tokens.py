@@ -15,7 +15,8 @@ from core.web import cache, chips, presenter, ui, widgets
 def _chips(tr, spec: str) -> None:
     st.subheader(ui.t("tokens.chips_title"))
     src = cache.sources(spec, tr.prompt, tr.chat)[: tr.n_tokens]
-    chips.show(tr.tokens, tr.token_ids, kinds=src, titles=[ui.t(f"tokens.src_{s}") for s in src], positions=True)
+    names = {k: ui.t(f"tokens.src_{k}") for k in set(src)}
+    chips.show_page(tr.tokens, tr.token_ids, key="tokens", kinds=src, titles=[names[s] for s in src], positions=True)
     st.caption(ui.t("tokens.chips_legend", **embeddings.source_counts(src)))
     if tr.chat:
         st.info(ui.t("tokens.chat_note"))

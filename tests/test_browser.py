@@ -7,153 +7,49 @@
   the generation page a decode step grows the KV-cache plot (both when those pages exist);
 * 8 browser sessions with different prompts at once each see only their own tokens.
 
-Skipped only when no Chromium is installed.
+Skipped only when no Chromium is installed. The server, the browser and the waits are
+tests/browser_helpers.py's (shared with the other browser tests and the benchmarks).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
+from browser_helpers import CHROMIUM, SHOTS, Watch, chromium, h1, settle, shoot, streamlit_server, url_path
 
 from core.engine import i18n
 from core.web.nav import STEMS
 
-ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "screenshots"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable installed (browser tests need one)")
-
-# Console noise that is not an app error: the Streamlit frontend first probes the health and
-# host-config endpoints relative to a page's URL path (/tour/_stcore/…), which 404s before it
-# falls back to the root. Only those exact 404s are forgiven (matched against the responses).
-BENIGN_404 = ("/_stcore/health", "/_stcore/host-config", "/favicon.ico", "/favicon.png")
 
 
 def existing_stems() -> list[str]:
     return list(STEMS)
 
 
-def url_path(stem: str) -> str:
-    """The page's URL path: app.py makes "journey" the default page, served at the root."""
-    return "" if stem == "journey" else stem
-
-
-def _free_port(start: int = 8610) -> int:
-    for port in range(start, start + 200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port")
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     SHOTS.mkdir(exist_ok=True)
-    log = open(SHOTS / "server.log", "w")  # noqa: SIM115 - held open for the server's lifetime, closed at teardown
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start (exit {proc.poll()})")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with open(SHOTS / "server.log", "w") as log, streamlit_server(8610, log=log) as app:
+        yield app.base
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            # The very first visit of a fresh server is a deep link, as when a teacher's shared
-            # link is the first thing opened: the router (app.py) must run, sidebar included —
-            # core/web/server.py stops Streamlit from treating pages/ as its old automatic folder.
-            page = b.new_page()
-            page.goto(f"{server}/tour?step=1")
-            settle(page, timeout=180)
-            assert page.get_by_text("Language / 语言").count() >= 1, "deep link opened without the router's sidebar"
-            page.goto(f"{server}/")
-            settle(page, timeout=180)
-            page.close()
-            yield b
-        finally:
-            b.close()
-
-
-class Watch:
-    """Console errors and failed responses of one page."""
-
-    def __init__(self, page):
-        self.errors: list[str] = []
-        self.bad: list[str] = []
-        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
-        page.on("response", lambda r: self.bad.append(r.url) if r.status >= 400 else None)
-
-    def real_errors(self) -> list[str]:
-        benign = all(urllib.parse.urlparse(u).path.endswith(BENIGN_404) for u in self.bad)
-        return [e for e in self.errors if not (benign and e.startswith("Failed to load resource") and "404" in e)]
-
-
-def settle(page, timeout: float = 120, quiet: float = 1.5) -> None:
-    """Wait until the script has finished running and stayed finished for ``quiet`` seconds."""
-    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
-    deadline, since = time.time() + timeout, None
-    while time.time() < deadline:
-        state = page.evaluate("() => document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')")
-        if state == "notRunning":
-            since = since or time.time()
-            if time.time() - since >= quiet:
-                return
-        else:
-            since = None
-        time.sleep(0.25)
-    raise TimeoutError(f"{page.url} still running after {timeout} s")
-
-
-def shoot(page, name: str) -> None:
-    """A full screenshot: the main area scrolls inside the app, so grow the viewport to fit it."""
-    h = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 900")
-    page.set_viewport_size({"width": 1400, "height": int(min(max(h, 900), 12000))})
-    time.sleep(0.5)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-    page.set_viewport_size({"width": 1400, "height": 900})
-
-
-def h1(page) -> str:
-    return page.locator('[data-testid="stMain"] h1').first.inner_text().strip()
+    with chromium() as b:
+        # The very first visit of a fresh server is a deep link, as when a teacher's shared
+        # link is the first thing opened: the router (app.py) must run, sidebar included —
+        # core/web/server.py stops Streamlit from treating pages/ as its old automatic folder.
+        page = b.new_page()
+        page.goto(f"{server}/tour?step=1")
+        settle(page, timeout=180)
+        assert page.get_by_text("Language / 语言").count() >= 1, "deep link opened without the router's sidebar"
+        page.goto(f"{server}/")
+        settle(page, timeout=180)
+        page.close()
+        yield b
 
 
 @pytest.mark.parametrize("lang", i18n.LANGS)

@@ -34,13 +34,57 @@ def test_fit_recovers_an_exact_curve_and_refuses_negative_terms():
     assert g.a >= 0 and g.b >= 0 and g.c >= 0
 
 
+def test_tpot_line_recovers_an_exact_line_and_never_slopes_down():
+    n = np.array([64, 256, 1024, 2048], dtype=float)
+    f = dg.fit_prefill(n, 0.02 + 3e-6 * n, degree=1)
+    assert f.c == 0 and f.max_rel_error < 1e-9
+    assert math.isclose(f.a, 0.02, rel_tol=1e-6) and math.isclose(f.b, 3e-6, rel_tol=1e-6)
+    g = dg.fit_prefill(n, 0.03 - 1e-6 * n, degree=1)  # noise sloping down: the slope is kept at 0
+    assert g.b == 0 and g.c == 0 and g.a > 0
+    with pytest.raises(ValueError):
+        dg.fit_prefill(n, n, degree=3)
+
+
 def test_measured_curve_reproduces_its_points_within_its_stated_error(smol):
-    pts = dg.measure_prefill_curve(smol, [8, 16, 32], reps=2, warmup=0)
+    pts = dg.measure_prefill_curve(smol, [8, 16, 32], reps=2, warmup=0, tpot_steps=2)
     assert [p.n_tokens for p in pts] == [8, 16, 32]
     assert all(p.prefill.n == 2 and p.tokenise.n >= 5 for p in pts)
+    assert all(p.decode is not None and p.decode.n == 2 * 2 for p in pts)  # 2 steps × 2 timed runs
     f = dg.fit_points(pts)
     for p in pts:
         assert abs(float(f.predict(p.n_tokens)) - p.prefill.median) <= (f.max_rel_error + 1e-9) * p.prefill.median
+    line = dg.fit_tpot(pts)
+    assert line is not None and line.n_points == 3 and line.c == 0 and line.b >= 0
+    for p in pts:
+        assert abs(float(line.predict(p.n_tokens)) - p.decode.median) <= (line.max_rel_error + 1e-9) * p.decode.median
+    assert dg.fit_tpot([dg.PrefillPoint(8, p.tokenise, p.prefill) for p in pts]) is None  # no decode steps: no line
+
+
+def test_one_tpot_measured_one_way(smol, monkeypatch):
+    """The diagnose page's request and curve are timed by generate.measure_tpot, the app's one TPOT;
+    its per-run steps are exactly the samples of its decode Timing, and its cache the formula's bytes."""
+    from core.gen import generate
+
+    m = generate.measure_tpot(smol, [1, 2, 3, 4, 5], n_decode=3, reps=2, warmup=1)
+    assert len(m.runs) == 2 and all(len(r) == 3 for r in m.runs)
+    assert m.decode is not None and m.decode.samples == tuple(x for r in m.runs for x in r)
+    assert m.kv_tokens == (5, 6, 7, 8)
+    assert m.kv_bytes == dg.MemoryShape.of_facts(smol.facts, smol.facts.value_bytes).kv_bytes(8)
+    seen = []
+    generate.measure_tpot(smol, [1, 2], n_decode=0, reps=2, warmup=1, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    calls = []
+    real = generate.measure_tpot
+
+    def spy(*a, **kw):
+        calls.append(kw.get("n_decode"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(generate, "measure_tpot", spy)
+    d = dg.measure_decode(smol, "Hello there", False, n_decode=2, reps=1, warmup=0)
+    dg.measure_prefill_curve(smol, [8], reps=1, warmup=0)
+    assert calls == [2, dg.TPOT_STEPS]
+    assert d.decode.n == 2 and d.step_medians == list(d.decode.samples)
 
 
 def test_extrapolation_is_labelled_and_states_its_assumptions(smol):
@@ -107,6 +151,41 @@ def test_temperature_demo_is_exactly_softmax_of_logits_over_t(smol):
     assert demo.top_question != demo.top_evidence  # the evidence, not the temperature, moves the answer
 
 
+def test_symptom_in_the_url_round_trip():
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.query_params["symptom"] = "oom"
+    at.switch_page("pages/diagnose.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.radio(key="diagnose_sym").value == "oom"
+    at.radio(key="diagnose_sym").set_value("temperature").run()
+    assert at.query_params["symptom"] == ["temperature"] or at.query_params["symptom"] == "temperature"
+    bad = AppTest.from_file(APP, default_timeout=600)
+    bad.query_params["symptom"] = "<script>nonsense"
+    bad.switch_page("pages/diagnose.py")
+    bad.run()
+    assert not bad.exception and not bad.error
+    assert bad.radio(key="diagnose_sym").value == "slow_first"  # an unknown symptom falls back to the first, silently
+
+
+def test_page_on_the_toy_model(monkeypatch):
+    if not (ROOT / "assets" / "toy").is_dir():
+        pytest.skip("the trained toy is not in assets/toy")
+    monkeypatch.setattr(dg, "curve_lengths", lambda longest, max_pos, lengths=None: [8, 16])  # fast
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.query_params["model"] = "toy"
+    at.session_state["prompt"] = "Hi"
+    at.switch_page("pages/diagnose.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.slider(key="diagnose_n_out").set_value(4).run()
+    at.button(key="diagnose_go_decode").click().run()
+    at.button(key="diagnose_go_prefill").click().run()
+    for sym in ("slow_first", "slow_answer", "oom", "temperature", "attention"):
+        at.radio(key="diagnose_sym").set_value(sym).run()
+        assert not at.exception, (sym, [e.value for e in at.exception])
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_page_in_both_languages_with_a_one_token_prompt(lang, monkeypatch):
     monkeypatch.setattr(dg, "curve_lengths", lambda longest, max_pos, lengths=None: [8, 16, 32])  # fast
@@ -141,3 +220,28 @@ def test_page_in_both_languages_with_a_one_token_prompt(lang, monkeypatch):
         assert "reproduces each of its 3 measured points" in " ".join(m.value for m in at.markdown)
         at.radio(key="diagnose_sym").set_value("slow_answer").run()
         assert not at.exception, [e.value for e in at.exception]
+        assert "per 1,000 cached tokens" in " ".join(m.value for m in at.markdown)
+
+
+def test_browser_link_reopens_its_symptom():
+    """In a real browser: a link with ?symptom=oom opens that symptom (Chinese here), with no error;
+    choosing another symptom writes it back to the URL."""
+    import urllib.parse
+
+    from browser_helpers import CHROMIUM, Watch, chromium, settle, streamlit_server
+
+    if CHROMIUM is None:
+        pytest.skip("no chromium executable installed")
+    with streamlit_server(8640) as app, chromium() as b:
+        page = b.new_page(viewport={"width": 1400, "height": 900})
+        watch = Watch(page)
+        page.goto(f"{app.base}/diagnose?lang=zh&symptom=oom")
+        settle(page, timeout=300)
+        assert not page.locator('[data-testid="stException"]').count()
+        checked = page.locator('.st-key-diagnose_sym input[type="radio"]:checked')
+        assert checked.count() == 1
+        assert page.locator(".st-key-diagnose_budget").count() == 1  # the memory symptom's budget box is shown
+        page.locator(".st-key-diagnose_sym label").filter(has_text=i18n.t("diagnose.sym_temperature", "zh")[:8]).first.click()
+        settle(page, timeout=300)
+        assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["symptom"] == ["temperature"]
+        assert not page.locator('[data-testid="stException"]').count() and not watch.real_errors()

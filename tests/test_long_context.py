@@ -170,3 +170,178 @@ def test_long_context_page_on_a_long_document(smol):
         at.run()
         assert not at.exception, (stem, [e.value for e in at.exception])
         assert _chart_bytes(at) < 5e6, stem
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14 item 12: every attention figure and the token chips stay readable on a long prompt
+
+
+def _row(T: int, seed: int = 0) -> np.ndarray:
+    w = np.random.default_rng(seed).random(T) ** 8  # a few strong keys among many weak ones
+    return w / w.sum()
+
+
+def _toks(T: int) -> list[str]:
+    return [f"t{i}" for i in range(T)]
+
+
+def test_row_bars_overview_sums_blocks_and_a_window_is_exact():
+    from core.engine.tokens import position_label
+
+    row, toks = _row(3000), _toks(3000)
+    rb = attnview.row_bars(row, lambda p: position_label(toks, p))
+    b = rb.view.block
+    assert rb.view.summed and len(rb.x) <= attnview.CELLS and rb.tickvals is None  # the axis numbers itself
+    np.testing.assert_allclose(rb.y.sum(), 1.0, rtol=1e-5)  # summed blocks: the bars still add up to the row
+    np.testing.assert_allclose(rb.y[1], row[b : 2 * b].sum(), rtol=1e-5)
+    k = int(np.argmax(row[:b]))
+    assert rb.hover[0] == f"keys 0–{b - 1}; strongest: {k}·t{k} ({row[k]:.3f})"  # hover: the block and its strongest key
+    assert "all 3000 keys" in rb.note
+    rb = attnview.row_bars(row, lambda p: position_label(toks, p), start=1000)
+    assert rb.view.exact and rb.first[0] == 1000 and len(rb.x) == attnview.CELLS
+    np.testing.assert_array_equal(rb.y, row[1000:1064].astype(np.float32))  # the window's values are the row's slice
+    assert rb.hover == [f"{p}·t{p}" for p in range(1000, 1064)]  # every bar's token in the hover …
+    assert len(rb.ticktext) <= attnview.TICKS and rb.ticktext[0] == "1000·t1000"  # … every k-th on the axis
+    assert f"{1 - row[1000:1064].sum():.3f}" in rb.note  # the weight outside the window is said
+    short = attnview.row_bars(row[:40] / row[:40].sum(), lambda p: f"k{p}")
+    assert short.view.exact and short.view.whole and short.note == "" and len(short.x) == 40
+
+
+def test_strip_averages_columns_and_tick_index_thins():
+    x = np.random.default_rng(2).random((9, 3000))
+    v = attnview.strip(x, how="mean")
+    assert v.z.shape == (9, 64) and v.block == 47 and not v.summed and v.line  # ceil(3000 / 64) positions a column
+    np.testing.assert_allclose(v.z[:, 2], x[:, 94:141].mean(-1), rtol=1e-5)
+    np.testing.assert_allclose(v.z[:, 63], x[:, 2961:].mean(-1), rtol=1e-5)  # the last, partial block: what it holds
+    assert "each column = mean of 47 positions" in attnview.note(v, "en")
+    w = attnview.strip(x, start=5000, how="mean")  # clamped to the last full window
+    assert w.start == 3000 - 64 and np.array_equal(w.z, x[:, -64:].astype(np.float32))
+    assert attnview.tick_index(64, 24) == list(range(0, 64, 3)) and attnview.tick_index(10, 24) == list(range(10))
+
+
+def test_long_row_figures_draw_few_bars_and_label_every_kth():
+    from core.gen import figures as gen_fig
+    from core.inside import figures as inside_fig
+    from core.maths import figures as PM
+
+    T, row, toks = 3000, _row(3000), _toks(3000)
+    fig = inside_fig.fig_query_bars(row, toks, T - 1, "en")  # the heads page's one-query chart
+    assert len(fig.data[0].x) <= attnview.CELLS and "Overview of all 3000 keys" in fig.layout.title.text
+    fig = inside_fig.fig_query_bars(row, toks, T - 1, "zh", start=2000)
+    np.testing.assert_array_equal(fig.data[0].y, row[2000:2064].astype(np.float32))
+    assert len(fig.layout.xaxis.ticktext) <= attnview.TICKS and list(fig.data[0].customdata)[5] == "2005·t2005"
+    fig = gen_fig.attention_row(row, toks, 2990, "t", "en")  # the stepper's attention row
+    assert len(fig.data[0].x) <= attnview.CELLS and fig.data[0].marker.color[-1] == gen_fig.PALETTE["decode"]
+    fig = gen_fig.attention_row(row, toks, 2990, "t", "en", start=2936)
+    np.testing.assert_array_equal(fig.data[0].y, row[2936:].astype(np.float32))
+    assert len(fig.layout.xaxis.ticktext) <= 12 and fig.data[0].marker.color[0] == gen_fig.PALETTE["prefill"]
+    labels = [f"k{i}·t{i}" for i in range(T)]
+    fig = PM.compare_row_figure(row, row, labels, "en", start=64)  # the calculator's real row
+    assert all(len(d.x) == 64 for d in fig.data) and fig.data[1].customdata[0] == "k64·t64"
+    assert len(fig.layout.xaxis.ticktext) <= attnview.TICKS
+
+
+def test_long_map_figures_average_or_window_and_hover_every_cell():
+    from core.gen import figures as gen_fig
+    from core.maths import figures as PM
+
+    w, toks = _causal(200), _toks(200)
+    fig = gen_fig.prefill_matrix(w, toks, "t", "en")  # the stepper's prefill matrix: averaged overview
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (50, 50) and "each cell = mean of 4 × 4" in fig.layout.title.text
+    fig = gen_fig.prefill_matrix(w, toks, "t", "en", start=50)
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z), w[50:114, 50:114].astype(np.float32))
+    assert fig.data[0].customdata[0][1] == "50·t50 → 51·t51" and len(fig.layout.xaxis.ticktext) <= 12
+    norms = np.random.default_rng(3).random((9, 64))  # the multi-head page's [H, positions] map
+    fig = PM.matrix_figure(norms, "n", [f"h{h}" for h in range(9)], [f"{p}·t{p}" for p in range(64)], "en",
+                           xlabel_key="ui.position", ylabel_key="ui.head", note="Exact values")
+    assert len(fig.layout.xaxis.ticktext) <= attnview.TICKS and len(fig.layout.yaxis.ticktext) == 9
+    assert fig.data[0].customdata[2][63] == "h2 → 63·t63" and "Exact values" in fig.layout.title.text.split("<br>")[1]
+
+
+def test_chip_pages_keep_positions_and_edge_characters():
+    from core.engine.tokens import window
+    from core.web import chips
+
+    assert chips.page_bounds(3184, 0) == (0, 256) and chips.page_bounds(3184, 3100) == (3100, 3184)
+    assert chips.page_bounds(3184, 99999) == (3183, 3184)
+    pieces = ["a", "⟨E8⟩", "⟨8B⟩", "⟨B9⟩", "b"]  # 苹 = E8 8B B9, cut by a page starting at position 2
+    html = chips.chips_html(window(pieces, 2, 5), positions=True, start=2)
+    assert "<sub>2</sub>" in html and "<sub>0</sub>" not in html and "苹" in html
+
+
+# pages on a ~650-token prompt (not a document preset: quicker, and still far past every limit)
+LONG_PROMPT = "The quick brown fox jumps over the lazy dog near the river bank. " * 50
+
+
+def _long_app(page: str, prompt: str = LONG_PROMPT) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.session_state["lang"] = "en"
+    at.session_state["prompt"] = prompt
+    at.switch_page(f"pages/{page}.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _figs(at) -> list[dict]:
+    import json
+
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _chips_drawn(at) -> int:
+    """The chips of the prompt (the largest block of chips: the journey also shows its continuation's)."""
+    return max(m.value.count('class="xr-chip"') for m in at.markdown)
+
+
+@pytest.mark.parametrize("page", ["tokens", "journey"])
+def test_token_chips_are_paged_on_a_long_prompt(smol, page):
+    at = _long_app(page)
+    assert _chips_drawn(at) == 256 and any(c.value.startswith("Showing tokens 0–255 of ") for c in at.caption)
+    at.number_input(key=f"{page}_chips_start").set_value(256).run()  # the next page
+    assert not at.exception and _chips_drawn(at) == 256 and at.query_params.get("chips") == "256"
+    assert any("<sub>256</sub>" in m.value for m in at.markdown) and not any("<sub>255</sub>" in m.value for m in at.markdown)
+    assert any(c.value.startswith("Showing tokens 256–511 of ") for c in at.caption)
+
+
+def test_multihead_and_heads_figures_on_a_long_prompt(smol):
+    at = _long_app("multihead")
+    norms = next(f for f in _figs(at) if "‖head output‖" in f["layout"]["title"]["text"])
+    assert len(norms["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in norms["layout"]["title"]["text"]
+    at.radio(key="multihead_mapmode").set_value("window").run()
+    norms = next(f for f in _figs(at) if "‖head output‖" in f["layout"]["title"]["text"])
+    assert len(norms["data"][0]["x"]) == attnview.CELLS and "Exact values of positions" in norms["layout"]["title"]["text"]
+    assert len(norms["layout"]["xaxis"]["ticktext"]) <= attnview.TICKS
+    at.switch_page("pages/heads.py")
+    at.run()
+    assert not at.exception
+    bars = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
+    assert len(bars["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in bars["layout"]["title"]["text"]
+
+
+def test_calculator_real_row_on_a_long_prompt_shows_a_key_window(smol):
+    at = _long_app("attention_lab")
+    at.radio(key="attention_lab_preset").set_value("real").run()
+    assert not at.exception
+    diff = [m for m in at.metric if m.label.startswith("max |")]
+    assert diff and float(diff[0].value) < 1e-3  # the softmax still runs over every key
+    k_editor = next(e for e in at.dataframe if "attention_lab_k_" in (e.proto.id or ""))
+    assert len(k_editor.value) == attnview.CELLS
+    assert any("the softmax runs over all" in c.value for c in at.caption)
+    cmp = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
+    assert all(len(d["x"]) == attnview.CELLS for d in cmp["data"]) and "Exact weights of keys" in cmp["layout"]["title"]["text"]
+
+
+def test_stepper_attention_figures_on_a_long_prompt(smol):
+    at = _long_app("generation", "The quick brown fox jumps over the lazy dog. " * 18)  # ~200 tokens: a prefill matrix is kept
+    at.button(key="generation_prefill").click().run()
+    assert not at.exception and not at.error
+    figs = _figs(at)
+    row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in f["layout"]["title"]["text"])
+    mat = next(f for f in figs if f["data"][0]["type"] == "heatmap" and "Prefill" in f["layout"]["title"]["text"])
+    assert len(row["data"][0]["x"]) <= attnview.CELLS and len(mat["data"][0]["z"]) <= attnview.CELLS
+    at.radio(key="generation_mapmode").set_value("window").run()
+    figs = _figs(at)
+    row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in f["layout"]["title"]["text"])
+    assert len(row["data"][0]["x"]) == attnview.CELLS and len(row["layout"]["xaxis"]["ticktext"]) <= 12

@@ -49,14 +49,16 @@ def test_warm_start_is_fast():
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):
-    with pytest.raises(ModelLoadError, match="No folder"):
+    with pytest.raises(ModelLoadError, match="No folder") as e:
         load_model(str(tmp_path / "nope"))
+    assert e.value.code == "not_a_model" and "没有找到" in e.value.text("zh")
 
 
 def test_corrupt_config_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ModelLoadError, match="not valid JSON"):
+    with pytest.raises(ModelLoadError, match="not valid JSON") as e:
         load_model(str(tmp_path))
+    assert e.value.code == "config_json" and "不是合法的 JSON" in e.value.text("zh")
 
 
 def test_non_causal_model_is_refused(tmp_path):

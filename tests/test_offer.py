@@ -15,13 +15,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser_helpers import CHROMIUM, chromium, h1, settle, streamlit_server
 from streamlit.testing.v1 import AppTest
-from test_browser import ARGS, CHROMIUM, _free_port, h1, settle
 
 from conftest import ROOT
 from core import backends
@@ -258,40 +256,12 @@ def test_every_page_has_a_route_and_journey_has_two():
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable installed (browser tests need one)")
 def test_journey_deep_link_opens_the_journey_in_a_browser():
-    from playwright.sync_api import sync_playwright  # deferred: only this test needs a browser
-
-    port = _free_port(8810)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.time() < deadline, "streamlit did not start"
-            time.sleep(0.5)
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            try:
-                page = b.new_page()
-                page.goto(f"{base}/journey?lang=en")
-                settle(page, timeout=240)
-                assert h1(page) == "The journey of a sentence"
-                assert page.get_by_text("Page not found").count() == 0
-                assert "/journey" in page.url
-            finally:
-                b.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    # a fresh server of its own, started here (after the operator's setting is cleared), so that
+    # /journey is the very first visit it gets
+    with streamlit_server(8810) as app, chromium() as b:
+        page = b.new_page()
+        page.goto(f"{app.base}/journey?lang=en")
+        settle(page, timeout=240)
+        assert h1(page) == "The journey of a sentence"
+        assert page.get_by_text("Page not found").count() == 0
+        assert "/journey" in page.url

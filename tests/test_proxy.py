@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_browser import ARGS, CHROMIUM, Watch, settle, url_path
+from browser_helpers import CHROMIUM, Watch, chromium, settle, url_path
 
 from conftest import ROOT
 from core.engine import i18n
@@ -240,14 +240,8 @@ def test_proxy_answers_a_health_probe(hall):
 def browser(hall):
     if CHROMIUM is None:
         pytest.skip("no chromium executable installed (browser tests need one)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 class Where:

@@ -176,6 +176,28 @@ def test_estimate_matches_real_models(smol, tiny_loaded):
         assert anatomy.estimate_params(report).keys() == anatomy.param_breakdown(loaded.model).keys()
 
 
+SHAPE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=100,
+             max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("model_type, extra", [
+    ("qwen2", {"num_key_value_heads": 2, "attention_bias": False}),  # Qwen2's q/k/v biases are there whatever the flag says
+    ("qwen3", {"num_key_value_heads": 2, "head_dim": 8}),  # + per-head q/k norms
+    ("mixtral", {"num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2}),  # every expert + the router
+    ("stablelm", {"num_key_value_heads": 4}),  # gated MLP, LayerNorm with a bias
+    ("gpt_neox", {}),  # rotary: no position table
+    ("starcoder2", {"num_key_value_heads": 2}),
+    ("opt", {"ffn_dim": 64, "word_embed_proj_dim": 32}),  # learned positions with OPT's 2 extra rows
+])
+def test_estimate_matches_more_families(model_type, extra):
+    """The pasted-config estimate against a tiny random model built from the same config (all its tensors, tied ones once)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(model_type, **SHAPE, **extra)
+    real = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    assert sum(anatomy.estimate_params(anatomy.analyse_config(cfg.to_dict())).values()) == real
+
+
 def test_qwen25_estimate():
     r = anatomy.analyse_config(anatomy.parse_config(json.dumps(anatomy.QWEN25_05B_CONFIG)))
     assert sum(anatomy.estimate_params(r).values()) == 494_032_768 == anatomy.QWEN25_05B_PARAMS

@@ -2,25 +2,40 @@
 ``cells`` blocks (the overview), or a window of exact cells. Written once for every page that draws
 attention (heads, masks, ablation, the stepper's prefill matrix), so that a 4,096-token prompt never
 sends 16 M cells to the browser and every figure says which of the two it shows.
+
+The same for a strip along positions (one query's weights over the keys, a [rows, T] table of
+per-position values): ``strip`` sums (weights: the bars still add up to the row) or averages the
+values of blocks of positions, or cuts a window of exact values; ``row_bars`` is what a bar chart
+of one attention row draws, hover text included. ``tick_index`` thins an axis to every k-th label
+(the rest is in the hover).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-CELLS = 64  # the most rows/columns a map figure draws
+from core.engine import i18n
+from core.engine.tokens import position_label
+
+CELLS = 64  # the most rows/columns a map figure draws (and the most bars a row figure draws)
 EXACT_UP_TO = CELLS  # a prompt this short is always drawn exactly
+TICKS = 24  # the most labelled ticks on a full-width axis: every k-th position, the others in the hover
 
 
 @dataclass(frozen=True)
 class MapView:
-    z: np.ndarray  # [..., n, n] float32: what is drawn (rows = queries, columns = keys)
+    z: np.ndarray  # [..., n, n] float32: what is drawn (rows = queries, columns = keys); [..., n] for a strip
     start: int  # the first position drawn
     block: int  # each drawn cell is the mean of block × block weights (1: exact weights)
     n_tokens: int  # T of the whole map
+    summed: bool = False  # a strip's cell is the sum (not the mean) of its block's values
+    line: bool = False  # a strip along positions ([..., n]), not a [n, n] map
 
     @property
     def n(self) -> int:
@@ -90,3 +105,122 @@ def labels(view: MapView, position_labels: list[str]) -> list[str]:
     if view.exact:
         return list(position_labels[view.start : view.start + view.n])
     return [f"{a}–{b}" for a, b in (view.span(i) for i in range(view.n))]
+
+
+# ---------------------------------------------------------------------------------------------
+# strips: one row of weights, or a [rows, T] table of per-position values
+
+
+def block_reduce(x: np.ndarray, block: int, how: str = "sum") -> np.ndarray:
+    """[..., T] → [..., ceil(T/b)]: the sum (``how="sum"``) or mean of each run of b positions along
+    the last axis (the last, partial run holds what is left). NaN values (a hidden key) count as 0
+    in a sum and are left out of a mean."""
+    x = np.asarray(x, dtype=np.float64)
+    T = x.shape[-1]
+    if block <= 1:
+        return x.astype(np.float32)
+    n = math.ceil(T / block)
+    pad = np.full((*x.shape[:-1], n * block - T), np.nan)
+    blocks = np.concatenate([x, pad], axis=-1).reshape(*x.shape[:-1], n, block)  # [..., n, b]
+    with warnings.catch_warnings():  # the mean of an all-NaN block warns; its NaN is the right answer
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = np.nansum(blocks, axis=-1) if how == "sum" else np.nanmean(blocks, axis=-1)
+    return out.astype(np.float32)
+
+
+def strip(x: np.ndarray, start: int | None = None, cells: int = CELLS, how: str = "sum") -> MapView:
+    """Values along positions ([..., T], last axis): all of them when T ≤ ``cells``; else, with
+    ``start`` None, the overview (blocks of ceil(T / cells) positions, summed or averaged: ``how``),
+    or the exact values of positions start … start + cells − 1 (clamped to the strip)."""
+    x = np.asarray(x)
+    T = x.shape[-1]
+    if start is None or cells >= T:
+        block = max(1, math.ceil(T / cells))
+        return MapView(block_reduce(x, block, how), 0, block, T, summed=how == "sum" and block > 1, line=True)
+    size = max(1, min(cells, T))
+    a = max(0, min(int(start), T - size))
+    return MapView(np.asarray(x[..., a : a + size], dtype=np.float32), a, 1, T, line=True)
+
+
+def tick_index(n: int, most: int = TICKS) -> list[int]:
+    """Which of ``n`` drawn cells get a tick label: every k-th (k = ceil(n / most)), from the first."""
+    return list(range(0, n, max(1, math.ceil(n / max(1, most)))))
+
+
+def spans(view: MapView) -> list[str]:
+    """"a–b" (the positions behind each drawn cell) for an averaged/summed view; each position itself when exact."""
+    return [str(a) if a == b else f"{a}–{b}" for a, b in (view.span(i) for i in range(view.n))]
+
+
+def cell_labels(view: MapView, tokens: Sequence[Any]) -> list[str]:
+    """Each drawn row/column's label: its position and token ("17·␣the") when exact, else the
+    positions it covers ("128–191"); computed for the drawn cells only (a 4,096-token prompt labels 64)."""
+    if view.exact:
+        return [position_label(tokens, p) for p in view.positions()]
+    return spans(view)
+
+
+def note(view: MapView, lang: str, rest: float | None = None) -> str:
+    """A short line for the figure itself saying what its cells are (empty for the whole exact map or
+    strip): averaged blocks, summed blocks, or a window of exact values (``rest``: the weight of the
+    row's keys outside a window, for a row of attention weights)."""
+    T = view.n_tokens
+    if not view.exact:
+        kind = "row_summed" if view.summed else ("strip_mean" if view.line else "map_mean")
+        return i18n.t(f"attnview.{kind}", lang, b=view.block, T=T)
+    if view.whole:
+        return ""
+    a, b = view.start, view.start + view.n - 1
+    if rest is not None:
+        return i18n.t("attnview.row_window", lang, a=a, b=b, T=T, rest=f"{rest:.3f}")
+    return i18n.t("attnview.strip_window" if view.line else "attnview.map_window", lang, a=a, b=b, T=T)
+
+
+def titled(title: str, line: str) -> str:
+    """A figure title with the ``note`` line (what its cells are) under it, in smaller type."""
+    return f"{title}<br><sup>{line}</sup>" if line else title
+
+
+@dataclass(frozen=True)
+class RowBars:
+    """What a bar chart of one attention row draws: a bar per key (exact) or per block of keys (the
+    block's total weight), centred on the positions it covers; the hover names every bar's token, or
+    the block's positions and its strongest key; tick labels on every k-th bar only (none for blocks:
+    the position axis numbers itself); ``note``: the line the figure carries about what it shows."""
+
+    view: MapView
+    x: list[float]  # [n] where each bar stands on the position axis (a block: the middle of its b positions)
+    first: list[int]  # [n] the first key position behind each bar
+    y: np.ndarray  # [n] float32 the weight (exact) or the block's total weight
+    hover: list[str]  # [n]
+    tickvals: list[int] | None  # None: let the axis number itself
+    ticktext: list[str] | None
+    width: list[float] | None  # [n] each block's width in positions (None: one key per bar, plotly's own width)
+    note: str
+
+
+def row_bars(row: np.ndarray, label_of: Callable[[int], str], start: int | None = None, cells: int = CELLS,
+             most: int = TICKS, lang: str = "en") -> RowBars:
+    """``row``: one query's weights over the keys it may see ([n_keys]; NaN for a hidden key);
+    ``label_of``: a key position's label (``lambda p: position_label(tokens, p)``)."""
+    row = np.asarray(row, dtype=np.float64)
+    v = strip(row, start, cells, how="sum")
+    first = v.positions()
+    if v.exact:
+        x: list[float] = [float(p) for p in first]
+        hover = [label_of(p) for p in first]
+        idx = tick_index(v.n, most)
+        ticks: tuple[list[int] | None, list[str] | None] = ([first[i] for i in idx], [hover[i] for i in idx])
+        rest, width = float(np.nansum(row) - np.nansum(v.z)), None
+    else:  # a block: its positions, and the key in it that gets the most weight
+        filled = np.nan_to_num(row, nan=-1.0)
+        x, hover, width = [], [], []
+        for i in range(v.n):
+            a, b = v.span(i)
+            k = a + int(np.argmax(filled[a : b + 1]))
+            x.append(a + (v.block - 1) / 2)  # evenly spaced, so grouped bars keep one width
+            width.append(0.9 * v.block)
+            hover.append(i18n.t("attnview.block_peak", lang, a=a, b=b, tok=label_of(k), w=f"{row[k]:.3f}")
+                         if np.isfinite(row[k]) else f"{a}–{b}")
+        ticks, rest = (None, None), 0.0
+    return RowBars(v, x, first, v.z, hover, ticks[0], ticks[1], width, note(v, lang, rest))

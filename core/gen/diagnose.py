@@ -4,12 +4,17 @@ Pure (no Streamlit). Every time is a ``Timing`` (median, spread, busy flag) from
 prefill and decode are timed the app's one way (``core.gen.generate``: a ``Stepper`` timed inside the
 model's lock). What is here:
 
-* ``measure_prefill_curve``: tokenising and prefill time against input length, and ``fit_prefill``,
-  the curve t(n) = a + b·n + c·n² through their medians (coefficients never negative), whose linear
-  part b·n is the per-token work (projections, MLP) and quadratic part c·n² the attention over every
-  earlier position. ``extrapolate`` carries it past what was measured — always with its assumptions.
+* ``measure_prefill_curve``: tokenising, prefill and decode-step time against input length, and
+  ``fit_prefill``, the curve t(n) = a + b·n + c·n² through the prefill medians (coefficients never
+  negative), whose linear part b·n is the per-token work (projections, MLP) and quadratic part c·n²
+  the attention over every earlier position. ``extrapolate`` carries it past what was measured —
+  always with its assumptions. ``fit_tpot``: the straight line TPOT(n) = a + b·n through the decode
+  medians at the same lengths, b being what one more cached position adds to every decode step.
 * ``measure_decode``: one request, tokenise → prefill → N decode steps, repeated: the streaming
   timeline and total time against output length (≈ TTFT + N × TPOT).
+
+Prefill and decode are always timed by ``generate.measure_tpot``, the app's one way of measuring
+TTFT and TPOT (the Generation and KV-cache pages read the same function).
 * ``MemoryShape`` / ``memory_at`` / ``max_requests``: weights vs KV cache vs activations for
   (context × concurrent requests) against a budget; the KV term is the calculator's formula
   (``HeadGeometry.kv_bytes``: 2 × layers × KV heads × head_dim × bytes × tokens × requests).
@@ -57,11 +62,15 @@ def machine() -> dict[str, Any]:
 # Symptom 1: the first token gets slower as the input grows
 
 
+TPOT_STEPS = 4  # decode steps timed after each prefill of the curve: the TPOT at that cache length
+
+
 @dataclass(frozen=True)
 class PrefillPoint:
     n_tokens: int
     tokenise: Timing  # the tokenizer turning the text into ids
     prefill: Timing  # the whole prompt through the model once, up to the first token's logits (TTFT)
+    decode: Timing | None = None  # the decode steps right after it, reading a cache of ≈ n_tokens positions (TPOT)
 
 
 def curve_lengths(longest: int, max_positions: int, lengths: Sequence[int] = CURVE_LENGTHS) -> list[int]:
@@ -81,16 +90,17 @@ def text_of(tokenizer: Any, n_tokens: int) -> tuple[str, list[int]]:
 
 
 def measure_prefill_curve(loaded: LoadedModel, lengths: Sequence[int], reps: int = 3, warmup: int = 1,
-                          progress: ProgressFn | None = None) -> list[PrefillPoint]:
-    """Tokenising and prefill time at each length (``reps`` timed runs after ``warmup`` untimed ones)."""
+                          progress: ProgressFn | None = None, tpot_steps: int = TPOT_STEPS) -> list[PrefillPoint]:
+    """Tokenising, prefill and decode-step time at each length (``reps`` timed runs after ``warmup``
+    untimed ones; ``tpot_steps`` decode steps after each prefill, 0 for none)."""
     out = []
     for i, n in enumerate(lengths):
         if progress is not None:
             progress(i, len(lengths), n)
         text, ids = text_of(loaded.tokenizer, int(n))
         tok_t, _ = timing.repeat(lambda text=text: loaded.tokenizer(text, add_special_tokens=False), reps=max(reps, 5), warmup=1)
-        m = generate.measure_tpot(loaded, ids, n_decode=0, reps=reps, warmup=warmup)
-        out.append(PrefillPoint(len(ids), tok_t, m.prefill))
+        m = generate.measure_tpot(loaded, ids, n_decode=tpot_steps, reps=reps, warmup=warmup)
+        out.append(PrefillPoint(len(ids), tok_t, m.prefill, m.decode))
     if progress is not None:
         progress(len(lengths), len(lengths), 0)
     return out
@@ -116,19 +126,22 @@ class Fit:
         return {"fixed": self.a, "linear": self.b * n, "quadratic": self.c * n * n}
 
 
-def fit_prefill(ns: Sequence[float], seconds: Sequence[float]) -> Fit:
+def fit_prefill(ns: Sequence[float], seconds: Sequence[float], degree: int = 2) -> Fit:
     """Least squares in relative terms (each point weighted by 1/t, so the short inputs count as much
-    as the long ones) with every coefficient ≥ 0: the best fit over the subsets of {1, n, n²} whose
-    unconstrained solution is non-negative — exactly the non-negative least-squares optimum for three terms."""
+    as the long ones) with every coefficient ≥ 0: the best fit over the subsets of {1, n, n²} (``degree``
+    1: of {1, n}) whose unconstrained solution is non-negative — exactly the non-negative least-squares
+    optimum for so few terms. Non-negative because no part of the work gets cheaper with more tokens."""
     n = np.asarray(ns, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
     if n.size == 0 or n.size != t.size:
         raise ValueError("the fit needs as many times as lengths, at least one")
+    if degree not in (1, 2):
+        raise ValueError("degree is 1 (a + b·n) or 2 (a + b·n + c·n²)")
     w = 1.0 / np.maximum(t, 1e-12)
     cols = np.stack([np.ones_like(n), n, n * n], axis=1)  # [P, 3]
     best: tuple[float, np.ndarray] | None = None
-    for k in (1, 2, 3):
-        for subset in itertools.combinations(range(3), k):
+    for k in range(1, degree + 2):
+        for subset in itertools.combinations(range(degree + 1), k):
             if len(subset) > n.size:
                 continue
             A = cols[:, subset] * w[:, None]
@@ -149,6 +162,20 @@ def fit_prefill(ns: Sequence[float], seconds: Sequence[float]) -> Fit:
 
 def fit_points(points: Sequence[PrefillPoint]) -> Fit:
     return fit_prefill([p.n_tokens for p in points], [p.prefill.median for p in points])
+
+
+def tpot_points(points: Sequence[PrefillPoint]) -> list[PrefillPoint]:
+    """The points whose decode steps were timed (a prompt filling the context window leaves none)."""
+    return [p for p in points if p.decode is not None]
+
+
+def fit_tpot(points: Sequence[PrefillPoint]) -> Fit | None:
+    """TPOT(n) = a + b·n through the decode medians (``c`` = 0): ``b`` is the seconds one more cached
+    position adds to every decode step, ``b × 1000`` the growth per 1,000 tokens. None without points."""
+    pts = tpot_points(points)
+    if not pts:
+        return None
+    return fit_prefill([p.n_tokens for p in pts], [p.decode.median for p in pts if p.decode is not None], degree=1)
 
 
 @dataclass(frozen=True)
@@ -202,44 +229,20 @@ class DecodeRun:
         """Seconds from the request's start until output token k (k = 1 … n_decode + 1): [N + 1]."""
         return self.tokenise.median + self.prefill.median + np.concatenate([[0.0], np.cumsum(self.step_medians)])
 
-    def tpot_growth(self) -> float:
-        """Seconds added to one decode step per extra cached position (slope of a straight line; ≥ 0 not forced)."""
-        if len(self.step_medians) < 2:
-            return 0.0
-        x = np.asarray(self.kv_tokens[: len(self.step_medians)], dtype=np.float64)
-        return float(np.polyfit(x, np.asarray(self.step_medians), 1)[0])
-
 
 def measure_decode(loaded: LoadedModel, prompt: str, chat: bool, n_decode: int = 32, reps: int = 3, warmup: int = 1,
                    progress: ProgressFn | None = None) -> DecodeRun:
-    """The prompt tokenised and generated ``n_decode`` + 1 tokens (end token ignored: a step's cost does not
-    depend on which token it is), ``reps`` timed runs after ``warmup``. Raises EmptyPromptError on an empty prompt."""
+    """The prompt tokenised and generated ``n_decode`` + 1 tokens by ``generate.measure_tpot`` (end token
+    ignored: a step's cost does not depend on which token it is), ``reps`` timed runs after ``warmup``.
+    Raises EmptyPromptError on an empty prompt."""
     tok_t, enc = timing.repeat(lambda: encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS),
                                reps=max(reps, 5), warmup=1)
     ids = list(enc.ids)
-    room = int(loaded.facts.max_positions or 1 << 30) - len(ids) - 1
-    n_dec = max(0, min(int(n_decode), room))
-    prefills: list[float] = []
-    rows: list[list[float]] = []
-    last: generate.Stepper | None = None
-    total = warmup + reps
-    for i in range(total):
-        if progress is not None:
-            progress(i, total, len(ids))
-        s = generate.Stepper(loaded, ids, None, max_steps=n_dec + 1, record_attention=False, stop_at_eos=False)
-        s.run()
-        if i >= warmup:
-            prefills.append(float(s.ttft or 0.0))
-            rows.append(s.tpots)
-        last = s
-    if progress is not None:
-        progress(total, total, len(ids))
-    assert last is not None
-    medians = [float(np.median([r[j] for r in rows])) for j in range(n_dec)]
-    decode = timing.of([x for r in rows for x in r], warmup) if n_dec else timing.of([0.0])
-    toks, tot, _ = last.kv_arrays()
-    return DecodeRun(len(ids), n_dec, tok_t, timing.of(prefills, warmup), medians, decode, [int(x) for x in toks],
-                     int(tot[-1]), int(toks[-1]))
+    step = None if progress is None else (lambda done, total: progress(done, total, len(ids)))
+    m = generate.measure_tpot(loaded, ids, n_decode=n_decode, reps=reps, warmup=warmup, progress=step)
+    medians = [float(np.median([r[j] for r in m.runs])) for j in range(m.n_decode)]  # per step, over the timed runs
+    decode = m.decode if m.decode is not None else timing.of([0.0])
+    return DecodeRun(len(ids), m.n_decode, tok_t, m.prefill, medians, decode, list(m.kv_tokens), m.kv_bytes, m.kv_tokens[-1])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core.engine import attnview
 from core.engine.i18n import t
 from core.engine.tokens import position_label, rank_labels
 
@@ -43,30 +44,44 @@ def candidates(tokens: Sequence[str], probs: np.ndarray, sample_probs: np.ndarra
     return _layout(fig, t("generation.fig_candidates", lang))
 
 
-def attention_row(row: np.ndarray, tokens: Sequence[str], n_prompt: int, title: str, lang: str) -> go.Figure:
-    """One query's attention over every cached position ([T_total]); prompt vs generated coloured."""
-    x = np.arange(len(row))
-    colors = [PALETTE["prefill"] if i < n_prompt else PALETTE["decode"] for i in x]
-    fig = go.Figure(go.Bar(x=x, y=row.astype(np.float32), marker_color=colors, customdata=[position_label(tokens, i) for i in x],
-                           hovertemplate="%{customdata}: %{y:.4f}<extra></extra>"))
-    fig.update_xaxes(title=t("generation.cached_position", lang), tickmode="array", tickvals=x,
-                     ticktext=[position_label(tokens, i) for i in x] if len(x) <= 60 else None, tickangle=-60)
+def attention_row(row: np.ndarray, tokens: Sequence[str], n_prompt: int, title: str, lang: str,
+                  start: int | None = None) -> go.Figure:
+    """One query's attention over every cached position ([T_total]); prompt vs generated coloured. Past
+    ``attnview.CELLS`` positions: the whole row in summed blocks (``start`` None) or a window of exact
+    weights from ``start``; the title says which, every bar's token is in the hover."""
+    rb = attnview.row_bars(row, lambda p: position_label(tokens, p), start, most=12, lang=lang)
+    last = [rb.view.span(i)[1] for i in range(rb.view.n)]  # a block holding any generated key is coloured as generated
+    colors = [PALETTE["prefill"] if p < n_prompt else PALETTE["decode"] for p in last]
+    fig = go.Figure(go.Bar(x=rb.x, y=rb.y, width=rb.width, marker_color=colors, customdata=rb.hover,
+                           hovertemplate="%{customdata}: " + ("Σ w = " if rb.view.summed else "") + "%{y:.4f}<extra></extra>"))
+    fig.update_xaxes(title=t("generation.cached_position", lang))
+    if rb.tickvals is not None:
+        fig.update_xaxes(tickmode="array", tickvals=rb.tickvals, ticktext=rb.ticktext, tickangle=-60)
     fig.update_yaxes(title=t("generation.weight", lang), range=[0, 1])
-    return _layout(fig, title)
+    fig = _layout(fig, attnview.titled(title, rb.note))
+    if rb.note:
+        fig.update_layout(margin=dict(t=80))
+    return fig
 
 
-def prefill_matrix(mat: np.ndarray, tokens: Sequence[str], title: str, lang: str) -> go.Figure:
-    """The prefill's full [T, T] attention matrix of one layer/head (zero above the diagonal)."""
-    T = mat.shape[0]
-    labels = [position_label(tokens, i) for i in range(T)]
-    z = mat.astype(np.float32)
-    fig = go.Figure(go.Heatmap(z=z, x=list(range(T)), y=list(range(T)), colorscale="Blues", zmin=0, zmax=1,
-                               customdata=np.array([[f"{labels[r]} → {labels[c]}" for c in range(T)] for r in range(T)]),
-                               hovertemplate="%{customdata}: %{z:.4f}<extra></extra>"))
-    ticks = dict(tickmode="array", tickvals=list(range(T)), ticktext=labels) if T <= 40 else {}
-    fig.update_xaxes(title=t("generation.key_pos", lang), **ticks)
+def prefill_matrix(mat: np.ndarray, tokens: Sequence[str], title: str, lang: str, start: int | None = None) -> go.Figure:
+    """The prefill's [T, T] attention matrix of one layer/head (zero above the diagonal): whole and
+    exact up to ``attnview.CELLS`` positions; beyond, averaged blocks (``start`` None) or a window of
+    exact weights from ``start``. Ticks on every k-th position, every cell's tokens in the hover."""
+    view = attnview.view(np.asarray(mat, dtype=np.float32), start)
+    pos, labels = view.positions(), attnview.cell_labels(view, tokens)
+    fig = go.Figure(go.Heatmap(z=view.z, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=1,
+                               customdata=np.array([[f"{r} → {c}" for c in labels] for r in labels]),
+                               hovertemplate="%{customdata}: " + ("" if view.exact else t("attnview.mean_w", lang) + " = ") + "%{z:.4f}<extra></extra>"))
+    idx = attnview.tick_index(view.n, 12)
+    ticks = dict(tickmode="array", tickvals=[pos[i] for i in idx], ticktext=[labels[i] for i in idx])
+    fig.update_xaxes(title=t("generation.key_pos", lang), tickangle=-60, **ticks)
     fig.update_yaxes(title=t("generation.query_pos", lang), autorange="reversed", **ticks)
-    return _layout(fig, title, height=420)
+    note = attnview.note(view, lang)
+    fig = _layout(fig, attnview.titled(title, note), height=440)
+    if note:
+        fig.update_layout(margin=dict(t=80))
+    return fig
 
 
 def kv_growth(kv_tokens: np.ndarray, kv_bytes: np.ndarray, lang: str) -> go.Figure:
@@ -219,6 +234,26 @@ def output_curve(cumulative: Sequence[float], ttft: float, tpot: float, machine:
     fig.update_yaxes(title="s", rangemode="tozero")
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
     return _layout(fig, t("diagnose.fig_output_title", lang, machine=machine), height=380)
+
+
+def tpot_curve(points: Sequence[Any], fit: Any, machine: str, lang: str) -> go.Figure:
+    """One decode step's time (median, IQR as error bars, in ms) against the cache length it reads, with
+    the fitted straight line TPOT(n) = a + b·n."""
+    n = np.array([p.n_tokens for p in points], dtype=float)
+    med = np.array([p.decode.median for p in points]) * 1e3
+    lo = med - np.array([p.decode.q1 for p in points]) * 1e3
+    hi = np.array([p.decode.q3 for p in points]) * 1e3 - med
+    xs = np.linspace(0, float(n.max()), 60)
+    fig = go.Figure([
+        go.Scatter(x=n, y=med, mode="markers", name=t("diagnose.fig_tpot_measured", lang), marker=dict(size=9, color=PALETTE["decode"]),
+                   error_y=dict(type="data", array=hi, arrayminus=lo, visible=True)),
+        go.Scatter(x=xs, y=np.asarray(fit.predict(xs)) * 1e3, mode="lines", name=t("diagnose.fig_tpot_fit", lang),
+                   line=dict(dash="dash", color="#555")),
+    ])
+    fig.update_xaxes(title=t("diagnose.fig_cache_tokens", lang), rangemode="tozero")
+    fig.update_yaxes(title="ms", rangemode="tozero")
+    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, t("diagnose.fig_tpot_title", lang, machine=machine), height=380)
 
 
 def request_timeline(tokenise: float, prefill: float, steps: Sequence[float], machine: str, lang: str) -> go.Figure:

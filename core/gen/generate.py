@@ -417,6 +417,9 @@ class TpotMeasure:
     decode: Timing | None  # None when the context window leaves no room for a decode step
     n_prompt: int
     n_decode: int  # decode steps per run
+    runs: tuple[tuple[float, ...], ...] = ()  # per timed run, each decode step's seconds (the samples of ``decode``)
+    kv_tokens: tuple[int, ...] = ()  # the last run's cache positions after the prefill and after each step
+    kv_bytes: int = 0  # bytes the last run's cache tensors held at its end
 
     @property
     def prefill_per_token(self) -> float:
@@ -432,29 +435,42 @@ class TpotMeasure:
 
 
 def measure_tpot(loaded: LoadedModel, prompt_ids: Sequence[int], n_decode: int = TPOT_DECODE, reps: int = TPOT_REPS,
-                 warmup: int = TPOT_WARMUP, cfg: SamplingConfig | None = None) -> TpotMeasure:
+                 warmup: int = TPOT_WARMUP, cfg: SamplingConfig | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> TpotMeasure:
     """The TTFT and TPOT of ``prompt_ids`` on ``loaded``, measured the one way this app measures them.
 
     Both the stepper and the KV-cache page call this, so "TPOT" means the same number everywhere:
     ``warmup`` untimed runs, then ``reps`` runs of prefill + ``n_decode`` decode steps, with no
     attention recorded and the end token ignored (a step's cost does not depend on which token it is).
-    ``cfg``: the sampling settings (greedy by default), since choosing the token is part of a step."""
+    ``cfg``: the sampling settings (greedy by default), since choosing the token is part of a step.
+    ``progress(done, total)``: called before each run (warm-up included) and once at the end."""
     ids = [int(i) for i in prompt_ids]
     max_pos = int(loaded.facts.max_positions or 0) or 1 << 30
     n_dec = max(0, min(int(n_decode), max_pos - len(ids) - 1))
     prefills: list[float] = []
+    runs: list[tuple[float, ...]] = []
+    last: list[Stepper] = []  # the latest run, for what its cache held
+    total = warmup + reps
 
     def one_run() -> list[float]:
+        if progress is not None:
+            progress(len(prefills), total)
         s = Stepper(loaded, ids, cfg, max_steps=n_dec + 1, record_attention=False, stop_at_eos=False)
         s.run()
         prefills.append(float(s.ttft or 0.0))
+        runs.append(tuple(s.tpots))
+        last[:] = [s]
         return s.tpots
 
     decode = timing.gather(one_run, reps, warmup) if n_dec > 0 else None
     if decode is None:  # still time the prefill the same way
-        for _ in range(warmup + reps):
+        for _ in range(total):
             one_run()
-    return TpotMeasure(timing.of(prefills[warmup:], warmup), decode, len(ids), n_dec)
+    if progress is not None:
+        progress(total, total)
+    toks, held, _ = last[0].kv_arrays()
+    return TpotMeasure(timing.of(prefills[warmup:], warmup), decode, len(ids), n_dec, tuple(runs[warmup:]),
+                       tuple(int(x) for x in toks), int(held[-1]))
 
 
 def cost_prompt_ids(loaded: LoadedModel, n_prefill: int) -> list[int]:

@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import i18n
+from core.engine import attnview, i18n
 from core.engine.attnview import MapView
 from core.engine.tokens import position_label, visible
 
@@ -122,14 +122,18 @@ def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str]
     return fig
 
 
-def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang: str) -> go.Figure:
-    """One query position's weights over the keys it may see (0 … query)."""
-    n = query + 1
-    fig = go.Figure(go.Bar(x=list(range(n)), y=weights[:n], customdata=[position_label(tokens, j) for j in range(n)],
-                           hovertemplate="%{customdata}<br>w = %{y:.4f}<extra></extra>", marker_color="#0ea5e9"))
-    fig.update_layout(title=_t("heads.fig_query_title", lang, q=position_label(tokens, query)), xaxis_title=_t("heads.key_pos", lang),
-                      yaxis_title=_t("heads.weight", lang), height=340, margin=dict(t=50, b=40))
-    fig.update_xaxes(tickmode="array", tickvals=list(range(n)), ticktext=[position_label(tokens, j) for j in range(n)] if n <= 40 else None)
+def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang: str, start: int | None = None) -> go.Figure:
+    """One query position's weights over the keys it may see (0 … query): a bar per key up to
+    ``attnview.CELLS`` keys; beyond, the whole row in summed blocks (``start`` None) or a window of
+    exact weights from ``start``. Every bar's token (or block and its strongest key) is in the hover."""
+    rb = attnview.row_bars(weights[: query + 1], lambda p: position_label(tokens, p), start, lang=lang)
+    fig = go.Figure(go.Bar(x=rb.x, y=rb.y, width=rb.width, customdata=rb.hover, marker_color="#0ea5e9",
+                           hovertemplate="%{customdata}<br>" + ("Σ w" if rb.view.summed else "w") + " = %{y:.4f}<extra></extra>"))
+    fig.update_layout(title=attnview.titled(_t("heads.fig_query_title", lang, q=position_label(tokens, query)), rb.note),
+                      xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.weight", lang), height=360,
+                      margin=dict(t=70 if rb.note else 50, b=40))
+    if rb.tickvals is not None:
+        fig.update_xaxes(tickmode="array", tickvals=rb.tickvals, ticktext=rb.ticktext, tickangle=-45)
     return fig
 
 

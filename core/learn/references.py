@@ -114,7 +114,8 @@ PROVENANCE_FACTS = ("name", "model_type", "n_params", "n_layers", "n_heads", "n_
 
 def provenance_rows(facts: dict, source: str) -> list[tuple[str, str]]:
     """(fact, value) rows describing the model behind every number: its config facts, where the
-    weights were loaded from, and the library versions."""
+    weights were loaded from (``source``: the public description, ``LoadedModel.public_source``, never a
+    server path), and the library versions."""
     rows = [(k, f"{facts[k]:,}" if isinstance(facts.get(k), int) and not isinstance(facts.get(k), bool) else str(facts.get(k)))
             for k in PROVENANCE_FACTS if k in facts]
     rows.append(("source", source))

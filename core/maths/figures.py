@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import i18n
+from core.engine import attnview, i18n
 from core.engine.types import HeadGeometry
 from core.maths.attention import kv_sharing_matrix
 
@@ -33,11 +33,24 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
 
 
+def _ticks(labels: Sequence[object], most: int = attnview.TICKS) -> dict:
+    """An array axis labelled on every k-th cell only (at most ``most`` labels): the rest are in the hover."""
+    idx = attnview.tick_index(len(labels), most)
+    return dict(tickmode="array", tickvals=idx, ticktext=[str(labels[i]) for i in idx])
+
+
+def _cell_names(row_labels: Sequence[object], col_labels: Sequence[object]) -> list[list[str]]:
+    """"row → column" per cell, for the hover (the labels a thinned axis leaves out)."""
+    return [[f"{r} → {c}" for c in col_labels] for r in row_labels]
+
+
 def matrix_figure(
     values: np.ndarray, title: str, row_labels: Sequence[str], col_labels: Sequence[str], lang: str,
-    *, xlabel_key: str = "maths.key_pos", ylabel_key: str = "maths.query_pos", zmid: float | None = None,
+    *, xlabel_key: str = "maths.key_pos", ylabel_key: str = "maths.query_pos", zmid: float | None = None, note: str = "",
 ) -> go.Figure:
-    """A heatmap with every value written in its cell; −∞ cells are grey and say −∞."""
+    """A heatmap with every value written in its cell; −∞ cells are grey and say −∞. Many columns (or
+    rows): a label on every k-th only (``attnview.tick_index``), every cell's labels in the hover.
+    ``note``: the line under the title saying what the cells are (an overview, a window)."""
     z = np.asarray(values, dtype=np.float64)
     z = np.atleast_2d(z)
     shown = np.where(np.isfinite(z), z, np.nan)  # −∞ has no colour: left blank (grey background)
@@ -49,15 +62,15 @@ def matrix_figure(
         go.Heatmap(
             z=shown, x=cols, y=rows, text=text, texttemplate="%{text}" if z.size <= 400 and not wide else None,
             colorscale="RdBu" if zmid is not None else _BLUES, zmid=zmid, reversescale=zmid is not None,
-            hovertemplate="%{y} → %{x}: %{text}<extra></extra>",
+            customdata=_cell_names(row_labels, col_labels), hovertemplate="%{customdata}: %{text}<extra></extra>",
         )
     )
-    fig.update_xaxes(title=_t(xlabel_key, lang), tickmode="array", tickvals=cols, ticktext=list(col_labels),
-                     side="bottom" if wide else "top", tickangle=-60 if wide else None)
-    fig.update_yaxes(title=_t(ylabel_key, lang), tickmode="array", tickvals=rows, ticktext=list(row_labels), autorange="reversed")
-    fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(200, 120 + 34 * z.shape[0])),
-                      margin=dict(l=10, r=10, t=60 if wide else 105, b=10),
-                      plot_bgcolor="#e5e5e5")
+    fig.update_xaxes(title=_t(xlabel_key, lang), side="bottom" if wide else "top", tickangle=-60 if wide else None, **_ticks(col_labels))
+    fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels))
+    top = 60 if wide else 105
+    fig.update_layout(title=dict(text=attnview.titled(title, note), y=0.995, yanchor="top"),
+                      height=min(720, max(200, 120 + 34 * z.shape[0])) + (25 if note else 0),
+                      margin=dict(l=10, r=10, t=top + (25 if note else 0), b=10), plot_bgcolor="#e5e5e5")
     return fig
 
 
@@ -72,12 +85,14 @@ def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labe
     hid = np.atleast_2d(np.asarray(masked, dtype=bool))
     rows, cols = list(range(w.shape[0])), list(range(w.shape[1]))
     text = [["×" if hid[i, j] else _fmt(w[i, j]) for j in cols] for i in rows]
-    small = w.size <= 400
+    small = w.size <= 400 and w.shape[1] <= 20  # a number per cell only where it fits (a long row: in the hover)
+    names = _cell_names(row_labels, col_labels)
     fig = go.Figure([
         go.Heatmap(z=np.where(hid, np.nan, w), x=cols, y=rows, text=text, colorscale=_BLUES, zmin=0.0, zmax=1.0,
-                   colorbar=dict(title="w"), xgap=1, ygap=1, hovertemplate="%{y} → %{x}: %{text}<extra></extra>"),
+                   colorbar=dict(title="w"), xgap=1, ygap=1, customdata=names, hovertemplate="%{customdata}: %{text}<extra></extra>"),
         go.Heatmap(z=np.where(hid, 1.0, np.nan), x=cols, y=rows, colorscale=[[0, _MASKED_GREY], [1, _MASKED_GREY]], showscale=False,
-                   xgap=1, ygap=1, hovertemplate="%{y} → %{x}: " + _t("attention_lab.masked", lang) + "<extra></extra>"),
+                   xgap=1, ygap=1, customdata=names,
+                   hovertemplate="%{customdata}: " + _t("attention_lab.masked", lang) + "<extra></extra>"),
     ])
     if small:  # each cell's number in a colour that reads on its own background (dark on pale, white on dark)
         ii, jj = np.meshgrid(rows, cols, indexing="ij")
@@ -85,8 +100,8 @@ def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labe
         fig.add_trace(go.Scatter(x=jj.ravel(), y=ii.ravel(), mode="text", text=[text[i][j] for i, j in zip(ii.ravel(), jj.ravel())],
                                  textfont=dict(color=np.where(dark, "white", "#111827").ravel().tolist(), size=14),
                                  hoverinfo="skip", showlegend=False))
-    fig.update_xaxes(title=_t("maths.key_pos", lang), tickmode="array", tickvals=cols, ticktext=list(col_labels), side="top")
-    fig.update_yaxes(title=_t("maths.query_pos", lang), tickmode="array", tickvals=rows, ticktext=list(row_labels), autorange="reversed")
+    fig.update_xaxes(title=_t("maths.key_pos", lang), side="top", **_ticks(col_labels))
+    fig.update_yaxes(title=_t("maths.query_pos", lang), autorange="reversed", **_ticks(row_labels))
     fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(200, 120 + 34 * w.shape[0])),
                       margin=dict(l=10, r=10, t=105, b=10), plot_bgcolor="#ffffff")
     return fig
@@ -123,17 +138,25 @@ def _pow10(e: int) -> str:
     return "10" + str(e).translate(_SUP)
 
 
-def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence[str], lang: str) -> go.Figure:
-    """One query row: the calculator's weights beside the model's own (bars)."""
-    x = list(range(len(mine)))
+def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence[str], lang: str,
+                       start: int | None = None) -> go.Figure:
+    """One query row: the calculator's weights beside the model's own (bars). Past ``attnview.CELLS``
+    keys: the whole row in summed blocks (``start`` None) or a window of exact weights from ``start``;
+    the title says which, every bar's key (or block and its strongest key) is in the hover."""
+    label_of = col_labels.__getitem__
+    a = attnview.row_bars(mine, label_of, start, lang=lang)
+    b = attnview.row_bars(model, label_of, start, lang=lang)
+    tip = "%{customdata}<br>" + ("Σ w" if a.view.summed else "w") + " = %{y:.4f}<extra>%{fullData.name}</extra>"
     fig = go.Figure([
-        go.Bar(x=x, y=mine, name=_t("attention_lab.fig_mine", lang)),
-        go.Bar(x=x, y=model, name=_t("attention_lab.fig_model", lang)),
+        go.Bar(x=a.x, y=a.y, customdata=a.hover, name=_t("attention_lab.fig_mine", lang), hovertemplate=tip),
+        go.Bar(x=b.x, y=b.y, customdata=b.hover, name=_t("attention_lab.fig_model", lang), hovertemplate=tip),
     ])
-    fig.update_xaxes(title=_t("maths.key_pos", lang), tickmode="array", tickvals=x, ticktext=list(col_labels))
+    fig.update_xaxes(title=_t("maths.key_pos", lang))
+    if a.tickvals is not None:
+        fig.update_xaxes(tickmode="array", tickvals=a.tickvals, ticktext=a.ticktext, tickangle=-45 if len(a.x) > 8 else None)
     fig.update_yaxes(title=_t("attention_lab.fig_weight", lang), range=[0, 1.02])
-    fig.update_layout(barmode="group", title=_t("attention_lab.fig_compare", lang), height=320,
-                      margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h", y=1.12))
+    fig.update_layout(barmode="group", title=attnview.titled(_t("attention_lab.fig_compare", lang), b.note), height=340,
+                      margin=dict(l=10, r=10, t=70 if b.note else 50, b=10), legend=dict(orientation="h", y=1.12))
     return fig
 
 
@@ -163,12 +186,11 @@ def mask_figure(visible: np.ndarray, title: str, lang: str, *, additive: bool = 
     fig = go.Figure(go.Heatmap(
         z=vis.astype(float), x=cols, y=rows, text=text, texttemplate="%{text}" if vis.size <= 900 else None,
         colorscale=_MASK_COLOURS, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
-        hovertemplate="%{y} → %{x}: %{text}<extra></extra>",
+        customdata=_cell_names(row_labels if row_labels is not None else rows, col_labels if col_labels is not None else cols),
+        hovertemplate="%{customdata}: %{text}<extra></extra>",
     ))
-    fig.update_xaxes(title=_t(xlabel_key, lang), tickmode="array", tickvals=cols,
-                     ticktext=list(col_labels) if col_labels is not None else cols, side="top")
-    fig.update_yaxes(title=_t(ylabel_key, lang), tickmode="array", tickvals=rows,
-                     ticktext=list(row_labels) if row_labels is not None else rows, autorange="reversed")
+    fig.update_xaxes(title=_t(xlabel_key, lang), side="top", **_ticks(col_labels if col_labels is not None else cols))
+    fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels if row_labels is not None else rows))
     size = max(200, min(560, 90 + 36 * vis.shape[0]))
     fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=size + 20, margin=dict(l=10, r=10, t=110, b=10))
     return fig

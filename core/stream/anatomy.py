@@ -6,8 +6,8 @@ Two sources, one vocabulary:
   a role (embeddings, attention q/k/v/o, MLP, norms, LM head); the parts sum exactly to
   ``model.num_parameters()`` (a tied LM head shares the embedding tensor, so it adds nothing);
 * a pasted ``config.json``: ``analyse_config`` reads the same checklist and ``estimate_params``
-  counts the parameters from the shapes alone (Llama-style and GPT-2-style blocks), e.g.
-  Qwen2.5-0.5B-Instruct → 494,032,768, its published count.
+  counts the parameters from the shapes alone (``core.engine.budget``'s count, the one the loader
+  checks a model's size with), e.g. Qwen2.5-0.5B-Instruct → 494,032,768, its published count.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.engine import budget
 from core.engine import config as cfgread
 from core.engine.i18n import t
 from core.engine.numbers import human_bytes
@@ -45,8 +46,6 @@ QWEN25_05B_CONFIG: dict[str, Any] = {
 }
 QWEN25_05B_PARAMS = 494_032_768  # published count, embeddings included
 
-# Model types whose MLP is the classic two-matrix one (no gate) and whose norms are LayerNorm.
-UNGATED_TYPES = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "codegen", "starcoder2", "gpt_bigcode"}
 REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 
 
@@ -169,12 +168,10 @@ class ConfigReport:
     norm_placement: str
     tied_embeddings: bool
     gated_mlp: bool
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
     sliding_window: int | None
     n_experts: int | None
     notes: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the validated config it reads
 
     @property
     def geometry(self) -> HeadGeometry:
@@ -233,13 +230,11 @@ def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
     Hkv = cfgread.pos_int(cfg, "num_key_value_heads", H)  # absent → one KV head per query head (MHA)
     head_dim = cfgread.head_size(cfg, d, H)
     cfgread.check_heads(H, Hkv, head_dim, cfgread.pos_int(cfg, "num_hidden_layers"))
-    gated = _flag(cfg, "mlp_gated", mt not in UNGATED_TYPES and "n_embd" not in cfg)
+    gated = _flag(cfg, "mlp_gated", mt not in budget.UNGATED_TYPES and "n_embd" not in cfg)
     ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
     theta, rope_type = cfgread.rope(cfg)
-    ln = mt in UNGATED_TYPES or any(k in cfg for k in ("layer_norm_epsilon", "layer_norm_eps", "layernorm_epsilon"))
+    ln = mt in budget.UNGATED_TYPES or any(k in cfg for k in budget.LAYER_NORM_KEYS)
     sw = cfgread.opt_int(cfg, "sliding_window") if _flag(cfg, "use_sliding_window", True) else None
-    qkv_bias = _flag(cfg, "attention_bias", mt == "qwen2")  # Qwen2 always has q/k/v biases
-    o_bias = _flag(cfg, "attention_bias", False) and mt != "qwen2"
     return ConfigReport(
         model_type=mt,
         vocab_size=cfgread.pos_int(cfg, "vocab_size"),
@@ -256,13 +251,11 @@ def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
         norm_type="LayerNorm" if ln else "RMSNorm",
         # every HF decoder-only family read here normalises before the sub-layer; the toy may not
         norm_placement=cfgread.text(cfg.get("norm_placement"), "norm_placement") or "pre-norm",
-        tied_embeddings=_flag(cfg, "tie_word_embeddings", mt in UNGATED_TYPES),
+        tied_embeddings=_flag(cfg, "tie_word_embeddings", mt in budget.UNGATED_TYPES),
         gated_mlp=gated,
-        qkv_bias=qkv_bias,
-        o_bias=o_bias,
-        mlp_bias=_flag(cfg, "mlp_bias", False),
         sliding_window=sw,
         n_experts=cfgread.n_experts(cfg),
+        config=cfg,
     )
 
 
@@ -271,35 +264,12 @@ def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
     return default if v is None else v
 
 
-def estimate_params(r: ConfigReport, n_positions: int | None = None) -> dict[str, int]:
-    """Parameters per role from the config's shapes alone (no weights needed).
-
-    Llama-style: q/k/v/o (+ biases where the family has them), gate/up/down, two RMSNorm gains
-    per block and one final, an LM head unless tied. GPT-2-style (ungated): fused qkv with bias,
-    two-matrix MLP with biases, LayerNorm gain and bias, learned positions. MoE is not counted.
-    """
-    d, L, V, ff = r.hidden_size, r.num_hidden_layers, r.vocab_size, r.intermediate_size
-    q_out, kv_out = r.num_attention_heads * r.head_dim, r.num_key_value_heads * r.head_dim
-    norm_size = 2 * d if r.norm_type == "LayerNorm" else d  # LayerNorm has a bias too
-    out: dict[str, int] = {"embed": V * d}
-    if r.gated_mlp:
-        out["attn_q"] = L * (d * q_out + (q_out if r.qkv_bias else 0))
-        out["attn_k"] = L * (d * kv_out + (kv_out if r.qkv_bias else 0))
-        out["attn_v"] = L * (d * kv_out + (kv_out if r.qkv_bias else 0))
-        out["attn_o"] = L * (q_out * d + (d if r.o_bias else 0))
-        out["mlp_gate"] = L * (d * ff + (ff if r.mlp_bias else 0))
-        out["mlp_up"] = L * (d * ff + (ff if r.mlp_bias else 0))
-        out["mlp_down"] = L * (ff * d + (d if r.mlp_bias else 0))
-    else:
-        out["pos_embed"] = (n_positions or r.max_position_embeddings or 0) * d
-        out["attn_qkv"] = L * (d * (q_out + 2 * kv_out) + q_out + 2 * kv_out)
-        out["attn_o"] = L * (q_out * d + d)
-        out["mlp_up"] = L * (d * ff + ff)
-        out["mlp_down"] = L * (ff * d + d)
-    out["norm"] = (2 * L + 1) * norm_size
-    if not r.tied_embeddings:
-        out["lm_head"] = V * d
-    return out
+def estimate_params(r: ConfigReport) -> dict[str, int]:
+    """Parameters per role from the config's shapes alone (no weights needed): ``core.engine.budget``'s
+    count, the one the loader sizes a model with, in ``ROLES``'s vocabulary (so it reads beside
+    ``param_breakdown``). Llama- and GPT-2-style blocks, biases where the family has them, an LM head
+    unless tied; a mixture-of-experts MLP once per expert, plus the router."""
+    return budget.estimate_params(r.config)
 
 
 # A pasted config reads as a known model when its family, width and depth are that model's: the paste

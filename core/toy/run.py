@@ -18,10 +18,13 @@ from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.tokenizer import ByteTokenizer
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "toy"
+ROOT = Path(__file__).resolve().parents[2]
+ASSETS = ROOT / "assets" / "toy"
 WEIGHTS_FILE = "toy.safetensors"
 CONFIG_FILE = "config.json"
 LOSS_FILE = "loss_curve.json"
+# Where the trained toy comes from, as a page or an exported trace says it (no server path).
+TOY_SOURCE = f"the toy transformer trained by make toy (assets/toy/{WEIGHTS_FILE}, shipped with the app)"
 
 
 def facts_of(model: ToyTransformer, name: str = TOY_ID) -> ModelFacts:
@@ -52,13 +55,27 @@ def load_trained(progress: Callable[[float, str], None] | None = None, folder: P
     try:
         cfg = ToyConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
         state = load_file(str(folder / WEIGHTS_FILE))
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"the toy's weights are missing or broken in {folder} ({e}); run `make toy`.") from None
+    except (OSError, ValueError, TypeError, KeyError) as e:  # missing, unreadable, or not the toy's config
+        where = _where(folder)
+        error = f"{type(e).__name__}: {e}"
+        for full in sorted({str(folder.resolve()), str(folder)}, key=len, reverse=True):
+            error = error.replace(full, where)
+        error = " ".join(error.replace("`", "ˋ").split())[:300]
+        raise ModelLoadError("toy_broken", where=f"`{where}`", error=f"`{error}`") from None
     model = ToyTransformer(cfg)
     model.load_state_dict(state, strict=False)  # strict=False: a tied lm_head is not stored twice
     if progress:
         progress(1.0, "ready")
-    return wrap(model, f"assets/toy/{WEIGHTS_FILE} (trained by core/train_toy.py)")
+    return wrap(model, TOY_SOURCE)
+
+
+def _where(folder: Path) -> str:
+    """``folder`` as a message may name it: inside the app, relative to it (``assets/toy``); elsewhere,
+    its name alone (a server path is never shown)."""
+    try:
+        return folder.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return folder.name
 
 
 def load_loss_curve(folder: Path = ASSETS) -> dict[str, Any]:

@@ -6,6 +6,10 @@ bytes, 苹‹E8›), optionally its position before it and its id under it. The 
 character are framed together, with the character over the frame. Text is always HTML-escaped. ``kinds`` colours a chip by where the
 token came from: the user's text (rotating pastels, so neighbours are told apart), the chat
 template (dotted grey) or a special token (dashed red).
+
+A long prompt (thousands of tokens) is shown a page at a time: ``show_page`` draws at most ``PAGE``
+chips from a start the user picks (in the URL as ``chips``), with a line saying which tokens of how
+many these are; a chip at the page's edge keeps the character it shares with its neighbour outside.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from typing import Any
 
 import streamlit as st
 
-from core.engine.tokens import byte_groups, is_byte_label, token_labels, visible
+from core.engine.tokens import TokenWindow, byte_groups, is_byte_label, token_labels, visible
+from core.engine.tokens import window as token_window
+from core.web import ui, widgets
+
+PAGE = 256  # the most chips one page shows: a 4,096-token prompt is 16 pages, never one wall of chips
 
 PASTELS = ("#fde68a", "#bfdbfe", "#bbf7d0", "#fbcfe8", "#ddd6fe", "#fed7aa", "#a5f3fc")
 KIND_STYLE = {
@@ -54,10 +62,11 @@ def chips_html(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, kinds
     generation prompt, or the token just appended); ``limit``: at most this many chips, then "… +N".
     Neighbouring byte tokens of one character are framed together under that character. ``colours``: a
     background per token (``#rrggbb`` or ``rgba(…)``) instead of the pastels, e.g. a score's colour."""
-    pieces = list(pieces)
-    n = len(pieces)
+    seq = pieces if isinstance(pieces, TokenWindow) else list(pieces)  # a window keeps its neighbours for the labels
+    n = len(seq)
     shown = n if limit is None else min(n, limit)
-    labels = token_labels(pieces[: min(n, shown + 3)])[:shown]  # 3 more: a character cut by the limit still decodes
+    labels = token_labels(seq[: min(n, shown + 3)])[:shown]  # 3 more: a character cut by the limit still decodes
+    pieces = list(seq)
     groups = {a: (b, text) for a, b, text in byte_groups(pieces[:shown])}
     out: list[str] = []
     end_group = -1
@@ -92,3 +101,34 @@ def kinds_from_special(special: Sequence[bool]) -> list[str]:
 def show(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, where: Any = None, **kw: Any) -> None:
     """Draw the chips (``where``: a container; the main area by default)."""
     (where or st).markdown(chips_html(pieces, ids, **kw), unsafe_allow_html=True)
+
+
+def page_bounds(n: int, start: int, size: int = PAGE) -> tuple[int, int]:
+    """The page [a, b) of ``n`` tokens that starts at ``start`` (clamped into the sequence; the last page may be short)."""
+    a = max(0, min(int(start), n - 1))
+    return a, min(n, a + max(1, int(size)))
+
+
+def _cut(values: Sequence[Any] | None, a: int, b: int) -> list[Any] | None:
+    return None if values is None else list(values[a:b])
+
+
+def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: str, where: Any = None, size: int = PAGE,
+              param: str = "chips", kinds: Sequence[str] | None = None, titles: Sequence[str] | None = None,
+              colours: Sequence[str] | None = None, framed_tail: int = 0, **kw: Any) -> tuple[int, int]:
+    """The chips of a sequence of any length: all of them up to ``size``; beyond, ``size`` at a time
+    from a start the user picks (a number input, in the URL as ``param``) and a line "tokens a–b of N".
+    Positions are numbered in the whole sequence; per-token lists (ids, kinds, titles, colours) are cut
+    to the page, and ``framed_tail`` still frames the sequence's last chips. Returns the page [a, b)."""
+    n = len(pieces)
+    box = where or st
+    if n <= size:
+        show(pieces, ids, where=box, kinds=kinds, titles=titles, colours=colours, framed_tail=framed_tail, **kw)
+        return 0, n
+    first = widgets.number_url(ui.t("chips.start"), 0, n - 1, 0, key=f"{key}_chips_start", param=param, where=box, step=size)
+    a, b = page_bounds(n, first, size)
+    kw["positions"] = True  # a page of a longer sequence: each chip says where it stands
+    box.caption(ui.t("chips.range", a=f"{a:,}", b=f"{b - 1:,}", T=f"{n:,}"))
+    show(token_window(pieces, a, b), _cut(ids, a, b), where=box, kinds=_cut(kinds, a, b), titles=_cut(titles, a, b),
+         colours=_cut(colours, a, b), framed_tail=max(0, framed_tail - (n - b)), start=a, **kw)
+    return a, b

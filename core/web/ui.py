@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from core.engine import i18n
+from core.engine.hf import hide_paths
 from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, encode, has_chat_template
 from core.engine.trace import LayerDetail, Trace
@@ -86,10 +88,24 @@ def model_label() -> str:
 
 
 def load_error_text(e: Exception, spec: str) -> str:
-    """A load failure as a sentence; for an offered model the operator's folder is named by its id."""
-    msg = str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"
-    mid = offered().id_for(spec)
-    return msg.replace(spec, mid) if mid and mid != spec else msg
+    """A load failure as a sentence in the user's language (a ModelLoadError's code picks it; one whose
+    code has no sentence is said as ``str(e)``). Never a server path: an offered model's folder is named
+    by its id, any other folder by its name, the server account's home folder ``~`` (``hide_paths``)."""
+    if isinstance(e, ModelLoadError):
+        msg = e.text(lang()) if e.known else str(e)
+    else:  # not the loader's refusal: whatever it says, said without paths
+        msg = f"{type(e).__name__}: {e}"
+    shown = offered().id_for(spec) or (Path(spec).name if spec.startswith(("/", "~", ".")) else spec)
+    if spec and shown != spec:
+        msg = msg.replace(spec, shown)
+    return hide_paths(msg)
+
+
+def model_source(loaded: LoadedModel) -> str:
+    """Where ``loaded`` came from, as a page says it (never a server path): the offered id of the model in
+    use, else its own public source (``LoadedModel.public_source`` decides)."""
+    mid = model_id()
+    return loaded.public_source(mid if offered().spec(mid) == loaded.spec else None)
 
 
 def link_prompt() -> tuple[str, int | None]:

@@ -174,20 +174,25 @@ def config_error(e: ConfigError) -> None:
     st.error(ui.t(f"anatomy.err_{e.code}", detail=code(e.detail)))
 
 
-def map_window(key: str, n_tokens: int, cells: int = attnview.CELLS) -> int | None:
+def map_window(key: str, n_tokens: int, cells: int = attnview.CELLS, *, param: str = "win", kind: str = "map",
+               where: Any = None) -> int | None:
     """For a prompt longer than ``cells``: the whole map averaged, or a window of exact weights from a
-    chosen start (in the URL as ``win``). Returns the window's start, or None for the overview."""
+    chosen start (in the URL as ``param``, ``win`` by default). Returns the window's start, or None for
+    the overview. ``kind``: "map" (a [T, T] map), "row" (one query's weights: summed bars) or "strip"
+    (per-position values: averaged columns) — only the words of the choice differ."""
     if n_tokens <= cells:
         return None
     hi = n_tokens - cells
-    url = st.query_params.get("win")
+    url = st.query_params.get(param)
     default_mode = "window" if url not in (None, "") else "overview"
-    c1, c2 = st.columns([1, 2])
+    c1, c2 = (where or st).columns([1, 2])
+    suffix = "" if kind == "map" else f"_{kind}"
+    names = {m: ui.t(f"attnview.mode_{m}{suffix}") for m in ("overview", "window")}  # fixed now: this run's language
     mode = c1.radio(ui.t("attnview.mode"), ["overview", "window"], index=0 if default_mode == "overview" else 1,
-                    format_func=ui.fmt("attnview.mode_{}"), key=f"{key}_mapmode")
+                    format_func=names.get, key=f"{key}_mapmode")
     if mode == "overview":
-        ui.set_qp(win=None)
+        ui.set_qp(**{param: None})
         return None
-    start = int_slider(ui.t("attnview.start"), 0, hi, ui.qp_int("win", hi, 0, hi), key=f"{key}_win", where=c2, step=1)
-    ui.set_qp(win=start)
+    start = int_slider(ui.t("attnview.start"), 0, hi, ui.qp_int(param, hi, 0, hi), key=f"{key}_win", where=c2, step=1)
+    ui.set_qp(**{param: start})
     return start

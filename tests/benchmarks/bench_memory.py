@@ -15,18 +15,15 @@ Last line: ``rss_after_50_gb=<x>`` (target ≤ 1.6 with the embedded model).
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import socket
-import subprocess
-import sys
+import functools
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from tests import browser_helpers
+
+# the browser tests' wait, with this benchmark's patience: a long wait, a shorter quiet time
+settle = functools.partial(browser_helpers.settle, timeout=300, quiet=1.0, poll=0.2)
 
 
 def rss_gb(pid: int) -> float:
@@ -36,95 +33,54 @@ def rss_gb(pid: int) -> float:
     return float("nan")
 
 
-def free_port(start: int = 8700) -> int:
-    for port in range(start, start + 200):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise RuntimeError("no free port")
-
-
-def settle(page, timeout: float = 300, quiet: float = 1.0) -> None:
-    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
-    deadline, since = time.time() + timeout, None
-    while time.time() < deadline:
-        state = page.evaluate("() => document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')")
-        if state == "notRunning":
-            since = since or time.time()
-            if time.time() - since >= quiet:
-                return
-        else:
-            since = None
-        time.sleep(0.2)
-    raise TimeoutError("the app did not settle")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=50)
     ap.add_argument("--ttl", type=int, default=30, help="server.disconnectedSessionTTL for this run, in seconds")
     a = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
-                             "--server.disconnectedSessionTTL", str(a.ttl)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
     peak = [0.0]
     stop = threading.Event()
 
-    def sample() -> None:
-        while not stop.is_set():
-            try:
-                peak[0] = max(peak[0], rss_gb(proc.pid))
-            except OSError:
-                return
-            time.sleep(0.2)
+    with browser_helpers.streamlit_server(8700, ("--server.disconnectedSessionTTL", str(a.ttl)), start_s=300) as app:
+        base, proc = app.base, app.proc
 
-    try:
-        for _ in range(300):
-            try:
-                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
-                    break
-            except OSError:
-                time.sleep(0.5)
-        threading.Thread(target=sample, daemon=True).start()
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(base)
-            settle(page)
-            print(f"after start-up and the first page: {rss_gb(proc.pid):.2f} GB")
-            t0 = time.time()
-            seen = 0
-            for i in range(a.prompts):
-                box = page.locator("textarea").first  # the sidebar's shared prompt box
-                text = f"Prompt {i}: the {i}th student asks why attention needs {i % 7 + 2} heads and a KV cache."
-                box.fill(text)
-                box.press("Control+Enter")
-                settle(page)
-                seen += page.locator("code").filter(has_text=f"Prompt {i}:").count() > 0  # the journey's stage 1 shows the text
-                if i % 10 == 9:
-                    page.goto(f"{base}/heads")
-                    settle(page)
-                    page.goto(base)
-                    settle(page)
-            print(f"{a.prompts} prompts ({seen} confirmed traced on the page) in {time.time() - t0:.0f} s; RSS now {rss_gb(proc.pid):.2f} GB, peak {peak[0]:.2f} GB")
-            after = rss_gb(proc.pid)
-            browser.close()
-        time.sleep(a.ttl + 15)
-        print(f"after the browser closed and {a.ttl + 15} s: {rss_gb(proc.pid):.2f} GB")
-        print(f"rss_peak_gb={peak[0]:.2f}")
-        print(f"rss_after_50_gb={after:.2f}")
-    finally:
-        stop.set()
-        proc.terminate()
+        def sample() -> None:
+            while not stop.is_set():
+                try:
+                    peak[0] = max(peak[0], rss_gb(proc.pid))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            threading.Thread(target=sample, daemon=True).start()
+            with browser_helpers.chromium() as browser:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(base)
+                settle(page)
+                print(f"after start-up and the first page: {rss_gb(proc.pid):.2f} GB")
+                t0 = time.time()
+                seen = 0
+                for i in range(a.prompts):
+                    box = page.locator("textarea").first  # the sidebar's shared prompt box
+                    text = f"Prompt {i}: the {i}th student asks why attention needs {i % 7 + 2} heads and a KV cache."
+                    box.fill(text)
+                    box.press("Control+Enter")
+                    settle(page)
+                    seen += page.locator("code").filter(has_text=f"Prompt {i}:").count() > 0  # the journey's stage 1 shows the text
+                    if i % 10 == 9:
+                        page.goto(f"{base}/heads")
+                        settle(page)
+                        page.goto(base)
+                        settle(page)
+                print(f"{a.prompts} prompts ({seen} confirmed traced on the page) in {time.time() - t0:.0f} s; RSS now {rss_gb(proc.pid):.2f} GB, peak {peak[0]:.2f} GB")
+                after = rss_gb(proc.pid)
+            time.sleep(a.ttl + 15)
+            print(f"after the browser closed and {a.ttl + 15} s: {rss_gb(proc.pid):.2f} GB")
+            print(f"rss_peak_gb={peak[0]:.2f}")
+            print(f"rss_after_50_gb={after:.2f}")
+        finally:
+            stop.set()
 
 
 if __name__ == "__main__":
