@@ -102,7 +102,7 @@ def render() -> None:
     try:
         loaded = cache.get_model(TOY_ID)
     except Exception as e:  # e.g. assets/toy/ missing: say so, never a traceback
-        return st.error(ui.t("err.model_load", msg=str(e)))
+        return st.error(ui.t("err.model_load", msg=ui.load_error_text(e, TOY_ID)))
     _config_section(loaded, lang)
     _sites_section(lang)
     _order_section(lang)

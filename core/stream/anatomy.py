@@ -319,8 +319,8 @@ def estimate_config(report: ConfigReport) -> Estimate:
 def config_of(loaded: LoadedModel) -> dict[str, Any]:
     """The loaded model's config as a dict: HF's own, or one rebuilt from its facts (the toy)."""
     cfg = getattr(loaded.model, "config", None)
-    if hasattr(cfg, "to_dict"):
-        return cfg.to_dict()
+    if hasattr(cfg, "to_dict"):  # without the folder it was loaded from: a page never shows a server path
+        return {k: v for k, v in cfg.to_dict().items() if k != "_name_or_path"}
     f = loaded.facts
     return {
         "model_type": f.model_type, "vocab_size": f.vocab_size, "hidden_size": f.d_model,

