@@ -80,6 +80,24 @@ def tiny_loaded(tiny_dirs):
     return {a: load_model(str(d)) for a, d in tiny_dirs.items()}
 
 
+def app_run(stem: str | None = None, /, **query: str):
+    """The app (router and sidebar included) run once by AppTest, as a shared link opens it: on the page
+    ``stem`` (pages/<stem>.py; the default page without one), with ``query`` as the URL's query parameters."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    for k, v in query.items():
+        at.query_params[k] = v
+    if stem is not None:
+        at.switch_page(f"pages/{stem}.py")
+    return at.run()
+
+
+def all_text(at) -> str:
+    """Everything an AppTest run sent to the browser (every element's protobuf, main area and sidebar)."""
+    return "\n".join(str(getattr(node, "proto", "")) for node in at._tree)
+
+
 @pytest.fixture(autouse=True)
 def _navigation_pages_only(monkeypatch):
     """AppTest resets Streamlit's old 'pages/ folder = automatic multipage app' flag before every

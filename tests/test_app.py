@@ -10,7 +10,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, app_run
 from core import backends
 from core.engine import i18n
 from core.web.nav import STEMS
@@ -46,9 +46,7 @@ def test_journey_is_registered():
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_every_page_runs_without_exception(lang):
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.query_params["lang"] = lang
-    at.run()
+    at = app_run(lang=lang)
     assert not at.exception, [e.value for e in at.exception]
     failures = {}
     for stem in registered_pages():
@@ -62,8 +60,7 @@ def test_every_page_runs_without_exception(lang):
 
 
 def test_journey_shows_the_real_trace_in_both_languages():
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.run()
+    at = app_run()
     text = " ".join(m.value for m in at.markdown)
     assert "3575" in text and "capital" in text  # the real token id of " capital" in SmolLM2's vocabulary
     assert at.title[0].value == "The journey of a sentence"
@@ -73,8 +70,7 @@ def test_journey_shows_the_real_trace_in_both_languages():
 
 
 def test_choosing_a_layer_never_runs_the_model_again():
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.run()
+    at = app_run()
     before = backends.FORWARD_PASSES
     slider = at.slider(key="journey_layer")
     for layer in (0, 7, 29):
@@ -85,8 +81,7 @@ def test_choosing_a_layer_never_runs_the_model_again():
 
 
 def test_empty_prompt_gives_a_hint_and_no_model_call():
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.run()
+    at = app_run()
     before = backends.FORWARD_PASSES
     at.text_area(key="prompt").set_value("   ").run()
     assert not at.exception
@@ -96,8 +91,7 @@ def test_empty_prompt_gives_a_hint_and_no_model_call():
 
 def test_wrong_model_folder_keeps_the_previous_model(tmp_path, monkeypatch):
     monkeypatch.setenv("XRAY_ALLOW_LOCAL", "1")  # the local-folder box exists only when the operator turns it on
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.run()
+    at = app_run()
     at.selectbox(key="model_pick").set_value("__local__").run()
     at.text_input(key="model_path").set_value(str(tmp_path / "missing")).run()
     assert not at.exception
@@ -171,11 +165,7 @@ def test_presenter_mode_figures_use_projector_type(smol, stem):
     collapsed."""
     from core.web import presenter
 
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.query_params["present"] = "1"
-    at.query_params["step"] = "3"
-    at.switch_page(f"pages/{stem}.py")
-    at.run()
+    at = app_run(stem, present="1", step="3")
     assert not at.exception
     figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert figs, stem
@@ -184,9 +174,7 @@ def test_presenter_mode_figures_use_projector_type(smol, stem):
         assert lay["font"]["size"] >= presenter.MIN_FONT
         sizes = _font_sizes({"data": spec["data"], "layout": lay}, [])
         assert sizes and min(sizes) >= presenter.MIN_FONT, (stem, sorted(set(sizes)))
-    at2 = AppTest.from_file(APP, default_timeout=240)
-    at2.switch_page(f"pages/{stem}.py")
-    at2.run()
+    at2 = app_run(stem)
     plain = [json.loads(c.proto.spec)["layout"].get("font", {}).get("size") for c in at2.get("plotly_chart")]
     assert all(s is None or s < presenter.MIN_FONT for s in plain)  # outside presenter mode, figures are as built
 
@@ -217,48 +205,30 @@ def test_presenter_link_collapses_the_sidebar_and_fonts_are_one_helper():
 def test_links_reopen_journey_sampling_and_stepper_settings(smol):
     """The journey's layer, the sampling settings and the stepper's run settings live in the URL; a
     link with bad values opens with them clamped or dropped, never a traceback."""
-    at = AppTest.from_file(APP, default_timeout=240)
-    at.query_params["layer"] = "12"
-    at.run()
+    at = app_run(layer="12")
     assert at.slider(key="journey_layer").value == 12
     at.slider(key="journey_layer").set_value(20).run()
     assert at.query_params["layer"] in ("20", ["20"])
 
-    at = AppTest.from_file(APP, default_timeout=240)
-    for k, v in dict(temp="0.7", top_k="40", top_p="0.9", penalty="1.2", seed="7").items():
-        at.query_params[k] = v
-    at.switch_page("pages/logits.py")
-    at.run()
+    at = app_run("logits", temp="0.7", top_k="40", top_p="0.9", penalty="1.2", seed="7")
     assert not at.exception
     assert (at.slider(key="logits_temp").value, at.number_input(key="logits_topk").value) == (0.7, 40)
     assert (at.slider(key="logits_topp").value, at.slider(key="logits_pen").value, at.number_input(key="logits_seed").value) == (0.9, 1.2, 7)
     at.slider(key="logits_temp").set_value(1.5).run()
     assert at.query_params["temp"] in ("1.5", ["1.5"])
 
-    at = AppTest.from_file(APP, default_timeout=240)
-    for k, v in dict(temp="nan", top_k="-3", top_p="7", penalty="abc", seed="1e99").items():
-        at.query_params[k] = v
-    at.switch_page("pages/logits.py")
-    at.run()
+    at = app_run("logits", temp="nan", top_k="-3", top_p="7", penalty="abc", seed="1e99")
     assert not at.exception and not at.error
     assert (at.slider(key="logits_temp").value, at.number_input(key="logits_topk").value) == (1.0, 0)
     assert (at.slider(key="logits_topp").value, at.slider(key="logits_pen").value, at.number_input(key="logits_seed").value) == (1.0, 1.0, 0)
 
-    at = AppTest.from_file(APP, default_timeout=240)
-    for k, v in dict(greedy="0", temp="1.3", top_k="20", top_p="0.8", seed="5", max="12").items():
-        at.query_params[k] = v
-    at.switch_page("pages/generation.py")
-    at.run()
+    at = app_run("generation", greedy="0", temp="1.3", top_k="20", top_p="0.8", seed="5", max="12")
     assert not at.exception
     assert at.toggle(key="generation_greedy").value is False and at.slider(key="generation_temp").value == 1.3
     assert [at.number_input(key=f"generation_{k}").value for k in ("topk", "seed", "max")] == [20, 5, 12]
     assert at.slider(key="generation_topp").value == 0.8
 
-    at = AppTest.from_file(APP, default_timeout=240)
-    for k, v in dict(greedy="maybe", temp="-9", top_k="1e3", max="100000").items():
-        at.query_params[k] = v
-    at.switch_page("pages/generation.py")
-    at.run()
+    at = app_run("generation", greedy="maybe", temp="-9", top_k="1e3", max="100000")
     assert not at.exception and not at.error
     assert at.toggle(key="generation_greedy").value is True and at.slider(key="generation_temp").value == 0.1
     assert [at.number_input(key=f"generation_{k}").value for k in ("topk", "max")] == [50, 256]

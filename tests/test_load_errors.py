@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, all_text, app_run
 from core import backends
 from core.engine import budget, hf, i18n
 from core.engine.offer import ENV_ALLOW_LOCAL, ENV_MODELS
@@ -196,18 +196,6 @@ def test_a_broken_toy_names_no_server_path(tmp_path):
 # on the page
 
 
-def _app(**query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=240)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at.run()
-
-
-def _all_text(at: AppTest) -> str:
-    """Everything the page sent to the browser (every element's protobuf, main area and sidebar)."""
-    return "\n".join(str(getattr(node, "proto", "")) for node in at._tree)
-
-
 @pytest.mark.parametrize("lang, words, not_words", [
     ("zh", ("无法加载模型", "模型文件夹中的 config.json 不是合法的 JSON"), ("could not be loaded", "not valid JSON")),
     ("en", ("The model could not be loaded", "The model folder's config.json is not valid JSON"), ("无法加载模型",)),
@@ -217,7 +205,7 @@ def test_an_offered_model_that_cannot_load_is_explained_in_the_users_language(tm
     broken.mkdir(parents=True)
     (broken / "config.json").write_text('{"model_type": "llama", "hidden_size": 4', encoding="utf-8")
     monkeypatch.setenv(ENV_MODELS, f"classroom={broken}")
-    at = _app(model="classroom", lang=lang)
+    at = app_run(model="classroom", lang=lang)
     assert not at.exception, [e.value for e in at.exception]
     errors = " ".join(e.value for e in at.sidebar.error)
     for w in words:
@@ -225,13 +213,13 @@ def test_an_offered_model_that_cannot_load_is_explained_in_the_users_language(tm
     for w in not_words:
         assert w not in errors, errors
     assert at.session_state["model_spec_ok"] == EMBEDDED_ID  # the embedded model stays in use
-    page = _all_text(at)
+    page = all_text(at)
     _no_path(page, tmp_path)
     assert "secret-folder" not in page
 
 
 def test_a_link_to_an_unknown_model_is_answered_in_chinese():
-    at = _app(model="no-such-id", lang="zh")
+    at = app_run(model="no-such-id", lang="zh")
     assert not at.exception
     assert [w.value for w in at.sidebar.warning] == [i18n.t("sb.model_not_offered", "zh")]
 
@@ -277,7 +265,7 @@ def test_references_page_shows_no_server_path(tiny_dirs, monkeypatch, model, sho
     assert any(f"权重加载自 `{shown}`" in m.value for m in at.markdown), [m.value for m in at.markdown]
     rows = {r[0]: r[1] for t in at.table for r in t.value.itertuples(index=False)}
     assert rows["source"] == shown, rows
-    _no_path(_all_text(at), *tiny_dirs.values())
+    _no_path(all_text(at), *tiny_dirs.values())
 
 
 def test_anatomy_config_of_names_no_folder(smol):

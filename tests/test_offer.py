@@ -21,14 +21,13 @@ import pytest
 from browser_helpers import CHROMIUM, chromium, h1, settle, streamlit_server
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, all_text, app_run
 from core import backends
 from core.engine import i18n
 from core.engine.offer import ENV_ALLOW_LOCAL, ENV_MODELS, LOCAL_ID, Offer, OfferError, canonical_target, from_env, parse_models
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.web import nav, ui
 
-APP = str(ROOT / "app.py")
 NOT_OFFERED = {lang: i18n.t("sb.model_not_offered", lang) for lang in i18n.LANGS}
 
 
@@ -37,18 +36,6 @@ def _no_operator_setting(monkeypatch):
     """Each test starts from the default offer (embedded + toy, no local box), whatever the shell has."""
     monkeypatch.delenv(ENV_MODELS, raising=False)
     monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
-
-
-def _app(**query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=240)
-    for k, v in query.items():
-        at.query_params[k] = v
-    return at.run()
-
-
-def _all_text(at: AppTest) -> str:
-    """Everything the page sent to the browser (every element's protobuf, main area and sidebar)."""
-    return "\n".join(str(getattr(node, "proto", "")) for node in at._tree)
 
 
 def _messages(at: AppTest) -> list[str]:
@@ -151,11 +138,11 @@ def test_the_setting_is_checked_before_the_server_starts(tmp_path):
 
 @pytest.mark.parametrize("value", ["/etc", "~", "/no/such/folder/anywhere", "no-such-id", "../../etc", "__local__"])
 def test_a_link_naming_no_offered_model_shows_the_embedded_model(value):
-    at = _app(model=value, lang="en")
+    at = app_run(model=value, lang="en")
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["model_spec_ok"] == EMBEDDED_ID
     assert _messages(at) == [NOT_OFFERED["en"]]  # one generic sentence, nothing else
-    page = _all_text(at)
+    page = all_text(at)
     for leak in {value, os.path.expanduser(value), str(Path(value).expanduser().resolve())} - {"~"}:
         assert leak not in page, leak
     assert at.query_params["model"] == EMBEDDED_ID  # the URL now names the model shown
@@ -166,7 +153,7 @@ def test_the_message_is_the_same_whether_the_path_exists_or_not(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama"}', encoding="utf-8")
     seen = {}
     for value in ("/etc", str(tmp_path), "/no/such/folder"):
-        at = _app(model=value, lang="zh")
+        at = app_run(model=value, lang="zh")
         seen[value] = _messages(at)
     assert list(seen.values()) == [[NOT_OFFERED["zh"]]] * 3
 
@@ -174,7 +161,7 @@ def test_the_message_is_the_same_whether_the_path_exists_or_not(tmp_path):
 def test_a_link_naming_an_offered_id_loads_it(tiny_dirs, monkeypatch):
     folder = tiny_dirs["llama"]
     monkeypatch.setenv(ENV_MODELS, f"tiny={folder}/.")
-    at = _app(model="tiny", lang="en")
+    at = app_run(model="tiny", lang="en")
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["model_spec_ok"] == str(folder.resolve())
     assert at.session_state["model_id"] == "tiny"
@@ -182,23 +169,23 @@ def test_a_link_naming_an_offered_id_loads_it(tiny_dirs, monkeypatch):
     assert at.selectbox(key="model_pick").value == "tiny"
     assert at.query_params["model"] == "tiny"
     assert any("tiny" in c.value for c in at.caption)  # the badge names the model by its id …
-    assert str(folder) not in _all_text(at)  # … never by the operator's folder
+    assert str(folder) not in all_text(at)  # … never by the operator's folder
     # the listed folder itself is not a name a link may use
-    at = _app(model=str(folder), lang="en")
+    at = app_run(model=str(folder), lang="en")
     assert at.session_state["model_spec_ok"] == EMBEDDED_ID
     assert _messages(at) == [NOT_OFFERED["en"]]
 
 
 def test_no_local_folder_box_unless_the_operator_turns_it_on(monkeypatch):
     local = i18n.t("sb.model_local", "en")
-    at = _app(lang="en")
+    at = app_run(lang="en")
     assert local not in at.selectbox(key="model_pick").options  # (AppTest lists the options' labels)
     with pytest.raises(ValueError):  # AppTest refuses a value the box does not offer
         at.selectbox(key="model_pick").set_value(LOCAL_ID).run()
     assert not any(w.key == "model_path" for w in at.text_input)
     assert not _messages(at)
     monkeypatch.setenv(ENV_ALLOW_LOCAL, "1")  # the operator turns it on: the choice and then the box appear
-    at = _app(lang="en")
+    at = app_run(lang="en")
     assert local in at.selectbox(key="model_pick").options
     at.selectbox(key="model_pick").set_value(LOCAL_ID).run()
     assert any(w.key == "model_path" for w in at.text_input)
@@ -210,7 +197,7 @@ def test_a_local_folder_is_canonicalised_and_never_put_in_the_url(tiny_dirs, mon
     real = backends.load_model
     monkeypatch.setattr(backends, "load_model", lambda spec=None, progress=None: loads.append(spec) or real(spec, progress))
     folder = tiny_dirs["qwen2"]
-    at = _app(lang="en")
+    at = app_run(lang="en")
     at.selectbox(key="model_pick").set_value(LOCAL_ID).run()
     for spelling in (str(folder), f"{folder}/", f"{folder}/.", f"{folder.parent}//{folder.name}"):
         at.text_input(key="model_path").set_value(spelling).run()
@@ -225,7 +212,7 @@ def test_a_local_folder_is_canonicalised_and_never_put_in_the_url(tiny_dirs, mon
 
 
 def test_a_long_prompt_from_a_link_is_capped_with_a_notice():
-    at = _app(prompt="a" * 30_000, lang="en")
+    at = app_run(prompt="a" * 30_000, lang="en")
     assert not at.exception, [e.value for e in at.exception]
     assert len(at.session_state["prompt"]) == ui.MAX_PROMPT_CHARS == 20_000
     assert any("30,000" in w.value and "20,000" in w.value for w in at.sidebar.warning), _messages(at)
@@ -234,7 +221,7 @@ def test_a_long_prompt_from_a_link_is_capped_with_a_notice():
 
 
 def test_the_url_carries_a_prompt_whole_or_not_at_all():
-    at = _app(prompt="b " * 1_500, lang="en")  # 3,000 characters: kept whole in the box, not in the URL
+    at = app_run(prompt="b " * 1_500, lang="en")  # 3,000 characters: kept whole in the box, not in the URL
     assert at.session_state["prompt"] == "b " * 1_500
     assert not at.sidebar.warning
     assert "prompt" not in at.query_params

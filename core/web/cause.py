@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import streamlit as st
 
@@ -22,6 +23,7 @@ FIELDS = ("clean", "corrupted", "answer", "foil")
 URL = {"clean": "clean", "corrupted": "corrupt", "answer": "answer", "foil": "foil"}
 CAPS = {"clean": pair.MAX_CHARS, "corrupted": pair.MAX_CHARS, "answer": pair.MAX_ANSWER_CHARS, "foil": pair.MAX_ANSWER_CHARS}
 STATE = "cause_pair"
+T = TypeVar("T")  # what a pair reader returns
 
 
 def _from_link() -> dict[str, str]:
@@ -105,20 +107,21 @@ def token_md(text: str) -> str:
     return f"`{widgets.code(visible(text))}`"
 
 
-def encoded(loaded: LoadedModel, text: pair.PairText) -> pair.PairTokens | None:
+def _or_warning(read: Callable[..., T], *args: Any) -> T | None:
+    """``read(*args)``, or None with the PairError's sentence shown, in the reader's language."""
     try:
-        return pair.encode_pair(loaded.tokenizer, text.clean, text.corrupted)
+        return read(*args)
     except pair.PairError as e:
         st.warning(e.text(ui.lang()))
         return None
+
+
+def encoded(loaded: LoadedModel, text: pair.PairText) -> pair.PairTokens | None:
+    return _or_warning(pair.encode_pair, loaded.tokenizer, text.clean, text.corrupted)
 
 
 def answers(loaded: LoadedModel, text: pair.PairText) -> pair.Answers | None:
-    try:
-        return pair.answers(loaded.tokenizer, text.answer, text.foil)
-    except pair.PairError as e:
-        st.warning(e.text(ui.lang()))
-        return None
+    return _or_warning(pair.answers, loaded.tokenizer, text.answer, text.foil)
 
 
 def baseline(pt: pair.PairTokens) -> patching.Baseline | None:

@@ -1,0 +1,144 @@
+"""What the browser tests and the browser benchmarks share: a real ``streamlit run`` of the app, a
+headless Chromium (playwright), and the waits and checks every page visit needs.
+
+A plain module, without pytest: the tests import it as ``browser_helpers`` (pytest puts tests/ on the
+path) and the benchmarks as ``tests.browser_helpers`` (they run as ``PYTHONPATH=. python tests/benchmarks/…``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+# Console noise that is not an app error: the Streamlit frontend first probes the health and
+# host-config endpoints relative to a page's URL path (/tour/_stcore/…), which 404s before it
+# falls back to the root. Only those exact 404s are forgiven (matched against the responses).
+BENIGN_404 = ("/_stcore/health", "/_stcore/host-config", "/favicon.ico", "/favicon.png")
+
+
+def url_path(stem: str) -> str:
+    """The page's URL path: app.py makes "journey" the default page, served at the root."""
+    return "" if stem == "journey" else stem
+
+
+def free_port(start: int = 8610) -> int:
+    for port in range(start, start + 200):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise RuntimeError("no free port")
+
+
+@dataclass
+class Server:
+    """A running app: its address and its process."""
+
+    base: str
+    proc: subprocess.Popen
+
+
+@contextlib.contextmanager
+def streamlit_server(port_from: int = 8610, options: Sequence[str] = (), log: IO | int = subprocess.DEVNULL,
+                     start_s: float = 90) -> Iterator[Server]:
+    """``python -m core.web.server`` (what ``make run`` starts) on the first free port from ``port_from``,
+    offline, headless, without a file watcher; yields once its health probe answers (RuntimeError after
+    ``start_s`` seconds or when it exits), and stops it on the way out. ``options``: more server options."""
+    port = free_port(port_from)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
+         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false", *options],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + start_s
+        while True:
+            try:
+                if urllib.request.urlopen(f"{base}/_stcore/health", timeout=2).read() == b"ok":
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not start (exit {proc.poll()})")
+            time.sleep(0.5)
+        yield Server(base, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator:
+    """A headless Chromium (playwright's Browser), closed on the way out."""
+    from playwright.sync_api import sync_playwright  # deferred: importing this module needs no browser
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Watch:
+    """Console errors and failed responses of one page."""
+
+    def __init__(self, page):
+        self.errors: list[str] = []
+        self.bad: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        page.on("response", lambda r: self.bad.append(r.url) if r.status >= 400 else None)
+
+    def real_errors(self) -> list[str]:
+        benign = all(urllib.parse.urlparse(u).path.endswith(BENIGN_404) for u in self.bad)
+        return [e for e in self.errors if not (benign and e.startswith("Failed to load resource") and "404" in e)]
+
+
+def settle(page, timeout: float = 120, quiet: float = 1.5, poll: float = 0.25) -> None:
+    """Wait until the script has finished running and stayed finished for ``quiet`` seconds."""
+    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
+    deadline, since = time.time() + timeout, None
+    while time.time() < deadline:
+        state = page.evaluate("() => document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')")
+        if state == "notRunning":
+            since = since or time.time()
+            if time.time() - since >= quiet:
+                return
+        else:
+            since = None
+        time.sleep(poll)
+    raise TimeoutError(f"{page.url} still running after {timeout} s")
+
+
+def shoot(page, name: str) -> None:
+    """A full screenshot: the main area scrolls inside the app, so grow the viewport to fit it."""
+    h = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 900")
+    page.set_viewport_size({"width": 1400, "height": int(min(max(h, 900), 12000))})
+    time.sleep(0.5)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+
+def h1(page) -> str:
+    return page.locator('[data-testid="stMain"] h1').first.inner_text().strip()
