@@ -3,6 +3,7 @@ measurement on the current model (core.gen.diagnose), the 2K → 20K exercise an
 
 from __future__ import annotations
 
+import math
 import time
 
 import pandas as pd
@@ -10,7 +11,7 @@ import streamlit as st
 
 from core.engine import budget
 from core.engine.numbers import human_bytes
-from core.engine.timing import describe, ms
+from core.engine.timing import Timing, ms
 from core.engine.tokens import readable_tokens
 from core.engine.types import ConfigError, EmptyPromptError
 from core.gen import diagnose as dg
@@ -35,6 +36,18 @@ def _bump(name: str, want: tuple) -> None:
     done = st.session_state.get(f"{P}_{name}")
     again = done is not None and tuple(done[: len(want)]) == want
     st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
+
+
+def _num(x: float) -> str:
+    """A coefficient for a sentence: three significant digits, thousands separated, never in e-notation."""
+    if x == 0 or not math.isfinite(x):
+        return "0"
+    return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
+
+
+def _tm(t: Timing | None) -> str:
+    """A timing in the page's language: median, runs and spread (— when nothing was timed)."""
+    return "—" if t is None else report.timing_phrase(t, ui.lang())
 
 
 def _label(key: str):
@@ -82,6 +95,14 @@ def _controls(spec: str, max_pos: int) -> None:
     _decode(spec)
 
 
+def _zero_parts(fit: dg.Fit) -> str:
+    """The caveat when the fit set the linear or the quadratic part to zero (noise or too short a range)."""
+    zero = [k for k, v in (("linear", fit.b), ("quadratic", fit.c)) if v == 0]
+    if not zero or fit.n_points < 2:
+        return ""
+    return " " + ui.t("diagnose.zero_part", part=ui.t(f"diagnose.part_{zero[0] if len(zero) == 1 else 'both'}"))
+
+
 def _slow_first(spec: str) -> None:
     pts = _points(spec)
     if not pts:
@@ -92,14 +113,14 @@ def _slow_first(spec: str) -> None:
     ui.badge("measured", ui.t("diagnose.reps_note", n=pts[0].prefill.n))
     top = pts[-1].n_tokens
     parts = fit.parts(top)
-    st.markdown(ui.t("diagnose.fit_text", a=ms(fit.a), b=f"{fit.b * 1e6:.4g}", c=f"{fit.c * 1e9:.4g}", n=top,
+    st.markdown(ui.t("diagnose.fit_text", a=ms(fit.a), b=_num(fit.b * 1e6), c=_num(fit.c * 1e9), n=f"{top:,}",
                      fixed=ms(parts["fixed"]), lin=ms(parts["linear"]), quad=ms(parts["quadratic"]),
                      err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points, tok=ms(pts[-1].tokenise.median),
-                     pre=ms(pts[-1].prefill.median)))
+                     pre=ms(pts[-1].prefill.median)) + _zero_parts(fit))
     st.dataframe(pd.DataFrame({ui.t("diagnose.col_tokens"): [p.n_tokens for p in pts],
-                               ui.t("diagnose.col_tokenise"): [describe(p.tokenise) for p in pts],
-                               ui.t("diagnose.col_prefill"): [describe(p.prefill) for p in pts],
-                               ui.t("diagnose.col_tpot"): [describe(p.decode) if p.decode else "—" for p in pts]}),
+                               ui.t("diagnose.col_tokenise"): [_tm(p.tokenise) for p in pts],
+                               ui.t("diagnose.col_prefill"): [_tm(p.prefill) for p in pts],
+                               ui.t("diagnose.col_tpot"): [_tm(p.decode) for p in pts]}),
                  hide_index=True, width="stretch")
     if any(p.prefill.busy or p.tokenise.busy for p in pts):
         st.warning(report.busy_note(ui.lang()))
@@ -113,8 +134,8 @@ def _slow_answer(spec: str) -> None:
         presenter.chart(gen_fig.output_curve(d.cumulative(), d.tokenise.median + d.prefill.median, d.tpot, _machine(), ui.lang()),
                         width="stretch")
         ui.badge("measured", ui.t("diagnose.reps_note", n=d.prefill.n))
-        st.markdown(ui.t("diagnose.decode_text", n_in=d.n_prompt, n_out=d.n_decode + 1, ttft=describe(d.prefill),
-                         tpot=describe(d.decode), total=ms(float(d.cumulative()[-1]))))
+        st.markdown(ui.t("diagnose.decode_text", n_in=d.n_prompt, n_out=d.n_decode + 1, ttft=_tm(d.prefill),
+                         tpot=_tm(d.decode), total=ms(float(d.cumulative()[-1]))))
         if d.busy:
             st.warning(report.busy_note(ui.lang()))
     _tpot_growth(spec)
@@ -130,7 +151,7 @@ def _tpot_growth(spec: str) -> None:
     presenter.chart(gen_fig.tpot_curve(pts, fit, _machine(), ui.lang()), width="stretch")
     ui.badge("measured", ui.t("diagnose.tpot_note", n=pts[0].decode.n if pts[0].decode else 0))
     lo, hi = pts[0].n_tokens, pts[-1].n_tokens
-    st.markdown(ui.t("diagnose.tpot_text", a=ms(fit.a), k=f"{fit.b * 1e6:.3g}", per1k=ms(fit.b * 1000), lo=lo, hi=hi,
+    st.markdown(ui.t("diagnose.tpot_text", a=ms(fit.a), k=_num(fit.b * 1e6), per1k=ms(fit.b * 1000), lo=f"{lo:,}", hi=f"{hi:,}",
                      t_lo=ms(float(fit.predict(lo))), t_hi=ms(float(fit.predict(hi))), err=f"{fit.max_rel_error * 100:.0f}",
                      n=fit.n_points, out=dg.EXERCISE_OUTPUT, dec=ms(dg.EXERCISE_OUTPUT * float(fit.predict(hi)))))
 
@@ -164,14 +185,14 @@ def _memory(spec: str, loaded) -> None:
                     width="stretch")
     ui.badge("formula", ui.t("diagnose.mem_estimate"))
     g = shape.geometry
-    st.markdown(ui.t("diagnose.mem_text", name=shape.name, t=ctx, r=reqs, w=budget.fmt_gb(at.weights), kv=budget.fmt_gb(at.kv),
+    st.markdown(ui.t("diagnose.mem_text", name=shape.name, t=f"{ctx:,}", r=f"{reqs:,}", w=budget.fmt_gb(at.weights), kv=budget.fmt_gb(at.kv),
                      act=budget.fmt_gb(at.activations), total=budget.fmt_gb(at.total), budget=budget.fmt_gb(budget_b),
                      L=g.n_layers, kvh=g.n_kv_heads, dh=g.dh, b=bpv))
     st.markdown(ui.t("diagnose.mem_fits" if plan.fits else "diagnose.mem_oom", n=limit))
     d = _decode(spec) if src == "current" else None
     if d is not None:
         formula, ok = dg.real_cache_check(loaded.facts, d)
-        st.markdown(ui.t("diagnose.mem_real", t=d.kv_tokens_end, real=f"{d.kv_bytes:,}", formula=f"{formula:,}",
+        st.markdown(ui.t("diagnose.mem_real", t=f"{d.kv_tokens_end:,}", real=f"{d.kv_bytes:,}", formula=f"{formula:,}",
                          ok="✓" if ok else "✗", b=loaded.facts.value_bytes))
 
 
@@ -217,9 +238,9 @@ def _exercise(spec: str, loaded) -> None:
     st.markdown(ui.t("diagnose.ex_why"))
     facts = loaded.facts
     g = facts.geometry
-    st.markdown(ui.t("diagnose.ex_kv", t=dg.EXERCISE_TO, fp32=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 4)),
+    st.markdown(ui.t("diagnose.ex_kv", t=f"{dg.EXERCISE_TO:,}", fp32=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 4)),
                      fp16=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 2)), small=human_bytes(g.kv_bytes(dg.EXERCISE_FROM, 4)),
-                     t0=dg.EXERCISE_FROM, name=facts.name))
+                     t0=f"{dg.EXERCISE_FROM:,}", name=facts.name))
     pts = _points(spec)
     if not pts:
         st.info(ui.t("diagnose.press_prefill"))
@@ -227,19 +248,20 @@ def _exercise(spec: str, loaded) -> None:
     fit = dg.fit_points(pts)
     top = pts[-1].n_tokens
     presenter.chart(gen_fig.prefill_curve(pts, fit, _machine(), ui.lang(), extend_to=dg.EXERCISE_TO), width="stretch")
-    ui.badge("measured", ui.t("diagnose.extrapolated_badge", n=top))
+    ui.badge("measured", ui.t("diagnose.extrapolated_badge", n=f"{top:,}"))
     lo, hi = (dg.extrapolate(fit, n, top, facts.max_positions) for n in (dg.EXERCISE_FROM, dg.EXERCISE_TO))
-    st.markdown(ui.t("diagnose.ex_extrap", t0=dg.EXERCISE_FROM, s0=ms(lo.seconds), kind0=ui.t("diagnose.kind_extrap" if lo.is_extrapolation
-                     else "diagnose.kind_interp"), t1=dg.EXERCISE_TO, s1=ms(hi.seconds), x=f"{hi.seconds / max(lo.seconds, 1e-12):.1f}",
-                     top=top, factor=f"{hi.factor:.1f}", quad=f"{100 * hi.parts['quadratic'] / max(hi.seconds, 1e-12):.0f}"))
+    st.markdown(ui.t("diagnose.ex_extrap", t0=f"{dg.EXERCISE_FROM:,}", s0=ms(lo.seconds), kind0=ui.t("diagnose.kind_extrap" if lo.is_extrapolation
+                     else "diagnose.kind_interp"), t1=f"{dg.EXERCISE_TO:,}", s1=ms(hi.seconds), x=f"{hi.seconds / max(lo.seconds, 1e-12):.1f}",
+                     top=f"{top:,}", factor=f"{hi.factor:.1f}", quad=f"{100 * hi.parts['quadratic'] / max(hi.seconds, 1e-12):.0f}")
+                + (" " + ui.t("diagnose.no_quad") if fit.c == 0 else ""))
     line = dg.fit_tpot(pts)
     if line is not None:  # the 100 output tokens: N × TPOT at each length, from the TPOT line
         d0, d1 = (dg.EXERCISE_OUTPUT * float(line.predict(n)) for n in (dg.EXERCISE_FROM, dg.EXERCISE_TO))
-        st.markdown(ui.t("diagnose.ex_decode", out=dg.EXERCISE_OUTPUT, t0=dg.EXERCISE_FROM, t1=dg.EXERCISE_TO, d0=ms(d0), d1=ms(d1),
-                         dd=ms(max(0.0, d1 - d0)), top=dg.tpot_points(pts)[-1].n_tokens, s0=ms(lo.seconds), s1=ms(hi.seconds),
+        st.markdown(ui.t("diagnose.ex_decode", out=dg.EXERCISE_OUTPUT, t0=f"{dg.EXERCISE_FROM:,}", t1=f"{dg.EXERCISE_TO:,}", d0=ms(d0), d1=ms(d1),
+                         dd=ms(max(0.0, d1 - d0)), top=f"{dg.tpot_points(pts)[-1].n_tokens:,}", s0=ms(lo.seconds), s1=ms(hi.seconds),
                          ds=ms(max(0.0, hi.seconds - lo.seconds))))
     st.markdown(ui.t("diagnose.assume_head") + "\n" + "\n".join(
-        f"- {ui.t(f'diagnose.assume_{a}', ctx=facts.max_positions, name=facts.name)}" for a in hi.assumptions))
+        f"- {ui.t(f'diagnose.assume_{a}', ctx=format(facts.max_positions or 0, ','), name=facts.name)}" for a in hi.assumptions))
 
 
 def _streaming(spec: str) -> None:
