@@ -13,6 +13,7 @@ of one attention row draws, hover text included. ``tick_index`` thins an axis to
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -176,9 +177,39 @@ def note(view: MapView, lang: str, rest: float | None = None) -> str:
     return i18n.t("attnview.strip_window" if view.line else "attnview.map_window", lang, a=a, b=b, T=T)
 
 
-def titled(title: str, line: str) -> str:
-    """A figure title with the ``note`` line (what its cells are) under it, in smaller type."""
-    return f"{title}<br><sup>{line}</sup>" if line else title
+def titled(title: str, line: str, width: int = 60) -> str:
+    """A figure title with the ``note`` line (what its cells are) under it, in smaller type, wrapped at
+    about ``width`` characters (a CJK character counts two) so that a half-width figure shows all of it."""
+    if not line:
+        return title
+    return f"{title}<br><sup>{'<br>'.join(wrap(line, width))}</sup>"
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` display columns, broken at a space or after a CJK character."""
+    lines, cur, cur_w = [], "", 0
+    for piece in re.findall(r"[\u2e80-\u9fff\uff00-\uffef]|[^\s\u2e80-\u9fff\uff00-\uffef]+|\s+", text):
+        w = 0 if piece.isspace() else sum(2 if "\u2e80" <= ch <= "\uffef" else 1 for ch in piece)
+        if cur_w + w > width and cur.strip():
+            lines.append(cur.rstrip())
+            cur, cur_w = ("" if piece.isspace() else piece), w
+        else:
+            cur, cur_w = cur + piece, cur_w + (len(piece) if piece.isspace() else w)
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return lines
+
+
+def title_top(title: str, base: int = 30, per_line: int = 24) -> int:
+    """A top margin that holds every line of a (wrapped, multi-line) figure title."""
+    return base + per_line * (title.count("<br>") + 1)
+
+
+def bar_top(*ys: np.ndarray) -> float:
+    """The top of a weight axis: 1 when a bar comes near it, else a little above the tallest bar (a
+    window of a long prompt's row holds weights of 0.01: on a 0 … 1 axis they would not show)."""
+    tallest = max((float(np.nanmax(y)) for y in ys if np.size(y) and np.isfinite(y).any()), default=1.0)
+    return 1.02 if tallest > 0.8 else max(0.02, round(1.15 * tallest, 3))
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,11 @@ def attention_row(row: np.ndarray, tokens: Sequence[str], n_prompt: int, title: 
     fig.update_xaxes(title=t("generation.cached_position", lang))
     if rb.tickvals is not None:
         fig.update_xaxes(tickmode="array", tickvals=rb.tickvals, ticktext=rb.ticktext, tickangle=-60)
-    fig.update_yaxes(title=t("generation.weight", lang), range=[0, 1])
-    fig = _layout(fig, attnview.titled(title, rb.note))
+    fig.update_yaxes(title=t("generation.weight", lang), range=[0, attnview.bar_top(rb.y)])
+    full = attnview.titled(title, rb.note, width=80)
+    fig = _layout(fig, full)
     if rb.note:
-        fig.update_layout(margin=dict(t=80))
+        fig.update_layout(margin=dict(t=attnview.title_top(full)))
     return fig
 
 
@@ -78,9 +79,10 @@ def prefill_matrix(mat: np.ndarray, tokens: Sequence[str], title: str, lang: str
     fig.update_xaxes(title=t("generation.key_pos", lang), tickangle=-60, **ticks)
     fig.update_yaxes(title=t("generation.query_pos", lang), autorange="reversed", **ticks)
     note = attnview.note(view, lang)
-    fig = _layout(fig, attnview.titled(title, note), height=440)
+    full = attnview.titled(title, note, width=80)
+    fig = _layout(fig, full, height=440)
     if note:
-        fig.update_layout(margin=dict(t=80))
+        fig.update_layout(margin=dict(t=attnview.title_top(full)))
     return fig
 
 
@@ -218,7 +220,7 @@ def prefill_curve(points: Sequence[Any], fit: Any, machine: str, lang: str, exte
         fig.add_vrect(x0=top, x1=extend_to, fillcolor="#fff3cd", opacity=0.45, line_width=0,
                       annotation_text=t("diagnose.fig_extrapolation_zone", lang), annotation_position="top left")
     fig.update_xaxes(title=t("diagnose.fig_input_tokens", lang), rangemode="tozero")
-    fig.update_yaxes(title="s", rangemode="tozero")
+    fig.update_yaxes(title=t("diagnose.fig_seconds", lang), rangemode="tozero")
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
     return _layout(fig, t("diagnose.fig_prefill_title", lang, machine=machine), height=440)
 
@@ -231,7 +233,7 @@ def output_curve(cumulative: Sequence[float], ttft: float, tpot: float, machine:
         go.Scatter(x=k, y=ttft + (k - 1) * tpot, mode="lines", name=t("diagnose.fig_n_tpot", lang), line=dict(dash="dash", color="#555")),
     ])
     fig.update_xaxes(title=t("diagnose.fig_output_tokens", lang))
-    fig.update_yaxes(title="s", rangemode="tozero")
+    fig.update_yaxes(title=t("diagnose.fig_seconds", lang), rangemode="tozero")
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
     return _layout(fig, t("diagnose.fig_output_title", lang, machine=machine), height=380)
 
@@ -267,12 +269,17 @@ def request_timeline(tokenise: float, prefill: float, steps: Sequence[float], ma
     fig = go.Figure(go.Bar(y=row, x=durs, base=base, orientation="h", marker_color=colours, marker_line_color="white", marker_line_width=1,
                            hovertext=names, hovertemplate="%{hovertext}: %{x:.4f} s<extra></extra>", showlegend=False))
     first = tokenise + prefill
+    fig.add_vrect(x0=0, x1=first, fillcolor="#d0d0d0", opacity=0.35, line_width=0)
     fig.add_vline(x=first, line_width=3, line_color="black")
-    fig.add_annotation(x=first, y=1.02, yref="paper", text=t("diagnose.tl_first", lang), showarrow=False, xanchor="left")
-    fig.add_vrect(x0=0, x1=first, fillcolor="#d0d0d0", opacity=0.25, line_width=0,
-                  annotation_text=t("diagnose.tl_untouched", lang), annotation_position="bottom left")
+    # two rows of labels above the bar, so neither runs into the line however narrow the grey part is
+    fig.add_annotation(x=first, y=1.0, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
+                       text=f"◀ {t('diagnose.tl_first', lang)}")
+    fig.add_annotation(x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom", xanchor="left", yshift=22, showarrow=False,
+                       text=f"<span style='color:#707070'>■</span> {t('diagnose.tl_untouched', lang)}")
     fig.update_xaxes(title=t("diagnose.tl_seconds", lang), rangemode="tozero")
-    return _layout(fig, t("diagnose.tl_title", lang, machine=machine), height=260)
+    fig = _layout(fig, t("diagnose.tl_title", lang, machine=machine), height=300)
+    fig.update_layout(margin=dict(t=110))
+    return fig
 
 
 def memory_plan(requests: Sequence[int], weights: float, kv: Sequence[float], act: Sequence[float], budget: float, limit: int,
@@ -283,7 +290,7 @@ def memory_plan(requests: Sequence[int], weights: float, kv: Sequence[float], ac
     gb = 1e9
     fig = go.Figure([
         go.Scatter(x=x, y=np.full(len(x), weights / gb), stackgroup="m", name=t("diagnose.mem_weights", lang), line=dict(color=PALETTE["weights"])),
-        go.Scatter(x=x, y=np.asarray(kv, dtype=float) / gb, stackgroup="m", name="KV cache", line=dict(color=PALETTE["kv"])),
+        go.Scatter(x=x, y=np.asarray(kv, dtype=float) / gb, stackgroup="m", name=t("diagnose.mem_kv", lang), line=dict(color=PALETTE["kv"])),
         go.Scatter(x=x, y=np.asarray(act, dtype=float) / gb, stackgroup="m", name=t("diagnose.mem_act", lang), line=dict(color="#bcbd22")),
     ])
     fig.add_hline(y=budget / gb, line_dash="dash", line_color="#d62728", annotation_text=t("diagnose.mem_budget_line", lang),

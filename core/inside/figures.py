@@ -129,9 +129,9 @@ def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang:
     rb = attnview.row_bars(weights[: query + 1], lambda p: position_label(tokens, p), start, lang=lang)
     fig = go.Figure(go.Bar(x=rb.x, y=rb.y, width=rb.width, customdata=rb.hover, marker_color="#0ea5e9",
                            hovertemplate="%{customdata}<br>" + ("Σ w" if rb.view.summed else "w") + " = %{y:.4f}<extra></extra>"))
-    fig.update_layout(title=attnview.titled(_t("heads.fig_query_title", lang, q=position_label(tokens, query)), rb.note),
-                      xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.weight", lang), height=360,
-                      margin=dict(t=70 if rb.note else 50, b=40))
+    title = attnview.titled(_t("heads.fig_query_title", lang, q=position_label(tokens, query)), rb.note, width=110)
+    fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.weight", lang), height=360,
+                      margin=dict(t=attnview.title_top(title), b=40))
     if rb.tickvals is not None:
         fig.update_xaxes(tickmode="array", tickvals=rb.tickvals, ticktext=rb.ticktext, tickangle=-45)
     return fig

@@ -67,10 +67,11 @@ def matrix_figure(
     )
     fig.update_xaxes(title=_t(xlabel_key, lang), side="bottom" if wide else "top", tickangle=-60 if wide else None, **_ticks(col_labels))
     fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels))
-    top = 60 if wide else 105
-    fig.update_layout(title=dict(text=attnview.titled(title, note), y=0.995, yanchor="top"),
-                      height=min(720, max(200, 120 + 34 * z.shape[0])) + (25 if note else 0),
-                      margin=dict(l=10, r=10, t=top + (25 if note else 0), b=10), plot_bgcolor="#e5e5e5")
+    full = attnview.titled(title, note, width=110)
+    extra = attnview.title_top(full) - attnview.title_top(title)  # room for the note's lines
+    place = dict(y=0.995, yanchor="top") if not note else {}  # a title of several lines: plotly centres it in the margin
+    fig.update_layout(title=dict(text=full, **place), height=min(720, max(200, 120 + 34 * z.shape[0])) + extra,
+                      margin=dict(l=10, r=10, t=(60 if wide else 105) + extra, b=10), plot_bgcolor="#e5e5e5")
     return fig
 
 
@@ -154,9 +155,10 @@ def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence
     fig.update_xaxes(title=_t("maths.key_pos", lang))
     if a.tickvals is not None:
         fig.update_xaxes(tickmode="array", tickvals=a.tickvals, ticktext=a.ticktext, tickangle=-45 if len(a.x) > 8 else None)
-    fig.update_yaxes(title=_t("attention_lab.fig_weight", lang), range=[0, 1.02])
-    fig.update_layout(barmode="group", title=attnview.titled(_t("attention_lab.fig_compare", lang), b.note), height=340,
-                      margin=dict(l=10, r=10, t=70 if b.note else 50, b=10), legend=dict(orientation="h", y=1.12))
+    fig.update_yaxes(title=_t("attention_lab.fig_weight", lang), range=[0, attnview.bar_top(a.y, b.y)])
+    title = attnview.titled(_t("attention_lab.fig_compare", lang), b.note, width=110)
+    fig.update_layout(barmode="group", title=title, height=340, margin=dict(l=10, r=10, t=attnview.title_top(title), b=10),
+                      legend=dict(orientation="h", yanchor="top", y=0.99, xanchor="right", x=0.99, bgcolor="rgba(255,255,255,0.8)"))
     return fig
 
 

@@ -125,10 +125,11 @@ def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: s
     if n <= size:
         show(pieces, ids, where=box, kinds=kinds, titles=titles, colours=colours, framed_tail=framed_tail, **kw)
         return 0, n
-    first = widgets.number_url(ui.t("chips.start"), 0, n - 1, 0, key=f"{key}_chips_start", param=param, where=box, step=size)
+    c1, c2 = box.columns([1, 2], vertical_alignment="bottom")
+    first = widgets.number_url(ui.t("chips.start"), 0, n - 1, 0, key=f"{key}_chips_start", param=param, where=c1, step=size)
     a, b = page_bounds(n, first, size)
     kw["positions"] = True  # a page of a longer sequence: each chip says where it stands
-    box.caption(ui.t("chips.range", a=f"{a:,}", b=f"{b - 1:,}", T=f"{n:,}"))
+    c2.caption(ui.t("chips.range", a=f"{a:,}", b=f"{b - 1:,}", T=f"{n:,}"))
     show(token_window(pieces, a, b), _cut(ids, a, b), where=box, kinds=_cut(kinds, a, b), titles=_cut(titles, a, b),
          colours=_cut(colours, a, b), framed_tail=max(0, framed_tail - (n - b)), start=a, **kw)
     return a, b
