@@ -42,7 +42,7 @@ def _text_and_tokens(r: chat_template.ChatRendering) -> None:
     if r.system_added:
         st.info(ui.t("chat.system_added"))
     st.subheader(ui.t("chat.s_tokens", n=len(r.ids), n_special=sum(r.special)))
-    chips.show(r.tokens, r.ids, kinds=chips.kinds_from_special(r.special), framed_tail=r.n_generation_prompt_tokens)
+    chips.show_page(r.tokens, r.ids, key="chat", kinds=chips.kinds_from_special(r.special), framed_tail=r.n_generation_prompt_tokens)
     st.caption(ui.t("chat.legend"))
     ui.badge("model", ui.t("chat.badge_tokenizer"))
 

@@ -48,7 +48,9 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     d = ui.layer_detail(tr, layer)
     if d is None:
         return
-    presenter.chart(inside_fig.fig_query_bars(heads.query_row(d.weights[head], q, hide), tr.tokens, q, lang), width="stretch")
+    start = widgets.map_window("heads_qwin", q + 1, kind="row", param="qwin")  # above 64 keys: overview or a window
+    presenter.chart(inside_fig.fig_query_bars(heads.query_row(d.weights[head], q, hide), tr.tokens, q, lang, start),
+                    width="stretch")
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
 
 

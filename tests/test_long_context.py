@@ -318,6 +318,19 @@ def test_multihead_and_heads_figures_on_a_long_prompt(smol):
     assert not at.exception
     bars = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
     assert len(bars["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in bars["layout"]["title"]["text"]
+    at.radio(key="heads_qwin_mapmode").set_value("window").run()  # the query's row: a window of exact keys
+    bars = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
+    assert not at.exception and len(bars["data"][0]["x"]) == attnview.CELLS and at.query_params.get("qwin") is not None
+
+
+def test_toy_heatmaps_label_every_kth_position_and_hover_every_cell():
+    from core.toy import figures as toy_fig
+
+    T = 40
+    toks = np.array([f"w{i}" for i in range(T)], dtype=object)
+    fig = toy_fig.fig_pattern(np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None], toks, "pattern")
+    assert len(fig.layout.xaxis.ticktext) <= toy_fig.TOY_TICKS and len(fig.layout.yaxis.ticktext) <= toy_fig.TOY_TICKS
+    assert fig.data[0].customdata[7][31][0].endswith("w7") and fig.data[0].customdata[7][31][1].endswith("w31")
 
 
 def test_calculator_real_row_on_a_long_prompt_shows_a_key_window(smol):

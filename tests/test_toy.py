@@ -314,7 +314,8 @@ def test_site_figure_spec(tr):
     fig = toy_fig.fig_site(tr, "mask", 0, 0, "zh")
     z = np.asarray(fig.data[0].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == 0.0 and fig.data[0].text[0][1] == "−∞"
-    assert "因果" in fig.layout.title.text and fig.layout.yaxis.ticktext[1] == "1·小‹E5›"  # the character its byte belongs to
+    assert "因果" in fig.layout.title.text and fig.data[0].customdata[1][0][0] == "1·小‹E5›"  # the character its byte belongs to
+    assert len(fig.layout.yaxis.ticktext) <= toy_fig.TOY_TICKS  # every k-th position labelled, every cell in the hover
     fig = toy_fig.fig_site(tr, "weights", 1, 2, "en")
     np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), tr.attn_pattern[1, 2].astype(np.float32))
     assert toy_fig.stage_array(tr, "act", 1, 0).shape == (tr.n_tokens, 128)

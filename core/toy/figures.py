@@ -14,9 +14,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from core.engine import attnview
 from core.engine.i18n import t
 from core.engine.tokens import position_label
 from core.engine.trace import Trace
+
+TOY_TICKS = 16  # tick labels on a toy heatmap's axis at most (every cell's tokens are in the hover)
 
 # The sites of one attention layer, in the order they are computed.
 ATTN_STAGES = ("scores_raw", "scores_scaled", "mask", "scores_masked", "weights", "head_out", "concat", "o_proj")
@@ -68,17 +71,23 @@ def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str) -> go.Figu
     text = np.where(np.isneginf(arr), "−∞", np.char.mod("%.3f", np.nan_to_num(arr, neginf=0.0)))
     square = stage in SQUARE
     cols = labels if square else [str(j) for j in range(arr.shape[1])]
-    hover = "q %{y}<br>k %{x}<br>%{text}<extra></extra>" if square else "%{y}<br>dim %{x}<br>%{text}<extra></extra>"
+    # every cell's row (and, square, column) token in the hover; a tick label on every k-th position only
+    rows = np.array(labels, dtype=object)[:, None]
+    custom = np.stack(np.broadcast_arrays(rows, np.array(cols if square else [""] * arr.shape[1], dtype=object)[None, :]), axis=-1)
+    hover = ("q %{customdata[0]}<br>k %{customdata[1]}<br>%{text}<extra></extra>" if square
+             else "%{customdata[0]}<br>dim %{x}<br>%{text}<extra></extra>")
+    ticks = attnview.tick_index(T, TOY_TICKS)
     lo, hi = np.nanmin(finite) if np.isfinite(finite).any() else 0.0, np.nanmax(finite) if np.isfinite(finite).any() else 1.0
     signed = lo < 0 < hi
     fig = go.Figure(go.Heatmap(
         z=finite, x=list(range(arr.shape[1])), y=list(range(T)), text=text, hovertemplate=hover,
         colorscale="RdBu_r" if signed else "Blues", zmid=0 if signed else None,
-        customdata=None,
+        customdata=custom,
     ))
-    fig.update_yaxes(autorange="reversed", tickvals=list(range(T)), ticktext=labels, title=t("toy.axis_query" if square else "toy.axis_position", lang))
+    fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels[i] for i in ticks],
+                     title=t("toy.axis_query" if square else "toy.axis_position", lang))
     if square:
-        fig.update_xaxes(tickvals=list(range(T)), ticktext=cols, title=t("toy.axis_key", lang))
+        fig.update_xaxes(tickvals=ticks, ticktext=[cols[i] for i in ticks], title=t("toy.axis_key", lang))
     else:
         fig.update_xaxes(title=t("toy.axis_dim", lang))
     title = t(f"toy.stage.{stage}", lang) + f" · {t('ui.layer', lang)} {layer}" + (f" · {t('ui.head', lang)} {head}" if stage in PER_HEAD and stage != "mask" else "")
@@ -143,10 +152,13 @@ def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Fi
     """A small [T, T] attention pattern (used while training, on the repeated test sequence)."""
     T = weights.shape[0]
     labels = [position_label(tokens, i) for i in range(T)]
+    lab = np.array(labels, dtype=object)
+    custom = np.stack(np.broadcast_arrays(lab[:, None], lab[None, :]), axis=-1)  # (query, key) tokens per cell
+    ticks = attnview.tick_index(T, TOY_TICKS)
     fig = go.Figure(go.Heatmap(z=weights, x=list(range(T)), y=list(range(T)), colorscale="Blues", zmin=0, zmax=1,
-                               hovertemplate="q %{y}<br>k %{x}<br>%{z:.3f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickvals=list(range(T)), ticktext=labels, tickfont=dict(size=8))
-    fig.update_xaxes(tickvals=list(range(T)), ticktext=labels, tickfont=dict(size=8))
+                               customdata=custom, hovertemplate="q %{customdata[0]}<br>k %{customdata[1]}<br>%{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels[i] for i in ticks])
+    fig.update_xaxes(tickvals=ticks, ticktext=[labels[i] for i in ticks])
     fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10))
     return fig
 
