@@ -25,7 +25,8 @@ def _where(tr, layer: int, pos: int) -> str:
 def _norms(tr, lang: str) -> None:
     st.subheader(ui.t("residual.h_norms"))
     log = st.toggle(ui.t("residual.log"), value=True, key="residual_log")
-    presenter.chart(ps.fig_stream_norms(lens.stream_norms(tr), list(tr.tokens), lang, log), width="stretch")
+    start = widgets.map_window("residual", tr.n_tokens, kind="strip")  # above 64 positions: overview or a window
+    presenter.chart(ps.fig_stream_norms(lens.stream_norms(tr), list(tr.tokens), lang, log, start), width="stretch")
     ui.badge("model")
     st.caption(ui.t("residual.norms_note"))
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.engine import attnview
 from core.engine.types import TOY_ID
 from core.toy import figures as toy_fig
 from core.web import cache, live, presenter, ui, widgets
 
 
-def _site(tr, stage: str, layer: int, head: int, lang: str) -> None:
+def _site(tr, stage: str, layer: int, head: int, lang: str, start: int) -> None:
     """One site's heatmap, its shape and range, and the provenance badge."""
-    presenter.chart(toy_fig.fig_site(tr, stage, layer, head, lang), width="stretch")
+    presenter.chart(toy_fig.fig_site(tr, stage, layer, head, lang, start), width="stretch")
     st.caption(toy_fig.site_caption(tr, stage, layer, head, lang))
     ui.badge("toy")
 
@@ -41,14 +42,18 @@ def _sites_section(lang: str) -> None:
         st.warning(ui.t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
     st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
     layer, head = widgets.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
+    start, hi = 0, tr.n_tokens - attnview.CELLS
+    if hi > 0:  # a long prompt: both heatmaps show the exact values of a 64-position window
+        start = widgets.int_slider(ui.t("attnview.start"), 0, hi, ui.qp_int("twin", 0, 0, hi), key="toy_win")
+        ui.set_qp(twin=start)
     c1, c2 = st.columns(2)
     a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
     mlp_stages = toy_fig.mlp_stages(tr)
     m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), key="toy_mlp_stage")
     with c1:
-        _site(tr, a_stage, layer, head, lang)
+        _site(tr, a_stage, layer, head, lang, start)
     with c2:
-        _site(tr, m_stage, layer, head, lang)
+        _site(tr, m_stage, layer, head, lang, start)
     st.caption(toy_fig.row_check_caption(tr, layer, head, lang))
     for note in tr.notes:
         st.caption(note)

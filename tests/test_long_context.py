@@ -358,3 +358,25 @@ def test_stepper_attention_figures_on_a_long_prompt(smol):
     figs = _figs(at)
     row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in f["layout"]["title"]["text"])
     assert len(row["data"][0]["x"]) == attnview.CELLS and len(row["layout"]["xaxis"]["ticktext"]) <= 12
+
+
+def test_residual_norms_and_toy_sites_stay_small_on_long_prompts(smol):
+    """bench_pages found the residual page's norm map (9.4 MB at 3,200 tokens) and the toy's site maps
+    (11 MB at 512 tokens) drawing every position: both now draw ≤ 64 columns, exact values in a window."""
+    from core.stream import figures as ps
+    from core.stream import lens
+    from core.toy import figures as toy_fig
+
+    tr = backends.trace(smol, LONG_PROMPT)
+    norms = lens.stream_norms(tr)
+    np.testing.assert_allclose(norms[5, 7], np.linalg.norm(tr.resid[5, 7].astype(np.float64)))
+    over = ps.fig_stream_norms(norms, list(tr.tokens), "en")
+    assert len(over.data[0].x) <= attnview.CELLS and "mean of" in over.layout.title.text
+    win = ps.fig_stream_norms(norms, list(tr.tokens), "en", log=False, start=100)
+    np.testing.assert_allclose(np.asarray(win.data[0].z, dtype=float), norms[:, 100:164], rtol=1e-6)
+    assert len(over.to_json()) < 1_000_000
+    toy = backends.trace(backends.load_model("toy"), LONG_PROMPT)
+    assert toy.n_tokens > attnview.CELLS
+    fig = toy_fig.fig_site(toy, "weights", 0, 0, "en", start=30)
+    np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), toy.attn_pattern[0, 0, 30:94, 30:94], rtol=1e-6)
+    assert "positions 30–93" in fig.layout.title.text and len(fig.to_json()) < 1_000_000

@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core.engine import attnview
 from core.engine.i18n import t
 from core.engine.tokens import position_label, rank_labels
 from core.stream.lens import MlpSteps, NormSteps
@@ -34,18 +35,25 @@ def _pos_axis(fig: go.Figure, tokens: Sequence[str], max_ticks: int = 40, offset
 # residual stream
 
 
-def fig_stream_norms(norms: np.ndarray, tokens: Sequence[str], lang: str, log: bool = True) -> go.Figure:
-    """Heatmap of ‖resid[l, t]‖: layer boundary (rows) × position (columns)."""
-    L1, T = norms.shape
-    z = np.log10(np.maximum(norms, 1e-6)) if log else norms
-    hover = [[f"{t('residual.boundary', lang, l=l)}<br>{position_label(tokens, i)}<br>‖x‖ = {norms[l, i]:,.1f}" for i in range(T)] for l in range(L1)]
+def fig_stream_norms(norms: np.ndarray, tokens: Sequence[str], lang: str, log: bool = True, start: int | None = None) -> go.Figure:
+    """Heatmap of ‖resid[l, t]‖: layer boundary (rows) × position (columns). Up to ``attnview.CELLS``
+    positions, one column each; beyond, the mean of blocks of positions (``start`` None, said on the
+    figure) or a window of exact columns from ``start``."""
+    view = attnview.strip(norms, start, how="mean")
+    L1 = norms.shape[0]
+    labels = attnview.cell_labels(view, tokens)
+    z = np.log10(np.maximum(view.z, 1e-6)) if log else view.z
+    hover = [[f"{t('residual.boundary', lang, l=l)}<br>{labels[i]}<br>‖x‖ = {view.z[l, i]:,.1f}" for i in range(view.n)]
+             for l in range(L1)]
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(T)), y=list(range(L1)), colorscale="Viridis", hoverinfo="text", text=hover,
+        z=z, x=list(range(view.n)), y=list(range(L1)), colorscale="Viridis", hoverinfo="text", text=hover,
         colorbar=dict(title="log₁₀ ‖x‖" if log else "‖x‖"),
     ))
-    _pos_axis(fig, tokens, title=t("ui.position", lang))
+    ticks = attnview.tick_index(view.n)
+    fig.update_xaxes(tickmode="array", tickvals=ticks, ticktext=[labels[i] for i in ticks], tickangle=-45, title=t("ui.position", lang))
     fig.update_yaxes(title=t("residual.axis_layer", lang))
-    fig.update_layout(title=t("residual.fig_norms", lang), height=480, margin=dict(t=50, b=10))
+    title = attnview.titled(t("residual.fig_norms", lang), attnview.note(view, lang), width=110)
+    fig.update_layout(title=title, height=480, margin=dict(t=attnview.title_top(title), b=10))
     return fig
 
 

@@ -62,11 +62,17 @@ def row_check_caption(tr: Trace, layer: int, head: int, lang: str) -> str:
     return t("toy.check_rows", lang, err=_g3(np.abs(w.sum(-1) - 1).max()), above=_g3(np.triu(w, 1).max()))
 
 
-def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str) -> go.Figure:
-    """One site as a heatmap: a [T, T] score matrix (query × key) or a [T, n] activation matrix."""
-    arr = stage_array(tr, stage, layer, head)
+def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str, start: int = 0) -> go.Figure:
+    """One site as a heatmap: a [T, T] score matrix (query × key) or a [T, n] activation matrix. Beyond
+    ``attnview.CELLS`` positions, the exact values of positions start … start + 63 (masked scores are
+    −∞: they cannot be averaged into an overview), said on the figure."""
+    full = stage_array(tr, stage, layer, head)
+    n_all = full.shape[0]
+    a = max(0, min(int(start), n_all - attnview.CELLS)) if n_all > attnview.CELLS else 0
+    b = min(n_all, a + attnview.CELLS)
+    arr = full[a:b, a:b] if stage in SQUARE else full[a:b]
     T = arr.shape[0]
-    labels = [position_label(tr.tokens, i) for i in range(T)]
+    labels = [position_label(tr.tokens, i) for i in range(a, b)]
     finite = np.where(np.isfinite(arr), arr, np.nan)  # −∞ cannot be coloured; the hover says so
     text = np.where(np.isneginf(arr), "−∞", np.char.mod("%.3f", np.nan_to_num(arr, neginf=0.0)))
     square = stage in SQUARE
@@ -91,7 +97,9 @@ def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str) -> go.Figu
     else:
         fig.update_xaxes(title=t("toy.axis_dim", lang))
     title = t(f"toy.stage.{stage}", lang) + f" · {t('ui.layer', lang)} {layer}" + (f" · {t('ui.head', lang)} {head}" if stage in PER_HEAD and stage != "mask" else "")
-    fig.update_layout(title=title, height=max(320, min(720, 26 * T + 140)), margin=dict(l=10, r=10, t=50, b=10))
+    if n_all > attnview.CELLS:
+        title = attnview.titled(title, t("attnview.strip_window", lang, a=a, b=b - 1, T=n_all), width=60)
+    fig.update_layout(title=title, height=max(320, min(720, 26 * T + 140)), margin=dict(l=10, r=10, t=attnview.title_top(title), b=10))
     return fig
 
 
