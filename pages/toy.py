@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.engine import attnview
+from core.engine.tokens import NOTE_NO_TEMPLATE
 from core.engine.types import TOY_ID
 from core.toy import figures as toy_fig
 from core.web import cache, live, presenter, ui, widgets
@@ -55,8 +56,8 @@ def _sites_section(lang: str) -> None:
     with c2:
         _site(tr, m_stage, layer, head, lang, start)
     st.caption(toy_fig.row_check_caption(tr, layer, head, lang))
-    for note in tr.notes:
-        st.caption(note)
+    if NOTE_NO_TEMPLATE in tr.notes:  # (the truncation note is the warning above)
+        st.caption(ui.t("toy.note_no_template"))
     if ui.is_toy():
         ui.download_trace("toy")
 

@@ -381,3 +381,13 @@ def test_page_live_run_cut_short_warns(monkeypatch):
     at.button(key="toy_train_go").click().run()
     assert not at.exception and at.success and not at.warning
     assert at.success[0].value.startswith("Trained all 50 steps in")
+
+
+def test_toy_page_notes_are_in_the_page_language(smol):
+    """With the chat switch on (SmolLM2's default), the toy's byte tokenizer has no template: the page says
+    so in the reader's language (the trace's own note is English, for the export)."""
+    from conftest import all_text, app_run
+
+    at = app_run("toy", lang="zh", chat="1")
+    text = all_text(at)
+    assert not at.exception and "这个模型的分词器没有对话模板" in text and "This tokenizer has no chat template" not in text

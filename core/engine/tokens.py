@@ -290,6 +290,9 @@ def chat_text(tokenizer: Any, prompt: str) -> str:
     )
 
 
+NOTE_NO_TEMPLATE = "This tokenizer has no chat template: the prompt is used as plain text."  # a page shows i18n "toy.note_no_template"
+
+
 def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Encoded:
     """The prompt's ids, cut at ``max_tokens`` (with a note saying so)."""
     if prompt is None or not prompt.strip():
@@ -300,7 +303,7 @@ def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int =
         if has_chat_template(tokenizer):
             text = chat_text(tokenizer, prompt)
         else:
-            notes.append("This tokenizer has no chat template: the prompt is used as plain text.")
+            notes.append(NOTE_NO_TEMPLATE)
     ids = tokenizer(text, add_special_tokens=not chat)["input_ids"]
     if ids and isinstance(ids[0], list):
         ids = ids[0]
