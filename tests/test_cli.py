@@ -226,7 +226,7 @@ def test_ctrl_c_saves_the_tokens_so_far(tmp_path):
             if m:
                 progress.append(int(m.group(1)))
         p.send_signal(signal.SIGINT)
-        p.wait(timeout=120)  # not communicate(): it would race the reader thread for stderr's last lines
+        p.wait(timeout=300)  # not communicate(): it would race the reader thread for stderr's last lines
         stdout = p.stdout.read()  # a few lines: the pipe cannot fill
     finally:
         if p.poll() is None:
