@@ -3,14 +3,13 @@ measurement on the current model (core.gen.diagnose), the 2K → 20K exercise an
 
 from __future__ import annotations
 
-import math
 import time
 
 import pandas as pd
 import streamlit as st
 
 from core.engine import budget
-from core.engine.numbers import human_bytes
+from core.engine.numbers import human_bytes, three_significant
 from core.engine.timing import Timing, ms
 from core.engine.tokens import readable_tokens
 from core.engine.types import ConfigError, EmptyPromptError
@@ -36,13 +35,6 @@ def _bump(name: str, want: tuple) -> None:
     done = st.session_state.get(f"{P}_{name}")
     again = done is not None and tuple(done[: len(want)]) == want
     st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
-
-
-def _num(x: float) -> str:
-    """A coefficient for a sentence: three significant digits, thousands separated, never in e-notation."""
-    if x == 0 or not math.isfinite(x):
-        return "0"
-    return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
 
 
 def _tm(t: Timing | None) -> str:
@@ -113,7 +105,7 @@ def _slow_first(spec: str) -> None:
     ui.badge("measured", ui.t("diagnose.reps_note", n=pts[0].prefill.n))
     top = pts[-1].n_tokens
     parts = fit.parts(top)
-    st.markdown(ui.t("diagnose.fit_text", a=ms(fit.a), b=_num(fit.b * 1e6), c=_num(fit.c * 1e9), n=f"{top:,}",
+    st.markdown(ui.t("diagnose.fit_text", a=ms(fit.a), b=three_significant(fit.b * 1e6), c=three_significant(fit.c * 1e9), n=f"{top:,}",
                      fixed=ms(parts["fixed"]), lin=ms(parts["linear"]), quad=ms(parts["quadratic"]),
                      err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points, tok=ms(pts[-1].tokenise.median),
                      pre=ms(pts[-1].prefill.median)) + _zero_parts(fit))
@@ -151,7 +143,7 @@ def _tpot_growth(spec: str) -> None:
     presenter.chart(gen_fig.tpot_curve(pts, fit, _machine(), ui.lang()), width="stretch")
     ui.badge("measured", ui.t("diagnose.tpot_note", n=pts[0].decode.n if pts[0].decode else 0))
     lo, hi = pts[0].n_tokens, pts[-1].n_tokens
-    st.markdown(ui.t("diagnose.tpot_text", a=ms(fit.a), k=_num(fit.b * 1e6), per1k=ms(fit.b * 1000), lo=f"{lo:,}", hi=f"{hi:,}",
+    st.markdown(ui.t("diagnose.tpot_text", a=ms(fit.a), k=three_significant(fit.b * 1e6), per1k=ms(fit.b * 1000), lo=f"{lo:,}", hi=f"{hi:,}",
                      t_lo=ms(float(fit.predict(lo))), t_hi=ms(float(fit.predict(hi))), err=f"{fit.max_rel_error * 100:.0f}",
                      n=fit.n_points, out=dg.EXERCISE_OUTPUT, dec=ms(dg.EXERCISE_OUTPUT * float(fit.predict(hi)))))
 

@@ -458,9 +458,13 @@ def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
     from the traced ``last_logits``), by running the model's forward on the trace's ids again."""
     head = find_sites(loaded.model).lm_head
     with loaded.lock, torch.inference_mode():
-        x = torch.from_numpy(np.array(tr.final_hidden))[None]  # [1, T, d]
-        out = head(x)[0]
-        last = torch.from_numpy(np.array(tr.last_logits))
-        if not torch.allclose(out[-1].float(), last, rtol=1e-5, atol=1e-5 * max(1.0, float(last.abs().max()))):
+        out = None
+        if _HEAD_ALONE.get(type(loaded.model)) is not False:  # a class known to post-process skips the head
+            x = torch.from_numpy(np.array(tr.final_hidden))[None]  # [1, T, d]
+            out = head(x)[0]
+            last = torch.from_numpy(np.array(tr.last_logits))
+            if not torch.allclose(out[-1].float(), last, rtol=1e-5, atol=1e-5 * max(1.0, float(last.abs().max()))):
+                out = None
+        if out is None:
             out = loaded.model(input_ids=torch.tensor([tr.token_ids.tolist()]), use_cache=False).logits[0]
         return out.float().numpy()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -47,3 +49,10 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" or abs(n) >= 100 else f"{n:.3g} {unit}"
         n /= 1024
     return f"{n:.3g} TiB"  # pragma: no cover
+
+
+def three_significant(x: float) -> str:
+    """A coefficient for a sentence: three significant digits, thousands separated, never in e-notation."""
+    if x == 0 or not math.isfinite(x):
+        return "0"
+    return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
