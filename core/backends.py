@@ -22,7 +22,7 @@ from transformers import DynamicCache
 
 from core.engine import hf, hf_trace, xray
 from core.engine.tokens import encode
-from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, LayerDetail, Trace
+from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, LayerDetail, NextTokens, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
 from core.toy import run as toy_run
 
@@ -86,6 +86,17 @@ def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
     """The whole [T, V] logits matrix, recomputed from ``final_hidden`` by the LM head."""
     return toy_run.full_logits(loaded, tr) if loaded.is_toy else hf_trace.full_logits(loaded, tr)
+
+
+def next_tokens(loaded: LoadedModel, tr: Trace, positions: Sequence[int] | None = None) -> NextTokens:
+    """The best next tokens (top-K logits and the log-sum-exp, so their probabilities are exact) at
+    ``positions`` of ``tr`` (default: every position), derived from ``final_hidden`` by the LM head."""
+    pos = np.arange(tr.n_tokens) if positions is None else np.asarray(positions, dtype=np.int64)
+    if pos.size and not (pos.min() >= 0 and pos.max() < tr.n_tokens):
+        raise IndexError(f"positions must lie in 0 … {tr.n_tokens - 1}")
+    if loaded.is_toy:
+        return NextTokens.of_logits(pos, toy_run.full_logits(loaded, tr)[pos])
+    return hf_trace.next_tokens(loaded, tr, pos)
 
 
 def export_npz(loaded: LoadedModel, tr: Trace, path: str | Path | BinaryIO) -> None:

@@ -42,8 +42,8 @@ def test_logit_lens_last_layer_is_the_model(smol, smol_trace):
     ref = _softmax(backends.full_logits(smol, smol_trace))  # [T, V] from HF's LM head on final_hidden
     np.testing.assert_array_equal(ids[-1], ref.argmax(-1))
     np.testing.assert_allclose(probs[-1], ref.max(-1), rtol=1e-4, atol=1e-6)
-    # and the stored top-1 of the trace (HF's own logits of the traced forward pass)
-    np.testing.assert_array_equal(ids[-1], smol_trace.top_ids[:, 0])
+    # and the trace's own next-token candidates (the LM head on the traced final_hidden)
+    np.testing.assert_array_equal(ids[-1], backends.next_tokens(smol, smol_trace).ids[:, 0])
     # the earliest rows are not the answer yet: the lens really reads different layers
     assert (ids[0] != ids[-1]).any()
     # "capital of France?" → the answer emerges: the model's top-1 at the last layer is Paris-ish or end of turn

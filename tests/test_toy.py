@@ -198,7 +198,7 @@ def test_extras_are_consistent(trained, tr):
 
 
 def test_tracing_changes_no_logit(trained, tr):
-    from core.backends import full_logits
+    from core.backends import full_logits, next_tokens
 
     with torch.no_grad():
         ref, _ = trained.model(torch.tensor([tr.token_ids.tolist()]))
@@ -206,8 +206,9 @@ def test_tracing_changes_no_logit(trained, tr):
     full = full_logits(trained, tr)
     np.testing.assert_allclose(full, ref, atol=1e-5)
     np.testing.assert_allclose(tr.last_logits, ref[-1], atol=1e-5)
-    np.testing.assert_array_equal(tr.top_ids[:, 0], ref.argmax(-1))
-    np.testing.assert_allclose(tr.logsumexp, np.log(np.exp(ref.astype(np.float64)).sum(-1)), atol=1e-4)
+    nt = next_tokens(trained, tr)
+    np.testing.assert_array_equal(nt.ids[:, 0], ref.argmax(-1))
+    np.testing.assert_allclose(nt.logsumexp, np.log(np.exp(ref.astype(np.float64)).sum(-1)), atol=1e-4)
 
 
 def test_bad_prompts(trained):

@@ -67,9 +67,15 @@ def window_dir(tmp_path_factory):
 
 def _check_logits(loaded, tr, ref: np.ndarray) -> None:
     np.testing.assert_allclose(tr.last_logits, ref[-1], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(tr.logsumexp, torch.logsumexp(torch.from_numpy(ref), -1).numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(tr.top_ids[:, 0], ref.argmax(-1))
-    np.testing.assert_allclose(tr.top_logits, np.take_along_axis(ref, tr.top_ids, axis=-1), rtol=1e-5, atol=1e-5)
+    nt = backends.next_tokens(loaded, tr)  # every position's candidates, derived from final_hidden
+    np.testing.assert_allclose(nt.logsumexp, torch.logsumexp(torch.from_numpy(ref), -1).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(nt.ids[:, 0], ref.argmax(-1))
+    np.testing.assert_allclose(nt.logits, np.take_along_axis(ref, nt.ids, axis=-1), rtol=1e-5, atol=1e-5)
+    rows = [len(ref) - 1, 0]  # any positions, in the order asked
+    some = backends.next_tokens(loaded, tr, rows)
+    np.testing.assert_array_equal(some.ids, nt.ids[rows])
+    want = torch.softmax(torch.from_numpy(ref[rows]).double(), -1).numpy()
+    np.testing.assert_allclose(some.probs(), np.take_along_axis(want, some.ids, -1), rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(backends.full_logits(loaded, tr), ref, rtol=1e-5, atol=1e-4)
 
 
@@ -94,7 +100,7 @@ def test_summary_tiles_cover_the_vocabulary_and_positions(smol, monkeypatch):
     values, ids, lse = hf_trace._head_summary(head, fh)
     with torch.inference_mode():
         full = head(fh)
-    np.testing.assert_array_equal(ids.numpy(), tr.top_ids)
+    np.testing.assert_array_equal(ids.numpy(), torch.topk(full, 10).indices.numpy())
     np.testing.assert_allclose(values.numpy(), torch.topk(full, 10).values.numpy(), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(lse.numpy(), torch.logsumexp(full, -1).numpy(), rtol=1e-6, atol=1e-5)
 

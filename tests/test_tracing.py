@@ -75,8 +75,9 @@ def test_tracing_changes_no_logit(cases):
         np.testing.assert_allclose(tr.last_logits, ref[-1], rtol=1e-5, atol=1e-4, err_msg=name)
         # the stored top-K and log-sum-exp give exact probabilities at every position
         lse = torch.logsumexp(torch.from_numpy(ref), -1).numpy()
-        np.testing.assert_allclose(tr.logsumexp, lse, rtol=1e-5, atol=1e-4)
-        np.testing.assert_array_equal(tr.top_ids[:, 0], ref.argmax(-1))
+        nt = backends.next_tokens(loaded, tr)
+        np.testing.assert_allclose(nt.logsumexp, lse, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(nt.ids[:, 0], ref.argmax(-1))
 
 
 def test_attention_equals_hf_eager_output_attentions(cases):
@@ -189,7 +190,7 @@ def test_eight_threads_each_get_their_own_trace(smol):
     assert not errors
     for p in prompts:
         a, b = alone[p], together[p]
-        for key in ("token_ids", "resid", "attn_out_norm", "mlp_out_norm", "last_logits", "top_ids"):
+        for key in ("token_ids", "resid", "attn_out_norm", "mlp_out_norm", "last_logits", "final_hidden"):
             np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=f"{p}: {key}")
         for key in ("q", "k", "v", "weights", "attn_out", "mlp_out"):
             np.testing.assert_array_equal(getattr(alone_detail[p], key), getattr(together_detail[p], key), err_msg=f"{p}: {key}")
@@ -239,7 +240,7 @@ def test_empty_prompt_and_truncation(smol):
 def test_chat_template_tokens(smol):
     tr = backends.trace(smol, "What is the capital of France?", chat=True)
     assert "<|im_start|>" in list(tr.tokens) and tr.text.endswith("<|im_start|>assistant\n")
-    assert smol.tokenizer.decode(int(tr.top_ids[-1, 0])).strip() == "The"
+    assert smol.tokenizer.decode(int(tr.last_logits.argmax())).strip() == "The"
 
 
 def test_export_npz_has_exactly_the_contract_keys(smol, tmp_path):

@@ -33,7 +33,7 @@ from core.engine import xray
 from core.engine.hooks import HookSpec, scoped_hooks
 from core.engine.roles import Sites, find_sites
 from core.engine.tokens import readable_tokens
-from core.engine.trace import TOP_K, LayerDetail, Trace
+from core.engine.trace import TOP_K, LayerDetail, NextTokens, Trace
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
 IDENTITY_RTOL = 1e-4  # resid[l+1] − resid[l] − attn_out − mlp_out, relative to the stream's magnitude
@@ -333,11 +333,6 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
     except (KeyError, UnsupportedArchitectureError):  # replays then run whole blocks
         attn_calls = []
     logits = cap.logits[0]  # [T, V], or [1, V] when the forward was asked for the last position only
-    if logits.shape[0] == len(ids):
-        top = torch.topk(logits, k=min(TOP_K, logits.shape[-1]), dim=-1)
-        top_values, top_ids, lse = top.values, top.indices, torch.logsumexp(logits, dim=-1)
-    else:
-        top_values, top_ids, lse = _head_summary(find_sites(loaded.model).lm_head, cap.once["final_hidden"])
     meta = {"model": facts.name, "model_kind": loaded.kind, "source": loaded.source, "facts": facts.to_dict(),
             "chat": bool(what.get("chat", False))}
     return Trace(
@@ -353,9 +348,6 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
         mlp_out_norm=cap.mlp_norm.numpy(),
         final_hidden=_np(cap.once["final_hidden"]),
         last_logits=_np(logits[-1]),
-        top_ids=top_ids.numpy().astype(np.int64),
-        top_logits=_np(top_values),
-        logsumexp=_np(lse),
         head_shape=(facts.n_heads, facts.n_kv_heads, facts.head_dim),
         kv_itemsize=int(cap.resid.element_size()),
         meta=meta,
@@ -452,19 +444,39 @@ def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> L
     return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0])
 
 
+def _head_reproduces(loaded: LoadedModel, tr: Trace) -> bool:
+    """Whether the LM head alone, on ``final_hidden``, gives the traced logits (no scale or soft-cap
+    after it): known per class from its first trace, else checked on the last position."""
+    known = _HEAD_ALONE.get(type(loaded.model))
+    if known is not None:
+        return known
+    head = find_sites(loaded.model).lm_head
+    with loaded.lock, torch.inference_mode():
+        mine = head(torch.from_numpy(np.array(tr.final_hidden[-1:])))[0].float()
+    last = torch.from_numpy(np.array(tr.last_logits))
+    return bool(torch.allclose(mine, last, rtol=1e-5, atol=1e-5 * max(1.0, float(last.abs().max()))))
+
+
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
     """The whole [T, V] logits matrix, recomputed from ``final_hidden`` by the LM head — or, for a
     model that post-processes the head's output (a logit scale or soft-cap: its last row then differs
     from the traced ``last_logits``), by running the model's forward on the trace's ids again."""
-    head = find_sites(loaded.model).lm_head
     with loaded.lock, torch.inference_mode():
-        out = None
-        if _HEAD_ALONE.get(type(loaded.model)) is not False:  # a class known to post-process skips the head
-            x = torch.from_numpy(np.array(tr.final_hidden))[None]  # [1, T, d]
-            out = head(x)[0]
-            last = torch.from_numpy(np.array(tr.last_logits))
-            if not torch.allclose(out[-1].float(), last, rtol=1e-5, atol=1e-5 * max(1.0, float(last.abs().max()))):
-                out = None
-        if out is None:
+        if _head_reproduces(loaded, tr):
+            out = find_sites(loaded.model).lm_head(torch.from_numpy(np.array(tr.final_hidden))[None])[0]
+        else:
             out = loaded.model(input_ids=torch.tensor([tr.token_ids.tolist()]), use_cache=False).logits[0]
         return out.float().numpy()
+
+
+def next_tokens(loaded: LoadedModel, tr: Trace, positions: Sequence[int]) -> NextTokens:
+    """The top-K next tokens and the log-sum-exp of the logits at ``positions``: the LM head on those
+    rows of ``final_hidden``, tile by tile (``_head_summary``, no [n, V] matrix), or rows of
+    ``full_logits`` for a model that post-processes its head."""
+    pos = np.asarray(positions, dtype=np.int64)
+    if not _head_reproduces(loaded, tr):
+        return NextTokens.of_logits(pos, full_logits(loaded, tr)[pos])
+    x = torch.from_numpy(np.ascontiguousarray(tr.final_hidden[pos]))
+    with loaded.lock:
+        values, ids, lse = _head_summary(find_sites(loaded.model).lm_head, x)
+    return NextTokens(pos, ids.numpy().astype(np.int64), _np(values), _np(lse))

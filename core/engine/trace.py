@@ -8,8 +8,7 @@ What a trace *keeps* is what cannot be recomputed cheaply; what it *derives* is 
 
 * kept, float32, exactly what the model computed: ``embeddings``, the residual stream ``resid``
   [L+1, T, d] at every block boundary, ``final_hidden``; the norms of what each sub-layer added
-  (``attn_out_norm``, ``mlp_out_norm`` [L, T]); ``last_logits`` [V]; every position's top-K logits
-  and log-sum-exp (so the top-K probabilities at every position are exact);
+  (``attn_out_norm``, ``mlp_out_norm`` [L, T]); ``last_logits`` [V];
 * kept for the real model: ``replay``, what each block was called with besides its input (masks as
   bits, rotary cos/sin, position ids) — a few MB even at 4,096 tokens;
 * derived per layer on demand (``core.backends.layer_detail``): q, k, v, the attention weights and
@@ -18,8 +17,10 @@ What a trace *keeps* is what cannot be recomputed cheaply; what it *derives* is 
   replay is checked against the kept ``resid[l+1]``;
 * the toy keeps everything eagerly (``q`` … ``attn_pattern``, it is tiny), so its details are slices.
 
-The whole [T, V] logits matrix is recomputed from ``final_hidden`` (``core.backends.full_logits``)
-for the export, bit-for-bit what the LM head gives.
+Any position's next-token candidates (top-K logits and the log-sum-exp, so their probabilities are
+exact) are derived from ``final_hidden`` by the LM head on demand (``core.backends.next_tokens``),
+and the whole [T, V] logits matrix likewise (``core.backends.full_logits``) for the export,
+bit-for-bit what the LM head gives.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from core.engine.numbers import softmax
 from core.engine.types import HeadGeometry
 
 MAX_TOKENS = 4096  # the trace limit: longer prompts are cut, with a visible notice
-TOP_K = 10  # top next-token candidates kept for every position
+TOP_K = 10  # next-token candidates per position (core.backends.next_tokens)
 PATTERN_EXPORT_MAX = 1024  # the .npz keeps attn_pattern (float16) up to this many tokens (30 × 9 × 1024² × 2 B = 0.57 GB)
 
 # The arrays of the contract (the .npz export keys), in order.
@@ -76,6 +77,31 @@ class LayerDetail:
         return self.weights[h].astype(np.float32)
 
 
+@dataclass(frozen=True)
+class NextTokens:
+    """The best next tokens at some positions of a trace (``core.backends.next_tokens``)."""
+
+    positions: np.ndarray  # [n] int64, which positions of the trace
+    ids: np.ndarray  # [n, K] int64, the K highest-scoring next tokens, best first
+    logits: np.ndarray  # [n, K] float32, their logits
+    logsumexp: np.ndarray  # [n] float32: log Σ exp(all V logits), so p = exp(logit − lse) exactly
+
+    def probs(self) -> np.ndarray:
+        """[n, K] the softmax probabilities (temperature 1) of ``ids``."""
+        return np.exp(self.logits.astype(np.float64) - self.logsumexp[:, None].astype(np.float64))
+
+    @staticmethod
+    def of_logits(positions: np.ndarray, logits: np.ndarray, k: int = TOP_K) -> NextTokens:
+        """From rows of a full logits matrix ([n, V], e.g. ``full_logits(…)[positions]``)."""
+        x = np.asarray(logits, dtype=np.float32)
+        k = min(k, x.shape[-1])
+        ids = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+        m = x.max(axis=-1, keepdims=True).astype(np.float64)
+        lse = (m[:, 0] + np.log(np.exp(x - m).sum(axis=-1))).astype(np.float32)
+        return NextTokens(np.asarray(positions, dtype=np.int64), ids.astype(np.int64),
+                          np.take_along_axis(x, ids, axis=-1), lse)
+
+
 @dataclass
 class Trace:
     # what went in
@@ -93,9 +119,6 @@ class Trace:
     final_hidden: np.ndarray  # [T, d] after the final norm: the LM head's input
     # the output
     last_logits: np.ndarray  # [V] float32, next-token scores at the last position
-    top_ids: np.ndarray  # [T, K] int64, the K best next tokens at every position
-    top_logits: np.ndarray  # [T, K] float32
-    logsumexp: np.ndarray  # [T] float32: log Σ exp(logits), so p = exp(logit − lse) exactly
     # the attention geometry: (H, Hkv, dh) and the bytes of one cached K or V value
     head_shape: tuple[int, int, int]
     kv_itemsize: int
@@ -164,10 +187,6 @@ class Trace:
     # -- derived, exact ------------------------------------------------------------------
     def last_probs(self, temperature: float = 1.0) -> np.ndarray:
         return softmax(self.last_logits, temperature=temperature)
-
-    def top_probs(self) -> np.ndarray:
-        """[T, K] probabilities of the stored top-K tokens at every position (softmax, T=1)."""
-        return np.exp(self.top_logits.astype(np.float64) - self.logsumexp[:, None].astype(np.float64))
 
     @property
     def nbytes(self) -> int:

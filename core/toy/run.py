@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from core.engine.tokens import encode, readable_tokens
-from core.engine.trace import MAX_TOKENS, TOP_K, Trace
+from core.engine.trace import MAX_TOKENS, Trace
 from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.tokenizer import ByteTokenizer
@@ -116,8 +116,6 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
     extras["mask"] = _np(lay[0]["mask"])  # [T, T]: the same mask in every layer
     extras["pos"] = _np(pos)
     attn_out, mlp_out, q = stack("attn_out"), stack("down"), stack("q")  # [L, T, d], [L, T, d], [L, H, T, dh]
-    lse = torch.logsumexp(logits, dim=-1)
-    top = torch.topk(logits, k=min(TOP_K, logits.shape[-1]), dim=-1)
     meta = {"model": loaded.facts.name, "model_kind": "toy", "source": loaded.source, "facts": loaded.facts.to_dict(),
             "chat": chat, "toy_config": model.cfg.to_dict()}
     return Trace(
@@ -130,7 +128,6 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
         q=q, k=stack("k"), v=stack("v"), attn_pattern=_np(torch.stack([p["weights"] for p in lay]), np.float16),
         head_shape=(int(q.shape[1]), int(model.cfg.n_kv_heads), int(q.shape[3])), kv_itemsize=4,
         final_hidden=_np(probes["final_hidden"]), last_logits=_np(logits[-1]),
-        top_ids=top.indices.numpy().astype(np.int64), top_logits=_np(top.values), logsumexp=_np(lse),
         meta=meta, truncated_from=enc.truncated_from, notes=notes, extras=extras,
     )
 
