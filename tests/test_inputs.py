@@ -121,6 +121,13 @@ def test_real_configs_still_read(tiny_loaded, smol):
                                             "sliding_attention": {"rope_theta": 1e4, "rope_type": "default"}}}
     assert cfgread.rope(cfgread.parse(gemma)) == (1e6, "default")
     assert cfgread.geometry({**KV_BASE, "hidden_size": 4096.0, "num_experts": 0}).d_model == 4096
+    # transformers' own default configs: Qwen2-MoE says sliding_window=0 (no window), XGLM names its heads
+    # attention_heads
+    from transformers import Qwen2MoeConfig, XGLMConfig
+
+    assert cfgread.geometry(cfgread.check(Qwen2MoeConfig().to_dict())).n_heads == 16
+    xglm = cfgread.geometry(cfgread.check(XGLMConfig().to_dict()))
+    assert (xglm.n_layers, xglm.n_heads, xglm.head_dim) == (24, 16, 64)
 
 
 def test_kv_table_holds_numbers_beyond_int64():

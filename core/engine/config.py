@@ -25,7 +25,7 @@ from core.engine.types import ConfigError, HeadGeometry
 ALIASES: dict[str, tuple[str, ...]] = {
     "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads"),
     "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"),
     "head_dim": ("head_dim", "kv_channels"),
     "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim"),
@@ -50,7 +50,8 @@ LIMITS: dict[str, int] = {
     "num_local_experts": 10**6,
     "num_experts": 10**6,
 }
-OPTIONAL_ZERO = frozenset({"num_local_experts", "num_experts"})  # 0 means "no experts" (a dense model)
+# 0 means "none": no experts (a dense model); no window (Qwen2-MoE's default config says sliding_window=0)
+OPTIONAL_ZERO = frozenset({"num_local_experts", "num_experts", "sliding_window"})
 # Products of fields, capped likewise: the values one position keeps in a multi-head KV cache, over all
 # layers (GPT-3: 96 × 96 × 128 ≈ 1.2·10⁶; the cap is 10⁵ times that, ~0.8 TB per token in fp32).
 MAX_CACHE_WIDTH = 10**11
