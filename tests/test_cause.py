@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import threading
 
 import numpy as np
@@ -311,6 +312,8 @@ def test_pair_refusals_are_sentences_in_both_languages(smol):
         assert e.value.code == code
         en, zh = e.value.text("en"), e.value.text("zh")
         assert en.endswith(".") and "⟦" not in en and "⟦" not in zh and en != zh
+        again = pickle.loads(pickle.dumps(e.value))  # a cached or queued error keeps its code and sentence
+        assert (type(again), again.code, again.text("zh")) == (pair.PairError, code, zh) and e.value.known
     with pytest.raises(pair.PairError) as e:
         pair.answers(tok, "巴黎", " Rome")
     pieces = tokens.visible_tokens(tok, tok("巴黎", add_special_tokens=False)["input_ids"])

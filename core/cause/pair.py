@@ -22,7 +22,7 @@ import numpy as np
 
 from core.engine import tokens
 from core.engine.i18n import t
-from core.engine.types import EmptyPromptError
+from core.engine.types import CodedError, EmptyPromptError
 
 MAX_TOKENS = 64  # a layer × position sweep is L·T patched runs: keep the pair short
 MAX_CHARS = 2_000  # what a text box or a link may carry for one prompt (and what the URL keeps)
@@ -52,21 +52,14 @@ def preset(key: str) -> Preset | None:
     return next((p for p in PRESETS if p.key == key), None)
 
 
-class PairError(ValueError):
+class PairError(CodedError, ValueError):
     """Why a pair (or its answers) cannot be used, as an i18n key (``cause.err_<code>``) and its fields."""
 
-    def __init__(self, code: str, **fields: Any) -> None:
-        self.code = code
-        self.fields = fields
-        super().__init__(self.text("en"))
-
-    @property
-    def key(self) -> str:
-        return f"cause.err_{self.code}"
+    PREFIX = "cause.err_"
 
     def text(self, lang: str = "en") -> str:
         """The sentence in ``lang`` (``which`` — clean / corrupted / answer / foil — named in that language)."""
-        fields = dict(self.fields)
+        fields = dict(self.params)
         if "which" in fields:
             fields["which"] = t(f"cause.which_{fields['which']}", lang)
             fields["which"] = fields["which"][:1].upper() + fields["which"][1:]

@@ -56,10 +56,12 @@ def say(value: Any, lang: str = "en") -> str:
     return str(value)
 
 
-class ModelLoadError(Exception):
-    """A model could not be loaded. ``code`` picks the sentence (i18n key ``load.err_<code>``, in every
-    language), ``params`` fill it (a value may be a Phrase: a translated piece). ``str(e)`` is the English
-    sentence (the CLI prints it); ``e.text(lang)`` is the page's. No message ever holds a server path."""
+class CodedError(Exception):
+    """An error whose sentence lives in the i18n catalogue under ``PREFIX + code``, filled by ``params``
+    (a value may be a Phrase: a translated piece). ``str(e)`` is the English sentence (the CLI prints
+    it); ``e.text(lang)`` is the page's. Pickled and copied with its code and params."""
+
+    PREFIX = ""
 
     def __init__(self, code: str, **params: Any) -> None:
         self.code = code
@@ -68,22 +70,28 @@ class ModelLoadError(Exception):
 
     @property
     def key(self) -> str:
-        return f"load.err_{self.code}"
+        return f"{self.PREFIX}{self.code}"
 
     @property
     def known(self) -> bool:
-        """Whether the code has its sentence (every code raised in core has one: a test checks)."""
+        """Whether the code has its sentence (every code raised in core has one: tests check)."""
         return self.key in i18n.catalogue()
 
     def text(self, lang: str = "en") -> str:
         return Phrase(self.key, self.params).text(lang)
 
-    def __reduce__(self) -> tuple[Any, ...]:  # pickled / copied with its code (the default would pass the sentence as the code)
-        return _model_load_error, (self.code, self.params)
+    def __reduce__(self) -> tuple[Any, ...]:  # the default would pass the English sentence as the code
+        return _rebuild_coded, (type(self), self.code, self.params)
 
 
-def _model_load_error(code: str, params: dict[str, Any]) -> ModelLoadError:
-    return ModelLoadError(code, **params)
+def _rebuild_coded(cls: type[CodedError], code: str, params: dict[str, Any]) -> CodedError:
+    return cls(code, **params)
+
+
+class ModelLoadError(CodedError):
+    """A model could not be loaded (i18n key ``load.err_<code>``). No message ever holds a server path."""
+
+    PREFIX = "load.err_"
 
 
 class EmptyPromptError(ValueError):
