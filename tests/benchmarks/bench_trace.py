@@ -5,11 +5,15 @@
 Baselines: two independent, untouched HF models loaded from the same folder, one with
 ``attn_implementation="eager"`` and one with ``"sdpa"``, both called with ``use_cache=False`` like
 the trace (all positions' logits, as a plain forward computes them). Runs are interleaved (eager,
-sdpa, trace, eager, sdpa, trace …) so that drift hits all three; the median of each is reported and
-the ratio is the trace over the *faster* baseline.
+sdpa, trace, …) so that drift hits all; the median of each is reported and the ratio is the trace over
+the *faster* baseline. A third baseline, the SDPA model asked for the last position's logits only
+(``logits_to_keep=1``, as the trace's forward is), is printed beside it (``ratio_…_vs_last_only=``):
+the trace skips the LM head at the other positions and derives their candidates on demand, so that
+ratio is the recording's own cost with nothing skipped in the baseline's favour or ours.
 
-A trace keeps the residual stream, sub-layer norms, top-K logits and a replay recipe; a layer's
-attention is derived on demand (``core.backends.layer_detail``). The script also prints what a
+A trace keeps the residual stream, sub-layer norms, ``final_hidden``, the last logits and a replay
+recipe; a layer's attention and any position's next-token candidates are derived on demand
+(``core.backends.layer_detail``, ``core.backends.next_tokens``). The script also prints what a
 trace weighs when pickled (what ``st.cache_data`` would copy) and, at the longest length, how long
 one layer's attention takes to derive once the trace exists.
 
@@ -72,18 +76,20 @@ def main() -> None:
         ids = ids_of_length(loaded.tokenizer, n)
         x = torch.tensor([ids])
 
-        def run_plain(impl: str, x: torch.Tensor = x) -> None:
+        def run_plain(impl: str, x: torch.Tensor = x, last: bool = False) -> None:
             with torch.inference_mode():
-                plain[impl](input_ids=x, use_cache=False)
+                plain[impl](input_ids=x, use_cache=False, **({"logits_to_keep": 1} if last else {}))
 
         for impl in plain:  # warm-up every path once
             run_plain(impl)
+        run_plain("sdpa", last=True)
         backends.trace_ids(loaded, ids)
-        times: dict[str, list[float]] = {"eager": [], "sdpa": [], "trace": []}
+        times: dict[str, list[float]] = {"eager": [], "sdpa": [], "sdpa_last": [], "trace": []}
         tr = None
         for _ in range(reps):
             times["eager"].append(_timed(lambda: run_plain("eager")))
             times["sdpa"].append(_timed(lambda: run_plain("sdpa")))
+            times["sdpa_last"].append(_timed(lambda: run_plain("sdpa", last=True)))
             gc.collect()
             t0 = time.perf_counter()
             tr = backends.trace_ids(loaded, ids)
@@ -91,13 +97,17 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         base = min(med["eager"], med["sdpa"])
         mb = len(pickle.dumps(tr)) / 1e6
-        results[n] = (med["trace"] / base, mb)
-        print(f"T={n:5d}  eager {med['eager'] * 1e3:8.1f} ms  sdpa {med['sdpa'] * 1e3:8.1f} ms  trace {med['trace'] * 1e3:8.1f} ms  "
-              f"ratio {med['trace'] / base:5.3f}x (vs the faster)  pickled {mb:7.1f} MB  (medians of {reps})")
+        results[n] = (med["trace"] / base, mb, med["trace"] / med["sdpa_last"])
+        spread = {k: f"{min(v) * 1e3:.0f}–{max(v) * 1e3:.0f}" for k, v in times.items()}
+        print(f"T={n:5d}  eager {med['eager'] * 1e3:8.1f} ms  sdpa {med['sdpa'] * 1e3:8.1f} ms  "
+              f"sdpa last-logits-only {med['sdpa_last'] * 1e3:8.1f} ms  trace {med['trace'] * 1e3:8.1f} ms  "
+              f"ratio {med['trace'] / base:5.3f}x (vs the faster full forward), {med['trace'] / med['sdpa_last']:5.3f}x "
+              f"(vs last-logits-only)  pickled {mb:7.1f} MB  (medians of {reps}; ranges ms {spread})")
         del tr
         gc.collect()
 
     print(f"ratio_256={results[256][0]:.3f}")
+    print(f"ratio_256_vs_last_only={results[256][2]:.3f}")
     print(f"trace_mb_256={results[256][1]:.1f}")
     if a.quick:
         return
@@ -116,6 +126,7 @@ def main() -> None:
     print(f"T= 4096  trace {t_trace:6.2f} s  pickled {mb:7.1f} MB  one layer's attention derived in "
           + ", ".join(f"{s:.2f} s" for s in layer_s) + " (layers 0, 15, 29)")
     print(f"ratio_2048={results[2048][0]:.3f}")
+    print(f"ratio_2048_vs_last_only={results[2048][2]:.3f}")
     print(f"trace_mb_4096={mb:.1f}")
     print(f"layer_s_4096={statistics.median(layer_s):.2f}")
 
