@@ -10,7 +10,7 @@ details later, exactly, by replaying that block (``layer_detail``).
 * **check**: the record must be one residual chain whose blocks are "x + attn + mlp" (the trace
   contract's identity), checked per block as the pass runs; anything else is refused with a reason
   rather than drawn wrongly.
-* **pack**: tensors → the numpy ``Trace`` (batch dropped, top-K logits, the replay recipe).
+* **pack**: tensors → the numpy ``Trace`` (batch dropped, the last logits, the replay recipe).
 * **layer_detail**: re-run block ``l`` alone on the kept ``resid[l]`` with its recorded arguments and
   HF's own eager attention (the model file's ``eager_attention_forward``, recording q/k/v/weights):
   the same function on the same inputs, so the same numbers as an eager forward. The block's output
@@ -228,9 +228,9 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 
 
 # Per model class: does its LM head alone turn the final norm's output into the logits (no soft-cap,
-# no scaling after it)? Then a trace asks the forward for the last position's logits only and packs the
-# others' top-K and log-sum-exp band by band from ``final_hidden`` (``_head_summary``), never holding
-# the [T, V] matrix. Learned on a class's first trace by comparing the last row both ways.
+# no scaling after it)? Then a trace asks the forward for the last position's logits only; the other
+# positions' candidates are derived when asked (``next_tokens``: the head on rows of ``final_hidden``,
+# band by band, never holding [T, V]). Learned on a class's first trace by comparing the last row both ways.
 _HEAD_ALONE: dict[type, bool] = {}
 
 
@@ -266,7 +266,7 @@ HEAD_ROWS = 512  # positions per tile: the head's weight matrix is read once per
 
 
 def _head_summary(head: Any, final_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Top-K (values, ids) and log-sum-exp of the logits at every position, computed tile by tile
+    """Top-K (values, ids) and log-sum-exp of the logits at every row of ``final_hidden``, tile by tile
     (positions × a band of the vocabulary) from the final norm's output with the LM head's own weight
     and bias — the same linear layer on the same rows as the forward — without forming [T, V]."""
     W, bias = head.weight, head.bias
