@@ -214,6 +214,25 @@ def forward_step(loaded: LoadedModel, new_ids: Sequence[int], cache: Any = None,
     return Step(last, attn, cache if use_cache else None, seconds)
 
 
+def prompt_prefill(loaded: LoadedModel, tr: Trace) -> Step | None:
+    """The prefill of ``tr``'s prompt without running it again: the trace's own forward pass already
+    computed every layer's keys and values (``tr.k``, ``tr.v``: exactly what a KV cache holds) and the
+    last position's scores. A fresh cache holding them, ready for ``forward_step``; None when the trace
+    kept no keys and values (a long prompt)."""
+    if tr.k is None or tr.v is None:
+        return None
+    dtype = next(loaded.model.parameters()).dtype
+    kv = [(torch.tensor(tr.k[i], dtype=dtype)[None], torch.tensor(tr.v[i], dtype=dtype)[None])  # [1, Hkv, T, dh]
+          for i in range(tr.n_layers)]
+    if loaded.is_toy:
+        cache: Any = kv
+    else:
+        cache = DynamicCache(config=loaded.model.config)
+        for i, (k, v) in enumerate(kv):
+            cache.update(k, v, i)
+    return Step(np.array(tr.last_logits, dtype=np.float32), None, cache, 0.0)
+
+
 def last_logits(loaded: LoadedModel, x: torch.Tensor) -> torch.Tensor:
     """One plain forward pass of a batch, no cache: ids [B, T] → the scores for the next token after
     each row, [B, V]. The caller holds ``loaded.lock`` and picks the grad mode (inference_mode for

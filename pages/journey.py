@@ -9,6 +9,8 @@ from core.learn import figures as learn_fig
 from core.learn import journey
 from core.web import cache, chips, nav, presenter, ui, widgets
 
+TEXT_SHOWN = 600  # characters of the exact text shown in stage 1
+
 
 def stage(idx: int, key: str, link: str | None = None, **kw):
     """One bordered box per stage: number, title, live sentence, and a link to the deep page."""
@@ -27,7 +29,10 @@ def render() -> None:
     loaded, tr = got
     f, tok = loaded.facts, loaded.tokenizer
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
-    stage(1, "journey.s1.body", chars=len(tr.text)).code(tr.text[:600], language=None, wrap_lines=True)
+    box = stage(1, "journey.s1.body", chars=len(tr.text))
+    box.code(tr.text[:TEXT_SHOWN] + ("…" if len(tr.text) > TEXT_SHOWN else ""), language=None, wrap_lines=True)
+    if len(tr.text) > TEXT_SHOWN:  # never let a cut text pass for the whole prompt
+        box.caption(ui.t("journey.s1.cut", shown=TEXT_SHOWN, chars=len(tr.text)))
     chips.show_page(tr.tokens, tr.token_ids, key="journey", kinds=chips.kinds_from_special(special_mask(tok, tr.token_ids)),
                     where=stage(2, "journey.s2.body", "tokens", n=T))
     stage(3, "journey.s3.body", "tokens", ids=str(tr.token_ids[:12].tolist())[:-1] + (", …]" if T > 12 else "]"), T=T)
@@ -46,14 +51,15 @@ def render() -> None:
         f"final_hidden[{T - 1}] = {journey.vector_preview(tr.final_hidden[-1], lang=ui.lang())}", language=None)
     box = stage(7, "journey.s7.body", "logits", T=T, V=V)
     rows = journey.top_next_tokens(tr, tok)
-    box.dataframe(journey.top_frame(rows, ui.t("ui.token")).style.format({"logit": "{:.3f}", "p": "{:.2%}"}),
-                  hide_index=True, width="stretch")
+    presenter.frame_in(box, journey.top_frame(rows, ui.t("ui.token")).style.format({"logit": "{:.3f}", "p": "{:.2%}"}),
+                       hide_index=True, width="stretch")  # on a projector a table whose text grows with the page
     with box:
         ui.badge("model")
     box = stage(8, "journey.s8.body", "logits", tok=f"`{widgets.code(tokens.visible(rows[0][0]))}`", p=f"{rows[0][3]:.1%}")
     if not ui.chat() and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
-    new, stopped = cache.get_continuation(ui.model_spec(), ui.prompt(), ui.chat())
+    with st.spinner(ui.t("journey.generating", n=journey.MAX_NEW)):  # shown only if it takes over half a second
+        new, stopped = cache.get_continuation(ui.model_spec(), ui.prompt(), ui.chat(), journey.MAX_NEW)
     box = stage(9, "journey.s9.body", "generation", n=len(new))
     pieces = tokens.readable_tokens(tok, new)
     box.markdown(ui.t("journey.s9.text", text=widgets.code(tok.decode(new))))  # the bytes decoded together: whole characters

@@ -27,6 +27,15 @@ def test_greedy_loop_stops_at_the_limit(smol):
     assert len(new) == 5 and not stopped
 
 
+def test_greedy_loop_continues_from_a_given_prefill(smol):
+    """A prefill the caller already ran (its cache and last scores) gives the same answer as the loop's own."""
+    ids = smol.tokenizer("The capital of France is")["input_ids"]
+    ref, ref_stopped = journey.greedy_continuation(smol, ids, max_new=6)
+    first = backends.forward_step(smol, ids)
+    assert journey.greedy_continuation(smol, ids, max_new=6, prefill=first) == (ref, ref_stopped)
+    assert backends.cache_layers(first.cache)[0][0].shape[-2] == len(ids) + len(ref) - 1  # extended in place
+
+
 def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
     tr = backends.trace(smol, "The capital of France is")
     with smol.lock, torch.inference_mode():
@@ -76,3 +85,15 @@ def test_journey_page_chinese_prompt_groups_bytes_and_decodes_the_answer(smol):
     want = [f'data-piece="{escape(lbl, quote=True)}"' for lbl in tokens.sequence_labels(smol.tokenizer, new)]
     assert [h for h in html[1:] if all(w in h for w in want)]  # the answer's chips, by the one label rule
     assert at.slider(key="journey_layer").value == 9 and at.query_params["layer"] in ("9", ["9"])
+
+
+def test_the_trace_is_the_prefill(smol):
+    """The trace's own pass kept every layer's keys and values: a cache built of them is bitwise the
+    prefill's, so the journey's loop decodes from it without running the prompt again."""
+    tr = backends.trace(smol, "What is the capital of France?", chat=True)
+    kept = backends.prompt_prefill(smol, tr)
+    fresh = backends.forward_step(smol, tr.token_ids.tolist())
+    assert np.array_equal(kept.last_logits, fresh.last_logits)
+    for (k1, v1), (k2, v2) in zip(backends.cache_layers(kept.cache), backends.cache_layers(fresh.cache), strict=True):
+        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    assert journey.greedy_continuation(smol, tr.token_ids.tolist(), prefill=kept) == journey.greedy_continuation(smol, tr.token_ids.tolist())

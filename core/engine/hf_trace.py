@@ -36,6 +36,8 @@ from core.engine.tokens import readable_tokens
 from core.engine.trace import TOP_K, LayerDetail, NextTokens, Trace
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
+KV_KEEP_MAX = 1024  # a trace keeps its keys and values (``k``, ``v``: exactly the prefill's KV cache) up to this many
+# tokens: 2·L·Hkv·T·dh floats, 47 MB for SmolLM2 at 1,024; the journey's loop then decodes without a second prefill
 IDENTITY_RTOL = 1e-4  # resid[l+1] − resid[l] − attn_out − mlp_out, relative to the stream's magnitude
 REPLAY_RTOL = 1e-3  # a replayed block (eager) vs the traced one (SDPA): float32 rounding of two kernels
 
@@ -248,7 +250,7 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     last_only = _last_only_possible(loaded.model, sites)
     cap = Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T))
     extra = {"logits_to_keep": 1} if last_only else {}
-    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True) as rec:
+    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=T <= KV_KEEP_MAX) as rec:
         cap.calls = rec.calls
         with scoped_hooks(_capture_hooks(sites, cap, type(loaded.model).__name__, last_only)):
             cap.logits = loaded.model(input_ids=input_ids, use_cache=False, **extra).logits
@@ -354,7 +356,16 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
         truncated_from=what.get("truncated_from"),
         notes=list(what.get("notes") or []),
         replay=Replay(calls, tensors, attn_calls),
+        k=_kept(cap.calls, "key"),
+        v=_kept(cap.calls, "value"),
     )
+
+
+def _kept(calls: list[dict[str, Any]], name: str) -> np.ndarray | None:
+    """[L, Hkv, T, dh] every layer's keys (after RoPE) or values, as the KV cache holds them; None if not kept."""
+    if not calls or any(c.get(name) is None for c in calls):
+        return None
+    return torch.stack([c[name][0] for c in calls]).float().numpy()
 
 
 def _last_rows(calls: list[dict[str, Any]], n_heads: int, T: int) -> np.ndarray:

@@ -9,7 +9,8 @@ What a trace *keeps* is what cannot be recomputed cheaply; what it *derives* is 
 * kept, float32, exactly what the model computed: ``embeddings``, the residual stream ``resid``
   [L+1, T, d] at every block boundary, ``final_hidden``; the norms of what each sub-layer added
   (``attn_out_norm``, ``mlp_out_norm`` [L, T]); ``last_logits`` [V];
-* kept for the real model: ``replay``, what each block was called with besides its input (masks as
+* kept for the real model: ``k`` and ``v`` of every layer up to 1,024 tokens (what its forward already
+  computed: the prompt's KV cache, so a continuation decodes without a second prefill); ``replay``, what each block was called with besides its input (masks as
   bits, rotary cos/sin, position ids) — a few MB even at 4,096 tokens;
 * derived per layer on demand (``core.backends.layer_detail``): q, k, v, the attention weights and
   the two sub-layer outputs, by re-running that one block on ``resid[l]`` with its recorded
@@ -127,7 +128,9 @@ class Trace:
     truncated_from: int | None = None  # prompt length in tokens before truncation, if it was cut
     notes: list[str] = field(default_factory=list)
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # toy-only sites (raw scores, gate …)
-    # kept eagerly by the toy only ([L, …], same meaning as LayerDetail's fields); None for HF
+    # kept eagerly by the toy ([L, …], same meaning as LayerDetail's fields); None for HF, except k and v:
+    # an HF trace of up to hf_trace.KV_KEEP_MAX tokens keeps them ([L, Hkv, T, dh], exactly the prefill's
+    # KV cache, see core.backends.prompt_prefill)
     q: np.ndarray | None = None
     k: np.ndarray | None = None
     v: np.ndarray | None = None

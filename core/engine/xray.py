@@ -50,8 +50,11 @@ class AttentionRecord:
     ``keep_weights``: run eager and keep q, k, v and the weights of every call; without it the calls
     run fast (SDPA where allowed) and only their count and settings are kept (``calls[i]["kwargs"]``)."""
 
-    def __init__(self, keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None,
+                 keep_kv: bool = False) -> None:
         self.keep_weights = keep_weights
+        # the fast path keeps each call's key and value too (references, no copy): a prefill's KV cache
+        self.keep_kv = keep_kv
         self.last_row = last_row
         # set (e.g. float16): the weights are computed in bands of query rows (``_eager_in_bands``) and
         # kept in this dtype; None: one eager call, weights kept as eager returns them
@@ -161,7 +164,8 @@ def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attent
                 _, w = _eager_for(module)(module, query[:, :, -1:, :], key, value, m, **kwargs)
                 last = w.detach()  # [B, H, 1, Tk]
             rec.calls.append({"layer": getattr(module, "layer_idx", None), "module": module, "kwargs": _scalars(kwargs),
-                              "query": None, "key": None, "value": None, "weights": None, "mask": None, "last_row": last})
+                              "query": None, "key": key.detach() if rec.keep_kv else None,
+                              "value": value.detach() if rec.keep_kv else None, "weights": None, "mask": None, "last_row": last})
         return out, None
     eager = _eager_for(module)
     if rec is not None and rec.weights_dtype is not None and kwargs.get("sinks") is None and kwargs.get("s_aux") is None:
@@ -198,10 +202,10 @@ def register() -> None:
 
 @contextlib.contextmanager
 def recording(keep_weights: bool = True, last_row: bool = False,
-              weights_dtype: torch.dtype | None = None) -> Iterator[AttentionRecord]:
+              weights_dtype: torch.dtype | None = None, keep_kv: bool = False) -> Iterator[AttentionRecord]:
     """Record the attention calls this thread makes inside the block; always cleared on exit."""
     prev = getattr(_local, "record", None)
-    rec = AttentionRecord(keep_weights, last_row, weights_dtype)
+    rec = AttentionRecord(keep_weights, last_row, weights_dtype, keep_kv)
     _local.record = rec
     try:
         yield rec

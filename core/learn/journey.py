@@ -9,12 +9,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import core.backends as backends
 from core.engine.i18n import t
 from core.engine.numbers import top_k
 from core.engine.tokens import readable_tokens, visible
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel
-from core.gen.generate import Stepper
+
+MAX_NEW = 24  # new tokens the journey's loop shows at most
 
 
 def vector_preview(x: np.ndarray, n: int = 6, lang: str = "en") -> str:
@@ -44,10 +46,23 @@ def top_frame(rows: Sequence[tuple[str, int, float, float]], token_header: str) 
     return pd.DataFrame([(visible(txt), i, logit, p) for txt, i, logit, p in rows], columns=[token_header, "ID", "logit", "p"])
 
 
-def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = 24) -> tuple[list[int], bool]:
+def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = MAX_NEW, *,
+                        prefill: backends.Step | None = None) -> tuple[list[int], bool]:
     """Greedy decoding with a KV cache: the journey's loop. Returns (new ids, stopped at an end token).
 
-    The same prefill/decode stepper as the generation page, without recording attention rows."""
-    stepper = Stepper(loaded, ids, max_steps=max_new, record_attention=False)
-    stepper.run()
-    return list(stepper.generated), stepper.stop_reason == "eos"
+    The prompt goes through the model once (the prefill: every layer caches its keys and values and
+    the last position's scores choose the first new token), then each step feeds only the token just
+    chosen — the same ``backends.forward_step`` as the generation page's Stepper, without its per-step
+    records (top-K, attention rows, timings), which the journey does not show. ``prefill``: that first
+    pass, if the caller already has it for exactly ``ids`` (its cache is then extended in place)."""
+    ids = [int(i) for i in ids]
+    if not ids:
+        raise ValueError("The prompt has no tokens.")
+    eos = loaded.eos_ids()
+    room = int(loaded.facts.max_positions or 0) or 1 << 30  # the context window, prompt included
+    step = prefill if prefill is not None else backends.forward_step(loaded, ids)
+    new = [int(np.argmax(step.last_logits))]  # greedy: the highest score
+    while new[-1] not in eos and len(new) < max_new and len(ids) + len(new) < room:
+        step = backends.forward_step(loaded, [new[-1]], step.cache)  # one token in; K/V appended to the cache
+        new.append(int(np.argmax(step.last_logits)))
+    return new, new[-1] in eos

@@ -81,7 +81,8 @@ def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKE
 def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = 24) -> tuple[list[int], bool]:
     """The greedy answer the journey page shows (ids, stopped at an end token)."""
     tr = get_trace(spec, prompt, chat)
-    return greedy_continuation(get_model(spec), tr.token_ids.tolist(), max_new)
+    loaded = get_model(spec)  # the trace's pass already filled the prompt's KV cache: no second prefill
+    return greedy_continuation(loaded, tr.token_ids.tolist(), max_new, prefill=backends.prompt_prefill(loaded, tr))
 
 
 # ---------------------------------------------------------------------------------------------
