@@ -36,7 +36,7 @@ def _metrics(loaded, eff: ablation.Effect) -> None:
     top, new = tokens.visible_tokens(loaded.tokenizer, [eff.top_id, eff.new_top_id])
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("ablation.m_kl"), f"{eff.kl:.4g}")
-    moved = f"{eff.delta:+.2%}" if abs(eff.delta) >= 5e-5 else None  # an arrow only where it rose or fell
+    moved = ablation.points_text(eff.delta, ui.lang()) if abs(eff.delta) >= 5e-5 else None  # an arrow only where it rose or fell
     m2.metric(ui.t("ablation.m_top", tok=widgets.code(top)), f"{eff.p_after:.2%}", moved)
     m3.metric(ui.t("ablation.m_new"), new)
     m3.caption(ui.t("ablation.same") if eff.same_top else ui.t("ablation.changed"))
@@ -47,8 +47,7 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
     left, right = st.columns(2)
     with left:
         st.markdown(f"**{ui.t('ablation.table_title')}**")
-        fmt = {ui.t("ablation.p_before"): "{:.2%}", ui.t("ablation.p_after"): "{:.2%}", "Δp": "{:+.2%}"}
-        st.dataframe(ablation.top_frame(loaded.tokenizer, before, after, lang).style.format(fmt), hide_index=True, width="stretch")
+        presenter.frame(ablation.top_frame(loaded.tokenizer, before, after, lang), hide_index=True, width="stretch")
         ui.badge("model", ui.t("ablation.badge_probs"))
     with right:
         layer, head = target.layer, target.head

@@ -127,8 +127,8 @@ def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: sl
                                              lab.k[keys], lang), width="stretch", key="attention_lab_weights")
             st.caption(ui.t("attention_lab.weights_colours"))
         shown, cols = (arr, lab.dv) if name == "output" else (arr[:, keys], lab.k[keys])
-        st.dataframe(P.matrix_frame(shown, lab.q, cols).style.format(P.cell_text), width="stretch")
-    st.dataframe(A.weights_check_table(steps.weights, lab.q, lang))
+        presenter.frame(P.matrix_frame(shown, lab.q, cols).style.format(P.cell_text), width="stretch")
+    presenter.frame(A.weights_check_table(steps.weights, lab.q, lang).style.format({ui.t("attention_lab.row_sum"): "{:.4f}"}))
     if keys != ALL:  # say that the softmax ran over every key, and what the hidden ones hold
         n = steps.weights.shape[-1]
         st.caption(ui.t("attention_lab.key_window", a=keys.start, b=min(keys.stop, n) - 1, T=n,

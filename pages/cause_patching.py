@@ -91,9 +91,9 @@ def _detail(loaded, r: cause.Ready, site: str, cell: tuple[int, int]) -> None:
     m2.metric(ui.t("cause.m_cell_restored"), "—" if norm is None else f"{float(norm):.0%}")
     m3.metric(ui.t("cause.m_cell_top"), rows[0]["token"])
     head_names = {"token": ui.t("cause.col_token"), **{k: ui.t(f"cause.col_{k}") for k in names}}
-    table = [{head_names[k]: v for k, v in row.items() if k in head_names} for row in rows]
-    st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={ui.t(f"cause.col_{k}"): st.column_config.NumberColumn(format="percent") for k in names})
+    # every probability to two decimals (never 2.9% beside 3.78%, or 0% beside 0.01%); text, so it reads the same on a projector
+    table = [{head_names[k]: (v if k == "token" else f"{v:.2%}") for k, v in row.items() if k in head_names} for row in rows]
+    presenter.frame(table, hide_index=True, width="stretch")
     ui.badge("model")
 
 

@@ -29,8 +29,8 @@ def _word(comps: list[embeddings.ContextComparison], labels_a: list[str], labels
     if len(comps) > 1:
         st.markdown(f"**{ui.t('context.word_table')}**")
         fmt = {ui.t(f"context.col_{k}"): "{:.3f}" for k in ("embed", "min", "last")}
-        st.dataframe(embeddings.word_table(comps, labels_a, labels_b, lang).style.format(fmt), hide_index=True,
-                     key="context_word_table")
+        presenter.frame(embeddings.word_table(comps, labels_a, labels_b, lang).style.format(fmt), hide_index=True,
+                        key="context_word_table")
 
 
 def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labels_b: list[str], lang: str) -> None:
@@ -45,7 +45,7 @@ def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labe
     st.markdown(ui.t("context.explain"))
     with st.expander(ui.t("context.table")):
         fmt = {ui.t("context.col_sim"): "{:.6f}", ui.t("context.col_base"): "{:.4f}"}
-        st.dataframe(embeddings.context_table(c, lang).style.format(fmt), hide_index=True)
+        presenter.frame(embeddings.context_table(c, lang).style.format(fmt), hide_index=True)
         ui.badge("model")
 
 

@@ -125,7 +125,7 @@ def _slow_answer(spec: str) -> None:
     else:
         presenter.chart(gen_fig.output_curve(d.cumulative(), d.tokenise.median + d.prefill.median, d.tpot, _machine(), ui.lang()),
                         width="stretch")
-        ui.badge("measured", ui.t("diagnose.reps_note", n=d.prefill.n))
+        ui.badge("measured", ui.t("diagnose.reps_note_medians", n=d.prefill.n, pre=_tm(d.prefill)))  # a curve without error bars
         st.markdown(ui.t("diagnose.decode_text", n_in=d.n_prompt, n_out=d.n_decode + 1, ttft=_tm(d.prefill),
                          tpot=_tm(d.decode), total=ms(float(d.cumulative()[-1]))))
         if d.busy:
@@ -264,7 +264,7 @@ def _streaming(spec: str) -> None:
         st.info(ui.t("diagnose.press_decode"))
         return
     presenter.chart(gen_fig.request_timeline(d.tokenise.median, d.prefill.median, d.step_medians, _machine(), ui.lang()), width="stretch")
-    ui.badge("measured", ui.t("diagnose.reps_note", n=d.prefill.n))
+    ui.badge("measured", ui.t("diagnose.reps_note_medians", n=d.prefill.n, pre=_tm(d.prefill)))  # segments, no error bars
     first = d.tokenise.median + d.prefill.median
     st.markdown(ui.t("diagnose.stream_text", first=ms(first), total=ms(float(d.cumulative()[-1])), n=d.n_decode + 1,
                      share=f"{100 * first / max(float(d.cumulative()[-1]), 1e-12):.0f}"))

@@ -33,7 +33,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
         with st.spinner(ui.t("heads.deriving_all", h=head, L=tr.n_layers)):
             g = cache.head_across_layers(ui.model_spec(), tr.prompt, tr.chat, head, hide, start)
     presenter.chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols, g.view), width="stretch")
-    if note := inside_fig.map_note(g.view, lang):
+    if note := inside_fig.map_note(g.view, lang, g.maps):
         st.caption(note)
     st.caption(ui.t("heads.gqa_note", **heads.gqa_args(tr.n_heads, tr.n_kv_heads)))
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)

@@ -93,7 +93,7 @@ def _calculator() -> None:
     st.caption(f"{total:,} B")
     st.caption(ui.t("kv_cache.formula", **terms))
     rows = kvcalc.variant_rows(shape, tokens, bpv, reqs)
-    st.dataframe(report.variant_table(rows, ui.lang()), hide_index=True, width="stretch")
+    presenter.frame(report.variant_table(rows, ui.lang()), hide_index=True, width="stretch")
     presenter.chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
     ui.badge("formula")
 

@@ -15,7 +15,8 @@ from core.web import cache, presenter, ui, widgets
 def _top(tr, spec: str, lang: str) -> None:
     st.subheader(ui.t("logits.h_top"))
     ids = candidates.top_ids(tr.last_logits)
-    st.dataframe(candidates.top_table(tr.last_logits, ids, cache.token_texts(spec, tuple(ids)), lang), hide_index=True, width="stretch")
+    table = candidates.top_table(tr.last_logits, ids, cache.token_texts(spec, tuple(ids)), lang)
+    presenter.frame(candidates.top_table_view(table, lang), hide_index=True, width="stretch")
     ui.badge("model", position_label(tr.tokens, tr.n_tokens - 1))
 
 
@@ -35,7 +36,7 @@ def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: lis
     presenter.chart(ps.fig_candidates(steps, cache.token_texts(spec, tuple(order.tolist())), order, lang), width="stretch")
     m = st.columns(3)
     m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
-    m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.3f}")
+    m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.4f}")  # four decimals, as the table's probabilities
     m[2].metric(ui.t("logits.m_entropy"), f"{entropy_bits(steps['probs']):.2f}")
     ui.badge("model")
     return steps

@@ -51,8 +51,9 @@ def _sink(tr, lang: str) -> None:
     x, y = longctx.binned(longctx.sink_by_query(d.weights))
     presenter.chart(inside_fig.fig_sink_curve(x, y, layer, lang), width="stretch")
     share = longctx.sink_by_layer(tr.last_attn)
-    st.caption(ui.t("longctx.sink_readout", l=layer, w=f"{share[layer]:.2f}", top=int(share.argmax()), wmax=f"{share.max():.2f}",
-                    bin=int(x[1] - x[0]) if len(x) > 1 else 1))
+    readout = ui.t("longctx.sink_readout", l=layer, w=f"{share[layer]:.2f}", top=int(share.argmax()), wmax=f"{share.max():.2f}")
+    step = int(x[1] - x[0]) if len(x) > 1 else 1
+    st.caption(readout + (" " + ui.t("longctx.sink_binned", bin=step) if step > 1 else ""))  # never "means over 1 positions"
     ui.badge("model")
 
 

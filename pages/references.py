@@ -21,11 +21,11 @@ def render() -> None:
 
     st.subheader(ui.t("references.all"))
     refs = sorted(references.REFERENCES.values(), key=lambda r: (r.year, r.authors))
-    used_for = {r.key: ", ".join(ui.t(f"references.c.{c}") for c in references.concepts_of(r.key)) for r in refs}
+    sep = "、" if ui.lang() == "zh" else ", "  # a Chinese list takes the enumeration comma
+    used_for = {r.key: sep.join(ui.t(f"references.c.{c}") for c in references.concepts_of(r.key)) for r in refs}
     headers = (ui.t("references.col.ref"), ui.t("references.col.year"), ui.t("references.col.for"))
     with st.container(key="references_table"):  # a Markdown table: titles wrap and stay links, nothing is cut
-        st.markdown(references.markdown_table(refs, headers, used_for))
-    ui.badge("formula")
+        st.markdown(references.markdown_table(refs, headers, used_for))  # no source badge: a list of papers is no computed number
 
     st.subheader(ui.t("references.prov.title"))
     loaded = ui.loaded_model()

@@ -19,7 +19,7 @@ def _pick_token(tokens, key: str) -> int:
 
 def _where(tr, layer: int, pos: int) -> str:
     """The badge detail of the by-hand views: which layer, which token."""
-    return f"{ui.t('ui.layer')} {layer} · {widgets.md(position_label(tr.tokens, pos))}"
+    return ui.t("residual.where", l=layer, p=widgets.md(position_label(tr.tokens, pos)))
 
 
 def _norms(tr, lang: str) -> None:
@@ -67,7 +67,7 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     except Exception as e:
         st.info(ui.t("residual.not_gated", msg=str(e)))
         return
-    n_top = st.slider("n", 5, 50, 20, key="residual_ntop", label_visibility="collapsed")
+    n_top = st.slider(ui.t("residual.n_top"), 5, 50, 20, key="residual_ntop")
     presenter.chart(ps.fig_mlp_neurons(ms, lang, n_top), width="stretch")
     ui.badge("model", _where(tr, layer, pos))
     kw = ms.args()

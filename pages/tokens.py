@@ -34,7 +34,7 @@ def _lookup(tr, loaded, spec: str) -> bool:
     tid = int(tr.token_ids[pos])
     row, traced = cache.embedding_rows(spec, (tid,))[0], tr.embeddings[pos]
     st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=tr.d_model, tok=widgets.code(label(tr.tokens, pos))))
-    st.dataframe(embeddings.lookup_table(row, traced, tid, pos, ndims).style.format("{:+.4f}"), width="stretch")
+    presenter.frame(embeddings.lookup_table(row, traced, tid, pos, ndims).style.format("{:+.4f}"), width="stretch")
     st.caption(ui.t("tokens.lookup_check", diff=embeddings.max_gap(row, traced)))
     ui.badge("model")
     return True

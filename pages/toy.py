@@ -21,7 +21,7 @@ def _site(tr, stage: str, layer: int, head: int, lang: str, start: int) -> None:
 def _config_section(loaded, lang: str) -> None:
     st.subheader(ui.t("toy.sec_config"))
     real = cache.real_facts()
-    st.dataframe(toy_fig.facts_table(loaded.facts.to_dict(), real, lang), hide_index=True, width="stretch", height=610)
+    presenter.frame(toy_fig.facts_table(loaded.facts.to_dict(), real, lang), hide_index=True, width="stretch", height=610)
     st.caption(ui.t("toy.config_caption") if real else ui.t("toy.real_missing"))
     ui.badge("toy", "SmolLM2: " + ui.t("badge.real") if real else None)
 
@@ -73,7 +73,7 @@ def _order_section(lang: str) -> None:
     except ValueError:
         st.warning(ui.t("toy.order_bad"))
     else:
-        st.dataframe(toy_fig.word_order_table(rows, lang), hide_index=True, width="stretch")
+        presenter.frame(toy_fig.word_order_table(rows, lang), hide_index=True, width="stretch")  # st.table on a projector
         presenter.chart(toy_fig.fig_word_order(rows, lang), width="stretch")
         ui.badge("toy")
 

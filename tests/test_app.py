@@ -242,3 +242,25 @@ def test_logit_lens_cell_text_is_readable():
 
     fig = stream_fig.fig_logit_lens(np.zeros((3, 2), dtype=int), np.full((3, 2), 0.5), ["a"] * 6, ["x", "y"], "en")
     assert fig.data[0].textfont.size >= 12
+
+
+def test_presenter_css_enlarges_metric_values_inputs_and_tables():
+    """The metric's value is markdown (a <p>) since Streamlit 1.4x: the rule for body text must not shrink
+    it below the label; inputs and selects grow too; tables of numbers become st.table on a projector,
+    the one kind of table the CSS reaches (st.dataframe draws on a canvas)."""
+    from core.web import presenter
+
+    css = presenter._CSS
+    assert css.index('[data-testid="stMetricValue"] p') > css.index('[data-testid="stMarkdownContainer"] p')
+    assert '[data-testid="stMain"] input' in css and '[data-baseweb="select"]' in css
+    at = app_run("logits", present="1")
+    assert not at.exception and len(at.dataframe) == 0 and len(at.table) >= 1
+    at = app_run("logits")
+    assert not at.exception and len(at.dataframe) >= 1
+
+
+def test_presenter_css_enlarges_markdown_tables():
+    """issue 14: the references page's Markdown table stayed at body size on a projector, beside 1.45rem text."""
+    from core.web import presenter
+
+    assert '[data-testid="stMarkdownContainer"] td' in presenter._CSS and '[data-testid="stMarkdownContainer"] th' in presenter._CSS

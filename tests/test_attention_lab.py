@@ -394,3 +394,55 @@ def test_cost_tab_table_is_formatted():
     shown = pa.ipc.open_stream(cost.proto.arrow_data.styler.display_values).read_all().to_pandas()  # … drawn formatted
     text = shown.to_string()
     assert "1,024" in text and "1,048,576" in text and "—" in text and "×4" in text and "None" not in text and "nan" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 14 (classroom-ready): what a projected page must not contradict
+
+
+def test_english_positions_intro_has_an_english_example():
+    from core.engine import i18n
+
+    en = i18n.t("positions.intro", "en")
+    assert not any("\u4e00" <= ch <= "\u9fff" for ch in en) and "dog" in en
+    assert "小明" in i18n.t("positions.intro", "zh")
+
+
+def test_offset_chart_draws_every_offset_of_the_table_under_it():
+    demo = R.relative_demo(64)
+    assert {m - n for m, n in R.OFFSET_PAIRS} <= set(demo["offsets"])
+    fig = PM.rope_offset_figure(demo["table"], demo["offsets"], demo["shifts"], "en")
+    assert "m − n = 3" in [t.name for t in fig.data]
+
+
+def test_rope_pair_legend_angle_as_the_caption():
+    th, traj = R.rope_pair_demo(64, 100000.0, 4)
+    fig = PM.rope_pair_figure(traj, 3, th, "en")
+    a = f"{3 * th:.4f}"
+    assert a in fig.data[-1].name and a in R.pair_caption(64, 4, 3, th, "en")
+
+
+def test_kv_bytes_figure_in_the_tables_unit_and_names_in_no_language():
+    configs = A.head_configs()
+    table = A.kv_table(configs, 4096, 2, "zh")
+    fig = PM.kv_bytes_figure(configs, 4096, 2, "zh")
+    assert fig.layout.yaxis.title.text == "MiB"
+    np.testing.assert_allclose(fig.data[0].y, table.iloc[:, 7])
+    np.testing.assert_allclose(fig.data[1].y, table.iloc[:, 8])
+    assert list(fig.data[0].text) == [f"{x:,.1f}" for x in table.iloc[:, 7]]  # the same text as the table's cells
+    assert not [c.name for c in configs if "heads" in c.name]  # a model's name reads the same in English and Chinese
+
+
+def test_one_row_weights_figure_has_room_for_its_colour_bar():
+    """A single query row was 200 px tall: on a projector its colour bar's 0 / 0.5 / 1 overlapped."""
+    s = A.attention_steps(**A.worked_example())
+    fig = PM.weights_figure(s.weights, ~np.isfinite(s.masked), "w", ["q0"], ["k0", "k1", "k2"], "en")
+    assert fig.layout.height >= 260
+
+
+def test_kv_sharing_groups_have_distinct_soft_colours():
+    fig = PM.kv_sharing_figure(9, 3, "en")
+    scale = [c for _, c in fig.data[0].colorscale]
+    assert len(set(scale)) == 3 and "#000000" not in scale
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0.5, 3.5)
+    assert PM.kv_sharing_figure(32, 32, "en").data[0].colorscale  # MHA: 32 groups, colours cycle

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import re
 import threading
 
 import numpy as np
@@ -507,6 +508,8 @@ def test_pages_render_the_cores_numbers(smol, lang):
     run = patching.patched_logits(smol, base, patching.Patch("resid", 4, 2))
     assert at.metric[0].value == f"{pair.logit_diff(run, ans.answer, ans.foil):.3f}"
     assert "⟦" not in _text(at)
+    cells = at.dataframe[-1].value.iloc[:, 1:].to_numpy().ravel()  # issue 14: every probability to two decimals
+    assert all(re.fullmatch(r"\d+\.\d\d%", v) for v in cells), cells
 
     at = _app("cause_attribution", lang, steps="16")
     assert not at.exception and not at.error, [e.value for e in at.exception]

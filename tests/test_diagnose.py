@@ -229,6 +229,10 @@ def test_page_in_both_languages_with_a_one_token_prompt(lang, monkeypatch):
         at.radio(key="diagnose_sym").set_value("slow_answer").run()
         assert not at.exception, [e.value for e in at.exception]
         assert "per 1,000 cached tokens" in " ".join(m.value for m in at.markdown)
+        # issue 14: a curve or timeline without error bars never says "bars: interquartile range"
+        caps = [c.value for c in at.caption]
+        assert any("no error bars here; the spread of the prefill:" in c and "IQR" in c for c in caps)
+        assert not any("bars: interquartile range" in c for c in caps if "decode steps" not in c)
 
 
 def test_browser_link_reopens_its_symptom():

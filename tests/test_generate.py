@@ -12,6 +12,7 @@ import pytest
 from core import __main__ as cli
 from core import backends
 from core.engine import tokens
+from core.engine.i18n import t
 from core.engine.numbers import human_bytes
 from core.engine.types import ConfigError, kv_bytes
 from core.gen import chat_template, generate, kvcalc
@@ -111,7 +112,7 @@ def test_decode_attention_row_equals_full_forward(smol):
     np.testing.assert_allclose(rec.attn.astype(np.float32).sum(-1), 1.0, atol=5e-3)
     # the chosen token is the argmax of the full forward's last logits (greedy)
     assert rec.token_id == int(np.argmax(tr.last_logits))
-    np.testing.assert_allclose(rec.top_probs[0], np.exp(tr.top_logits[-1, 0] - tr.logsumexp[-1]), rtol=1e-4)
+    np.testing.assert_allclose(rec.top_probs[0], backends.next_tokens(smol, tr, [-1 + tr.n_tokens]).probs()[0, 0], rtol=1e-4)
 
 
 def test_with_and_without_cache_same_tokens_smol(smol):
@@ -327,6 +328,47 @@ def test_plot_specs_carry_the_numbers(smol):
     assert np.asarray(fig.data[0].z).shape == (len(ids), len(ids)) and np.triu(np.asarray(fig.data[0].z), 1).max() == 0
 
 
+def test_timing_range_in_one_unit():
+    """Issue 14: an IQR straddling a second read 'IQR 850.0 ms–1.70 s'."""
+    from core.engine import timing
+    from core.gen import report
+
+    text = report.timing_phrase(timing.of([0.8, 0.85, 1.1, 1.7, 1.8]), "en")
+    assert "ms–" not in text and " s–" in text
+    assert "ms–" in report.timing_phrase(timing.of([0.02, 0.021, 0.022, 0.03]), "en")
+
+
+def test_variant_table_numbers_formatted_alike():
+    """Issue 14: the MHA/GQA/MQA table showed 283115520 beside a caption's 94,371,840 and 1 beside 0.3333."""
+    from core.gen import report
+
+    presets = {p.name: p for p in kvcalc.load_presets()}
+    df = report.variant_table(kvcalc.variant_rows(presets["SmolLM2-135M"], 4096, 2), "en")
+    cells = df.to_numpy().ravel().tolist()
+    assert "283,115,520" in cells and "94,371,840" in cells
+    assert {"1.00", "0.33", "0.11"} <= set(cells)
+
+
+def test_workload_figure_in_the_pages_language_with_level_two_line_names():
+    """Issue 14: the zh figure's legend read 'TTFT (prefill)' and 'KV cache'; its names ran together."""
+    from core.gen import report
+
+    rows = kvcalc.simulate(kvcalc.SEED_WORKLOADS, kvcalc.Costs(1e-3, 2e-2, 1000, 10**8))
+    fig = gen_fig.workloads(report.workload_names(rows, "zh"), rows, "zh")
+    assert [d.name for d in fig.data] == [t(k, "zh") for k in ("kv_cache.dom_prefill", "kv_cache.decode_total", "kv_cache.weights", "kv_cache.dom_kv")]
+    assert list(fig.data[0].x) == ["长输入<br>短输出", "短输入<br>长输出", "长输入<br>高并发"] and fig.layout.xaxis.tickangle == 0
+
+
+def test_timing_lines_are_named_in_the_legend_not_written_over_the_bars():
+    """Issue 14: the median / pure-TPOT labels sat on the bars at the line's height, unreadable."""
+    fig = gen_fig.timings([0.5, 0.2, 0.25, 0.21], "zh", pure_tpot=0.1)
+    assert not fig.layout.annotations and not fig.layout.shapes
+    lines = [d for d in fig.data if d.type == "scatter"]
+    assert [d.name for d in lines] == [t("generation.median_tpot", "zh"), t("generation.pure_line", "zh")]
+    assert lines[0].y[0] == lines[0].y[1] == 210.0 and lines[1].y[0] == 100.0
+    assert fig.layout.showlegend and not fig.data[0].showlegend
+
+
 # ---------------------------------------------------------------------------------------------
 # Pages
 
@@ -430,6 +472,12 @@ def test_chat_page(lang):
     at = _app("chat", lang)
     codes = [c.value for c in at.code]
     assert "<|im_start|>assistant⏎" in codes and any("id 2" in c for c in codes)
+    # issue 14: the legend names the special chips' real look (the chip CSS: a dashed red frame), not "orange"
+    from core.web import chips
+
+    assert "dashed #b91c1c" in chips.KIND_STYLE["special"]
+    legend = t("chat.legend", lang)
+    assert any(legend == c.value for c in at.caption) and legend.startswith(("Red dashed", "红色虚线"))
 
 
 def test_pages_empty_prompt():

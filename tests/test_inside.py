@@ -492,3 +492,82 @@ def test_tokens_page_long_text_tables_are_whole(smol):
 def test_ablation_table_makes_whitespace_visible(smol):
     rows = ablation.top_table(smol.tokenizer, np.eye(1, 49152, 198)[0], np.eye(1, 49152, 198)[0], k=1)
     assert rows[0]["token"] == "⏎"  # id 198 is a newline: never a blank cell
+
+
+def test_ablation_change_said_in_points_not_percent(smol):
+    """issue 14: p going 15.22 % → 47.25 % was shown as '+32.04%' (it is +32 points, +210 %); no '-0.00'."""
+    assert ablation.points(0.3204) == "+32.04" and ablation.points(-0.00001) == "0.00" and ablation.points(-0.0137) == "-1.37"
+    assert ablation.points_text(0.3204, "zh") == "+32.04 个百分点"
+    before, after = np.full(49152, 1 / 49152), np.full(49152, 1 / 49152)
+    before[504], after[504] = 0.1522, 0.4725
+    df = ablation.top_frame(smol.tokenizer, before, after, "en", k=1)
+    assert df.columns.tolist()[-1] == "Δp (points)" and df.iloc[0].tolist()[-3:] == ["15.22%", "47.25%", "+32.03"]
+
+
+def test_overview_maps_stretch_their_colours_and_say_so():
+    """issue 14: an overview cell averages b × b weights, so on a 0…1 scale a long prompt's maps were blank
+    white squares; the scale now ends at the largest cell drawn, and the note under the map says so."""
+    from core.engine import attnview
+    from core.inside import figures as inside_fig
+
+    T = 300
+    w = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]  # uniform causal rows
+    g = heads.head_grid([w, w * 0 + np.eye(T)], ["a", "b"])
+    assert not g.view.exact
+    fig = inside_fig.fig_head_grid(g.maps, g.titles, [str(i) for i in range(T)], "en", g.cols, g.view)
+    assert fig.layout.coloraxis.cmax == pytest.approx(float(g.maps.max())) and g.maps.max() < 0.5
+    note = inside_fig.map_note(g.view, "zh", g.maps)
+    assert f"{float(g.maps.max()):.3f}" in note and "1" in note
+    exact = attnview.view(w[:20, :20], None)
+    assert exact.exact and inside_fig.fig_head_grid(exact.z[None], ["a"], ["x"] * 20, "en", 1, exact).layout.coloraxis.cmax == 1
+    assert inside_fig.map_note(exact, "en") == ""
+    single = inside_fig.fig_single_map(g.maps[0], [str(i) for i in range(T)], "t", "en", g.view)
+    assert single.data[0].zmax == pytest.approx(float(g.maps[0].max())) and "mean" in single.data[0].colorbar.title.text
+
+
+def test_rms_numbers_read_alike_in_metrics_and_figure():
+    """issue 14: the three RMS metrics and the figure's titles under them use the same four decimals
+    (it was 0.9997 above and "rms 1" below)."""
+    from core.stream import figures as stream_fig
+    from core.stream import lens
+
+    x = np.linspace(-1, 1, 8)
+    normed = x / np.sqrt(np.mean(x**2) + 1e-3)
+    s = lens.NormSteps("RMSNorm", x, x, float(np.sqrt(np.mean(x**2))), 1.0, normed, np.full(8, 0.05), normed * 0.05, 1e-3)
+    values = [v for _, v in lens.norm_metrics(s)]
+    assert all(len(v.split(".")[1]) == 4 for v in values)
+    titles = [a.text for a in stream_fig.fig_norm_steps(s, "en").layout.annotations]
+    assert values[0] in titles[0] and values[1] in titles[1] and values[2] in titles[3]
+
+
+def test_logits_numbers_keep_their_decimals():
+    """issue 14: probabilities in the top table all show four decimals (0.1590, not 0.159 above 0.0278),
+    the picked token's note too, and the filter figure counts with a thousands separator."""
+    import pandas as pd
+
+    from core.stream import candidates
+    from core.stream import figures as stream_fig
+
+    logits = np.log(np.array([0.159, 0.0278, 0.8132]))
+    df = candidates.top_table(logits, [2, 0, 1], ["a", "b", "c"], "zh")
+    shown = df.pipe(lambda d: candidates.top_table_view(d, "zh")).to_string()
+    assert "0.1590" in shown and "0.0278" in shown
+    assert candidates.pick_note(0, np.array([0.159, 0.841])) == "id 0 · p = 0.1590"
+    assert isinstance(df, pd.DataFrame)
+    V = 49152
+    steps = {"keep": np.ones(V, dtype=bool), "probs": np.full(V, 1 / V), "probs_before": np.full(V, 1 / V)}
+    fig = stream_fig.fig_candidates(steps, ["x", "y"], [0, 1], "en")
+    assert "49,152" in fig.layout.title.text
+
+
+def test_anatomy_counts_and_shares_read_alike():
+    """issue 14: the block's tensor table counts with separators (as the caption and the chart), and a
+    small non-zero share is "<0.1%", not "0.0%"."""
+    from core.stream import anatomy
+    from core.stream import figures as stream_fig
+
+    rows = [{"name": "mlp.up_proj.weight", "shape": (1536, 576), "params": 884736, "role": "mlp_up"}]
+    assert "884,736" in anatomy.block_table_view(anatomy.block_table(rows, "en"), "en").to_string()
+    assert stream_fig.share(35_136, 134_515_008) == "<0.1%" and stream_fig.share(0, 10) == "0.0%"
+    fig = stream_fig.fig_params({"embed": 134_479_872, "norm": 35_136}, "en")
+    assert fig.data[0].text[1] == "35,136 (<0.1%)"

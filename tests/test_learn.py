@@ -285,6 +285,10 @@ def test_references_page(lang):
     assert at.subheader[-1].value == i18n.t("references.prov.title", lang)
     prov = at.table[-1].value
     assert "30" in prov.iloc[:, 1].tolist()  # n_layers of the embedded SmolLM2, read from the loaded model
+    # issue 14: a Chinese list joins with 、, the year heading never wraps, no "computed from a formula" badge
+    table = next(m.value for m in at.markdown if m.value.startswith("| "))
+    assert ("、" in table) == (lang == "zh") and "\u2060".join(i18n.t("references.col.year", lang)) in table
+    assert not any(i18n.t("badge.formula", lang) in c.value for c in at.caption)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,3 +389,11 @@ def test_label_rule_on_smollm2_chinese():
     assert tokens.visible_tokens(tok, ids[:1]) == ["‹E6 88›"]  # a candidate alone has no neighbours
     html = chips.chips_html(pieces, ids)
     assert html.count('class="xr-group"') == 5 and 'data-piece="我‹E6 88›"' in html
+
+
+def test_tour_text_stage_counts_with_thousands_separators(smol):
+    tr = backends.trace(smol, "abcde" * 300)
+    v = tour.stage_view("text", tr, _decode(smol))
+    m = dict(v.metrics)
+    assert m["tour.m.chars"] == "1,500" == v.fill["chars"] and m["tour.m.text_chars"] == f"{len(tr.text):,}"
+    assert dict(tour.stage_view("tokens", tr, _decode(smol)).metrics)["tour.m.n_tokens"] == f"{tr.n_tokens:,}"

@@ -165,11 +165,23 @@ def test_long_context_page_on_a_long_document(smol):
     enc = encode(smol.tokenizer, long_docs.load("en").text, chat=bool(at.session_state["chat"]))
     assert tuple(span.value) == long_docs.span_of(smol.tokenizer, enc.text, enc.ids, long_docs.load("en").fact)
     assert _chart_bytes(at) < 5e6
+    assert any("Each point is the mean over" in c.value for c in at.caption)  # ~3,000 positions: the sink curve is binned
     for stem in ("heads", "masks"):
         at.switch_page(f"pages/{stem}.py")
         at.run()
         assert not at.exception, (stem, [e.value for e in at.exception])
         assert _chart_bytes(at) < 5e6, stem
+
+
+def test_sink_readout_names_no_binning_when_there_is_none(smol):
+    """issue 14: a short prompt's caption read 'Points are means over 1 query positions'."""
+    at = AppTest.from_file(APP, default_timeout=600)
+    at.switch_page("pages/long_context.py")
+    at.run()
+    assert not at.exception
+    caps = [c.value for c in at.caption]
+    assert any("on the first token; the most is layer" in c for c in caps)
+    assert not any("mean over 1 query" in c or "means over" in c for c in caps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,6 +343,26 @@ def test_toy_heatmaps_label_every_kth_position_and_hover_every_cell():
     fig = toy_fig.fig_pattern(np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None], toks, "pattern")
     assert len(fig.layout.xaxis.ticktext) <= toy_fig.TOY_TICKS and len(fig.layout.yaxis.ticktext) <= toy_fig.TOY_TICKS
     assert fig.data[0].customdata[7][31][0].endswith("w7") and fig.data[0].customdata[7][31][1].endswith("w31")
+
+
+def test_toy_figures_keep_their_titles_and_plain_log_ticks():
+    """issue 14: the live-training pattern's title was cut at the figure's right edge; the word-order
+    figure's log axis read '1μ … 100μ … 0.01'."""
+    from core.engine.i18n import t
+    from core.toy import figures as toy_fig
+
+    for lang in ("en", "zh"):
+        title = t("toy.live_pattern", lang, step=15, head=3)
+        fig = toy_fig.fig_pattern(np.eye(6), [f"w{i}" for i in range(6)], title)
+        lines = fig.layout.title.text.split("<br>")
+        assert "".join(lines).replace(" ", "") == title.replace(" ", "") and len(lines) >= 2
+        assert all(attnview.wrap(x, 44) == [x] for x in lines) and fig.layout.margin.t >= 24 * len(lines)
+    rows = [{"position": "none", "causal": False, "pooled_diff": 1e-7, "permuted_diff": 1e-7, "distinguishable": False},
+            {"position": "rope", "causal": False, "pooled_diff": 0.03, "permuted_diff": 0.1, "distinguishable": True}]
+    y = toy_fig.fig_word_order(rows, "en").layout.yaxis
+    assert y.type == "log" and y.exponentformat == "power"
+    df = toy_fig.facts_table({"tied_embeddings": True, "n_params": 131584}, {"tied_embeddings": False, "name": "X"}, "zh")
+    assert df.iloc[13, 1:].tolist() == [t("toy.yes", "zh"), t("toy.no", "zh")] and df.iloc[15, 1] == "131,584"
 
 
 def test_calculator_real_row_on_a_long_prompt_shows_a_key_window(smol):

@@ -40,7 +40,7 @@ def candidates(tokens: Sequence[str], probs: np.ndarray, sample_probs: np.ndarra
     ])
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title=t("generation.prob", lang), range=[0, 1])
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.3, yanchor="top"))  # below the axis title, not on it
     return _layout(fig, t("generation.fig_candidates", lang))
 
 
@@ -131,15 +131,21 @@ def timings(seconds: Sequence[float], lang: str, pure_tpot: float | None = None)
     names = ["TTFT (prefill)"] + [f"TPOT {i}" for i in range(1, len(s))]
     fig = go.Figure(go.Bar(x=np.arange(len(s)), y=s, marker_color=colors, customdata=names,
                            hovertemplate="%{customdata}: %{y:.1f} ms<extra></extra>", showlegend=False))
+    # The two reference lines are named in the legend, not by text on the plot: a label written at the
+    # line's height lands on the bars around it and cannot be read on a projector.
+    span = [-0.5, max(len(s), 1) - 0.5]
     if len(s) > 1:
-        fig.add_hline(y=float(np.median(s[1:])), line_dash="dot", annotation_text=t("generation.median_tpot", lang),
-                      annotation_position="top left")
+        med = float(np.median(s[1:]))
+        fig.add_trace(go.Scatter(x=span, y=[med, med], mode="lines", line=dict(dash="dot", color="#333333"),
+                                 name=t("generation.median_tpot", lang), hovertemplate=f"{med:.1f} ms<extra></extra>"))
     if pure_tpot is not None:
-        fig.add_hline(y=pure_tpot * 1000, line_dash="dash", line_color=PALETTE["with"],
-                      annotation_text=t("generation.pure_line", lang), annotation_position="bottom right")
+        ms = pure_tpot * 1000
+        fig.add_trace(go.Scatter(x=span, y=[ms, ms], mode="lines", line=dict(dash="dash", color=PALETTE["with"]),
+                                 name=t("generation.pure_line", lang), hovertemplate=f"{ms:.1f} ms<extra></extra>"))
     _pass_axis(fig, len(s), title=t("generation.pass", lang))
     fig.update_yaxes(title="ms", rangemode="tozero")
-    return _layout(fig, t("generation.fig_time", lang), height=300)
+    fig.update_layout(showlegend=True, legend=dict(orientation="h", y=-0.35, yanchor="top", x=0))
+    return _layout(fig, t("generation.fig_time", lang), height=340)
 
 
 def cache_compare(len_with: Sequence[int], s_with: Sequence[float], len_without: Sequence[int], s_without: Sequence[float],
@@ -170,11 +176,14 @@ def workloads(names: Sequence[str], rows: Sequence[dict[str, Any]], lang: str) -
     memory split (weights + KV, GiB)."""
     ttft, decode = [r["ttft_s"] for r in rows], [r["decode_s"] for r in rows]
     kv_gib, weights_gib = [r["kv_bytes"] / 2**30 for r in rows], [r["weight_bytes"] / 2**30 for r in rows]
+    # each name on two lines, level: three long names side by side ran into each other (or into a slant)
+    names = [n.replace("、", "<br>").replace(", ", ",<br>") for n in names]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(t("kv_cache.time_split", lang), t("kv_cache.mem_split", lang)))
-    fig.add_trace(go.Bar(x=list(names), y=list(ttft), name="TTFT (prefill)", marker_color=PALETTE["prefill"]), 1, 1)
-    fig.add_trace(go.Bar(x=list(names), y=list(decode), name=t("kv_cache.decode_total", lang), marker_color=PALETTE["decode"]), 1, 1)
-    fig.add_trace(go.Bar(x=list(names), y=list(weights_gib), name=t("kv_cache.weights", lang), marker_color=PALETTE["weights"]), 1, 2)
-    fig.add_trace(go.Bar(x=list(names), y=list(kv_gib), name="KV cache", marker_color=PALETTE["kv"]), 1, 2)
+    fig.add_trace(go.Bar(x=names, y=list(ttft), name=t("kv_cache.dom_prefill", lang), marker_color=PALETTE["prefill"]), 1, 1)
+    fig.add_trace(go.Bar(x=names, y=list(decode), name=t("kv_cache.decode_total", lang), marker_color=PALETTE["decode"]), 1, 1)
+    fig.add_trace(go.Bar(x=names, y=list(weights_gib), name=t("kv_cache.weights", lang), marker_color=PALETTE["weights"]), 1, 2)
+    fig.add_trace(go.Bar(x=names, y=list(kv_gib), name=t("kv_cache.dom_kv", lang), marker_color=PALETTE["kv"]), 1, 2)
+    fig.update_xaxes(tickangle=0)
     fig.update_layout(barmode="stack", legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))  # beside, never over the axis
     fig.update_yaxes(title="s", row=1, col=1)
     fig.update_yaxes(title="GiB", row=1, col=2)

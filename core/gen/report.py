@@ -29,7 +29,10 @@ def timing_phrase(tm: Timing, lang: str, per: int = 1) -> str:
     d = max(1, int(per))
     if tm.n == 1:
         return t("timing.one_run", lang, median=timing.ms(tm.median / d))
-    return t("timing.median_iqr", lang, median=timing.ms(tm.median / d), n=tm.n, q1=timing.ms(tm.q1 / d), q3=timing.ms(tm.q3 / d))
+    q1, q3 = tm.q1 / d, tm.q3 / d
+    # one unit for both ends of the range: never 'IQR 850.0 ms–1.70 s'
+    lo = f"{q1:.2f} s" if q3 >= 1.0 > q1 else timing.ms(q1)
+    return t("timing.median_iqr", lang, median=timing.ms(tm.median / d), n=tm.n, q1=lo, q3=timing.ms(q3))
 
 
 def busy_note(lang: str) -> str:
@@ -138,8 +141,11 @@ def _columns(df: pd.DataFrame, lang: str) -> pd.DataFrame:
 
 
 def variant_table(rows: Sequence[dict[str, Any]], lang: str) -> pd.DataFrame:
-    """``kvcalc.variant_rows`` with translated column names."""
-    return _columns(pd.DataFrame(rows), lang)
+    """``kvcalc.variant_rows`` as shown: translated column names, byte counts with thousands separators
+    (as the caption above prints the total) and the ratio to MHA to two decimals (never 1 beside 0.3333)."""
+    df = pd.DataFrame([{**r, "bytes_per_token": f"{r['bytes_per_token']:,.0f}", "total_bytes": f"{r['total_bytes']:,.0f}",
+                        "vs_mha": f"{r['vs_mha']:.2f}"} for r in rows])
+    return _columns(df, lang)
 
 
 def costs_text(m: TpotMeasure, costs: Costs, model: str, lang: str) -> str:

@@ -181,10 +181,26 @@ def top_table(tokenizer: Any, before: np.ndarray, after: np.ndarray, k: int = 10
     return rows
 
 
+def points(delta: float) -> str:
+    """A change of probability in percentage points, signed: '+32.04', '-1.37', '0.00' (never '-0.00').
+    Not a percent: p going from 15 % to 47 % rose by 32 points, which is +210 %."""
+    v = round(float(delta) * 100, 2)
+    return "0.00" if v == 0 else f"{v:+.2f}"
+
+
+def points_text(delta: float, lang: str) -> str:
+    """``points`` with its unit, for a metric's delta: '+32.04 points' / '+32.04 个百分点'."""
+    return t("ablation.pp", lang, v=points(delta))
+
+
 def top_frame(tokenizer: Any, before: np.ndarray, after: np.ndarray, lang: str, k: int = 8) -> pd.DataFrame:
-    """``top_table`` as a table with translated headings (probabilities stay numbers)."""
-    return pd.DataFrame(top_table(tokenizer, before, after, k)).rename(columns={
-        "token": t("ui.token", lang), "p_before": t("ablation.p_before", lang), "p_after": t("ablation.p_after", lang), "delta": "Δp"})
+    """``top_table`` as shown: translated headings, probabilities as percents, their change in
+    percentage points (a heading says so) — text, so the table reads the same on a projector."""
+    rows = [{**r, "p_before": f"{r['p_before']:.2%}", "p_after": f"{r['p_after']:.2%}", "delta": points(r["delta"])}
+            for r in top_table(tokenizer, before, after, k)]
+    return pd.DataFrame(rows).rename(columns={
+        "token": t("ui.token", lang), "p_before": t("ablation.p_before", lang), "p_after": t("ablation.p_after", lang),
+        "delta": t("ablation.delta_pp", lang)})
 
 
 def head_names(n_heads: int, n_layers: int | None = None) -> list[str]:

@@ -95,10 +95,12 @@ def _hover(tokens: Sequence[str], n: int, lang: str, view: MapView | None = None
     return [[f"{q} {labels[i]}<br>{k} {labels[j]}" for j in range(n)] for i in range(n)]
 
 
-def map_note(view: MapView, lang: str) -> str:
-    """The one sentence under a map that says what its cells are: averaged blocks or a window of exact weights."""
+def map_note(view: MapView, lang: str, drawn: np.ndarray | None = None) -> str:
+    """The one sentence under a map that says what its cells are: averaged blocks (and where their colour
+    scale ends: ``drawn``, every panel drawn, defaults to ``view.z``) or a window of exact weights."""
     if not view.exact:
-        return _t("attnview.averaged", lang, b=view.block, T=view.n_tokens, n=view.n)
+        scale = colour_note(view.z if drawn is None else drawn, view, lang)
+        return f'{_t("attnview.averaged", lang, b=view.block, T=view.n_tokens, n=view.n)} {scale}'.rstrip()
     if not view.whole:
         return _t("attnview.window", lang, a=view.start, b=view.start + view.n - 1, T=view.n_tokens)
     return ""
@@ -113,13 +115,30 @@ def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.04, vertical_spacing=0.08 if rows < 6 else 0.04)
     hover = _hover(tokens, T, lang, view)
     pos = view.positions() if view is not None else list(range(T))
+    top, cbar = _colour_top(maps, view, lang)
     for k in range(n):
         fig.add_trace(go.Heatmap(z=maps[k], x=pos, y=pos, coloraxis="coloraxis", customdata=hover,
-                                 hovertemplate="%{customdata}<br>w = %{z:.3f}<extra></extra>"), row=k // cols + 1, col=k % cols + 1)
+                                 hovertemplate="%{customdata}<br>" + cbar + " = %{z:.3f}<extra></extra>"), row=k // cols + 1, col=k % cols + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="w")), height=max(320, 240 * rows),
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title=cbar)), height=max(320, 240 * rows),
                       margin=dict(t=40, b=20, l=20, r=20))
     return fig
+
+
+def _colour_top(z: np.ndarray, view: MapView | None, lang: str) -> tuple[float, str]:
+    """The colour scale's top and the colour bar's title: 0…1 for exact weights; for an overview, whose
+    cells average b × b weights (a row's weight of 1 spread over the block: every cell is small),
+    the largest cell drawn, so the map is not a blank white square on a projector."""
+    if view is None or view.exact:
+        return 1.0, "w"
+    return max(float(np.nanmax(z)), 1e-6), _t("attnview.mean_w", lang)
+
+
+def colour_note(z: np.ndarray, view: MapView | None, lang: str) -> str:
+    """The sentence that says an overview's colours are stretched (empty for exact weights)."""
+    if view is None or view.exact:
+        return ""
+    return _t("heads.scale_stretched", lang, m=f"{_colour_top(z, view, lang)[0]:.3f}")
 
 
 def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang: str, start: int | None = None) -> go.Figure:
@@ -155,8 +174,9 @@ def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang:
     """One head's attention map [n, n]: the whole map, or what ``view`` says it is."""
     T = weights.shape[0]
     pos = view.positions() if view is not None else list(range(T))
-    fig = go.Figure(go.Heatmap(z=weights, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=1, customdata=_hover(tokens, T, lang, view),
-                               hovertemplate="%{customdata}<br>w = %{z:.3f}<extra></extra>"))
+    top, cbar = _colour_top(weights, view, lang)
+    fig = go.Figure(go.Heatmap(z=weights, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=top, customdata=_hover(tokens, T, lang, view),
+                               colorbar=dict(title=cbar), hovertemplate="%{customdata}<br>" + cbar + " = %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.query_pos", lang), height=420,
                       margin=dict(t=50, b=40))
     fig.update_yaxes(autorange="reversed")

@@ -132,7 +132,8 @@ def markdown_table(refs: list[Reference], headers: tuple[str, str, str], used_fo
     """Every reference as one row of a Markdown table — the title linked, authors and venue beside it,
     the year, and the concepts it is cited for — so long titles wrap instead of being cut off.
     ``headers``: (reference, year, used for) in the page's language; ``used_for``: key → text."""
-    rows = [f"| {_md_cell(headers[0])} | {_md_cell(headers[1])} | {_md_cell(headers[2])} |", "|---|---|---|"]
+    year = "\u2060".join(_md_cell(headers[1]))  # word joiners: the narrow year column never splits 年份 over two lines
+    rows = [f"| {_md_cell(headers[0])} | {year} | {_md_cell(headers[2])} |", "|---|---|---|"]
     for r in refs:
         ref = f"{_md_cell(r.authors)} — [{_md_cell(r.title)}]({r.url}) · {_md_cell(r.venue)}"
         rows.append(f"| {ref} | {r.year} | {_md_cell(used_for.get(r.key, ''))} |")

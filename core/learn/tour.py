@@ -77,16 +77,16 @@ def _fmt(x: float, nd: int = 4) -> str:
 
 def _text(tr: Trace, decode: Decode, layer: int) -> StageView:
     return StageView(
-        metrics=[("tour.m.chars", str(len(tr.prompt))), ("tour.m.chat", "✓" if tr.chat else "✗"),
-                 ("tour.m.text_chars", str(len(tr.text)))],
-        fill={"chars": len(tr.prompt)},
+        metrics=[("tour.m.chars", f"{len(tr.prompt):,}"), ("tour.m.chat", "✓" if tr.chat else "✗"),
+                 ("tour.m.text_chars", f"{len(tr.text):,}")],
+        fill={"chars": f"{len(tr.prompt):,}"},
     )
 
 
 def _tokens(tr: Trace, decode: Decode, layer: int) -> StageView:
     ids = [int(i) for i in tr.token_ids]
     return StageView(
-        metrics=[("tour.m.n_tokens", str(tr.n_tokens)), ("tour.m.vocab", f"{tr.vocab_size:,}")],
+        metrics=[("tour.m.n_tokens", f"{tr.n_tokens:,}"), ("tour.m.vocab", f"{tr.vocab_size:,}")],
         table={"ui.position": list(range(len(ids))), "ui.token": token_labels(tr.tokens), "tour.col.id": ids},
         chips=[str(t) for t in tr.tokens],
         fill={"T": tr.n_tokens, "first_id": ids[0], "first": label(tr.tokens, 0)},
@@ -191,7 +191,7 @@ def _next_token(tr: Trace, decode: Decode, layer: int) -> StageView:
     piece = label(seq, tr.n_tokens)  # the new token, read with its neighbours (it may finish a character)
     grow = kv_bytes(tr.n_layers, tr.n_kv_heads, tr.head_dim, 1, tr.kv_itemsize)
     return StageView(
-        metrics=[("tour.m.next", piece), ("tour.m.new_len", str(tr.n_tokens + 1)), ("tour.m.kv_grow", f"+{grow:,} B")],
+        metrics=[("tour.m.next", piece), ("tour.m.new_len", f"{tr.n_tokens + 1:,}"), ("tour.m.kv_grow", f"+{grow:,} B")],
         chips=seq[first:], chips_start=first, chips_new=1,
         fill={"top": piece, "T1": tr.n_tokens + 1, "pos": tr.n_tokens, "hidden": first},
     )

@@ -263,7 +263,7 @@ def additive_text(visible: np.ndarray) -> np.ndarray:
 HEAD_CONFIGS = (
     HeadGeometry("SmolLM2-135M", n_layers=30, n_heads=9, n_kv_heads=3, d_model=576),
     HeadGeometry("Qwen2.5-0.5B", n_layers=24, n_heads=14, n_kv_heads=2, d_model=896),
-    HeadGeometry("4096 · 32 heads (Llama-2-7B)", n_layers=32, n_heads=32, n_kv_heads=32, d_model=4096),
+    HeadGeometry("Llama-2-7B (32 q / 32 KV)", n_layers=32, n_heads=32, n_kv_heads=32, d_model=4096),
     HeadGeometry("Qwen2.5-7B (28 q / 4 KV)", n_layers=28, n_heads=28, n_kv_heads=4, d_model=3584),
 )
 

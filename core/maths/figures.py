@@ -103,7 +103,7 @@ def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labe
                                  hoverinfo="skip", showlegend=False))
     fig.update_xaxes(title=_t("maths.key_pos", lang), side="top", **_ticks(col_labels))
     fig.update_yaxes(title=_t("maths.query_pos", lang), autorange="reversed", **_ticks(row_labels))
-    fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(200, 120 + 34 * w.shape[0])),
+    fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(260, 120 + 34 * w.shape[0])),
                       margin=dict(l=10, r=10, t=105, b=10), plot_bgcolor="#ffffff")
     return fig
 
@@ -198,12 +198,26 @@ def mask_figure(visible: np.ndarray, title: str, lang: str, *, additive: bool = 
     return fig
 
 
+# one soft colour per KV group, neighbours always different (Turbo's ends were near-black and dark red)
+_GROUPS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d")
+
+
+def _group_colours(n: int) -> list[list]:
+    """A stepped colour scale: group g (z = g + 1, on zmin 0.5 … zmax n + 0.5) in _GROUPS[g % 8]."""
+    out: list[list] = []
+    for g in range(n):
+        c = _GROUPS[g % len(_GROUPS)]
+        out += [[g / n, c], [(g + 1) / n, c]]
+    return out
+
+
 def kv_sharing_figure(n_heads: int, n_kv_heads: int, lang: str) -> go.Figure:
     """[Hkv × H] grid: which query heads read which KV head (one colour per group)."""
     m = kv_sharing_matrix(n_heads, n_kv_heads)
     z = np.where(m, np.arange(n_kv_heads)[:, None] + 1.0, np.nan)  # colour = group id
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n_heads)), y=list(range(n_kv_heads)), colorscale="Turbo", showscale=False, xgap=2, ygap=2,
+        z=z, x=list(range(n_heads)), y=list(range(n_kv_heads)), colorscale=_group_colours(n_kv_heads), zmin=0.5,
+        zmax=n_kv_heads + 0.5, showscale=False, xgap=2, ygap=2,
         hovertemplate=_t("multihead.fig_hover", lang) + "<extra></extra>",
     ))
     fig.update_xaxes(title=_t("multihead.fig_qheads", lang), dtick=1)
@@ -214,16 +228,17 @@ def kv_sharing_figure(n_heads: int, n_kv_heads: int, lang: str) -> go.Figure:
 
 
 def kv_bytes_figure(configs: Sequence[HeadGeometry], n_tokens: int, bytes_per_value: int, lang: str) -> go.Figure:
-    """KV-cache size for ``n_tokens`` tokens, per model, as it is (MHA/GQA/MQA) and if it were MHA."""
+    """KV-cache size for ``n_tokens`` tokens, per model, as it is (MHA/GQA/MQA) and if it were MHA: in MiB
+    to one decimal, the unit and format of the table above it (``kv_table_view``), so bar and cell agree."""
     names = [c.name for c in configs]
-    gib = 1024.0**3
-    real = [c.kv_bytes(n_tokens, bytes_per_value) / gib for c in configs]
-    mha = [c.with_kv_heads(c.n_heads).kv_bytes(n_tokens, bytes_per_value) / gib for c in configs]
+    mib = 1024.0**2
+    real = [c.kv_bytes(n_tokens, bytes_per_value) / mib for c in configs]
+    mha = [c.with_kv_heads(c.n_heads).kv_bytes(n_tokens, bytes_per_value) / mib for c in configs]
     fig = go.Figure([
-        go.Bar(x=names, y=real, name=_t("multihead.fig_actual", lang), text=[f"{x:.3g}" for x in real], textposition="outside"),
-        go.Bar(x=names, y=mha, name=_t("multihead.fig_if_mha", lang), text=[f"{x:.3g}" for x in mha], textposition="outside"),
+        go.Bar(x=names, y=real, name=_t("multihead.fig_actual", lang), text=[f"{x:,.1f}" for x in real], textposition="outside"),
+        go.Bar(x=names, y=mha, name=_t("multihead.fig_if_mha", lang), text=[f"{x:,.1f}" for x in mha], textposition="outside"),
     ])
-    fig.update_yaxes(title="GiB")
+    fig.update_yaxes(title="MiB", tickformat=",~f", range=[0, max(real + mha) * 1.15])  # room for the labels above the bars
     fig.update_layout(barmode="group", title=_t("multihead.fig_bytes", lang, n=f"{n_tokens:,}"), height=400,
                       margin=dict(l=10, r=10, t=70, b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=1.04, xanchor="right", x=1))  # right of the title
@@ -251,7 +266,7 @@ def rope_pair_figure(traj: np.ndarray, pos: int, theta_i: float, lang: str) -> g
                    customdata=np.arange(len(traj)), hovertemplate="m = %{customdata}<extra></extra>",
                    name=_t("positions.fig_path", lang)),
         go.Scatter(x=[0, traj[pos, 0]], y=[0, traj[pos, 1]], mode="lines+markers", line=dict(width=4, color="crimson"),
-                   name=_t("positions.fig_at", lang, p=pos, a=f"{pos * theta_i:.3f}")),
+                   name=_t("positions.fig_at", lang, p=pos, a=f"{pos * theta_i:.4f}")),  # as many decimals as the caption under it
     ])
     lim = 1.25 * max(r, 1e-9)
     fig.update_xaxes(range=[-lim, lim], zeroline=True, title="x₁")

@@ -133,6 +133,11 @@ def block_table(rows: list[dict[str, Any]], lang: str) -> pd.DataFrame:
                          for r in rows])
 
 
+def block_table_view(df: pd.DataFrame, lang: str):
+    """``block_table`` as a page shows it: counts with thousands separators, as the caption and the chart."""
+    return df.style.format({t("anatomy.col_params", lang): "{:,}"})
+
+
 def block_args(rows: list[dict[str, Any]], n_layers: int, n_params: int) -> dict[str, Any]:
     """The fields of anatomy.block_total: one block's count, × the blocks, and their share of the model."""
     n = sum(r["params"] for r in rows)

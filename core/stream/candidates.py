@@ -36,6 +36,12 @@ def top_table(last_logits: np.ndarray, ids: Sequence[int], texts: Sequence[str],
     })
 
 
+def top_table_view(df: pd.DataFrame, lang: str):
+    """``top_table`` as a page shows it: every logit to three decimals and every probability to four
+    (a bare float column drops trailing zeros: 0.159 above 0.0278)."""
+    return df.style.format({t("logits.col_logit", lang): "{:.3f}", t("logits.col_prob", lang): "{:.4f}"})
+
+
 def pick_note(token_id: int, probs: np.ndarray) -> str:
-    """'id 42 · p = 0.123': a chosen token and its probability after filtering."""
-    return f"id {token_id} · p = {probs[token_id]:.3f}"
+    """'id 42 · p = 0.1234': a chosen token and its probability after filtering."""
+    return f"id {token_id} · p = {probs[token_id]:.4f}"

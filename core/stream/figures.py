@@ -73,10 +73,10 @@ def fig_norm_steps(s: NormSteps, lang: str) -> go.Figure:
     """Input vector, normalised vector and output (× gain), dimension by dimension."""
     dims = list(range(len(s.x)))
     rows = [
-        (t("residual.norm_in", lang, rms=f"{s.rms_in:.3g}"), s.x, "#7f7f7f"),
-        (t("residual.norm_hat", lang, rms=f"{s.rms_normed:.3g}"), s.normed, "#1f77b4"),
+        (t("residual.norm_in", lang, rms=f"{s.rms_in:.4f}"), s.x, "#7f7f7f"),
+        (t("residual.norm_hat", lang, rms=f"{s.rms_normed:.4f}"), s.normed, "#1f77b4"),
         (t("residual.norm_gain", lang), s.weight, "#2ca02c"),
-        (t("residual.norm_out", lang, rms=f"{s.rms_out:.3g}"), s.out, "#d62728"),
+        (t("residual.norm_out", lang, rms=f"{s.rms_out:.4f}"), s.out, "#d62728"),
     ]
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=[r[0] for r in rows], vertical_spacing=0.06)
     for i, (name, y, colour) in enumerate(rows, start=1):
@@ -147,7 +147,7 @@ def fig_candidates(steps: dict[str, np.ndarray], texts: Sequence[str], ids: Sequ
         go.Bar(x=x, y=steps["probs"][ids], name=t("logits.p_after", lang), marker_color=[KEPT if k else REMOVED for k in keep],
                customdata=np.stack([ids, keep], axis=1), hovertemplate="id %{customdata[0]}<br>p = %{y:.4f}<extra></extra>"),
     ])
-    fig.update_layout(barmode="overlay", title=t("logits.fig_candidates", lang, kept=int(steps["keep"].sum())), height=420,
+    fig.update_layout(barmode="overlay", title=t("logits.fig_candidates", lang, kept=f"{int(steps['keep'].sum()):,}"), height=420,
                       yaxis_title=t("logits.prob", lang), xaxis_tickangle=-45, margin=dict(t=50, b=10),
                       legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
     return fig
@@ -192,13 +192,19 @@ def lens_caption(fig: go.Figure, lang: str) -> str:
 # anatomy
 
 
+def share(part: float, total: float) -> str:
+    """A part's share to one decimal; a part that is not zero but rounds to it says "<0.1%", never "0.0%"."""
+    f = part / total if total else 0.0
+    return "<0.1%" if 0 < f < 0.0005 else f"{f:.1%}"
+
+
 def fig_params(parts: dict[str, int], lang: str) -> go.Figure:
     """Parameters per role as horizontal bars, with the share of the total."""
     total = sum(parts.values())
     names = [t(f"anatomy.role_{r}", lang) for r in parts]
     vals = list(parts.values())
     fig = go.Figure(go.Bar(y=names, x=vals, orientation="h", marker_color="#1f77b4",
-                           text=[f"{v:,} ({v / total:.1%})" for v in vals], textposition="auto"))
+                           text=[f"{v:,} ({share(v, total)})" for v in vals], textposition="auto"))
     fig.update_layout(title=t("anatomy.fig_params", lang, total=f"{total:,}"), xaxis_title=t("anatomy.n_params", lang),
                       yaxis=dict(autorange="reversed"), height=120 + 32 * len(parts), margin=dict(t=50, b=10))
     return fig

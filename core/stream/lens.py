@@ -186,8 +186,9 @@ def block_norm_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, which
 
 
 def norm_metrics(s: NormSteps) -> list[tuple[str, str]]:
-    """(i18n key, value) of the three RMS figures: the input, after normalising (≈ 1), after the gain."""
-    return [("residual.rms_in", f"{s.rms_in:.4g}"), ("residual.rms_hat", f"{s.rms_normed:.4g}"), ("residual.rms_out", f"{s.rms_out:.4g}")]
+    """(i18n key, value) of the three RMS figures: the input, after normalising (≈ 1), after the gain; four
+    decimals each, as the titles of the figure under them (``fig_norm_steps``)."""
+    return [("residual.rms_in", f"{s.rms_in:.4f}"), ("residual.rms_hat", f"{s.rms_normed:.4f}"), ("residual.rms_out", f"{s.rms_out:.4f}")]
 
 
 # ---------------------------------------------------------------------------------------------

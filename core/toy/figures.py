@@ -109,7 +109,9 @@ def facts_table(toy: dict[str, Any], real: dict[str, Any] | None, lang: str) -> 
             "position_type", "rope_theta", "norm_type", "norm_placement", "ffn_type", "tied_embeddings", "max_positions", "n_params")
 
     def fmt(v: Any) -> str:
-        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+        if isinstance(v, bool):  # yes / no in the page's language, never "True" on the Chinese page
+            return t("toy.yes" if v else "toy.no", lang)
+        return f"{v:,}" if isinstance(v, int) else str(v)
 
     data = {t("toy.col_field", lang): [t(f"toy.fact.{r}", lang) for r in rows], t("toy.col_toy", lang): [fmt(toy.get(r)) for r in rows]}
     if real is not None:
@@ -167,7 +169,8 @@ def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Fi
                                customdata=custom, hovertemplate="q %{customdata[0]}<br>k %{customdata[1]}<br>%{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels[i] for i in ticks])
     fig.update_xaxes(tickvals=ticks, ticktext=[labels[i] for i in ticks])
-    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10))
+    title = "<br>".join(attnview.wrap(title, 44))  # a half-width figure: a one-line title was cut at the right edge
+    fig.update_layout(title=title, height=380 + 24 * title.count("<br>"), margin=dict(l=10, r=10, t=attnview.title_top(title, base=26), b=10))
     return fig
 
 
@@ -187,7 +190,8 @@ def fig_word_order(rows: list[dict[str, Any]], lang: str) -> go.Figure:
     vals = [max(r["pooled_diff"], 1e-9) for r in rows]
     colors = ["#d62728" if not r["distinguishable"] else "#1f77b4" for r in rows]
     fig = go.Figure(go.Bar(x=names, y=vals, marker_color=colors, text=[f"{v:.1e}" for v in vals], textposition="outside"))
-    fig.update_yaxes(type="log", title=t("toy.wo_pooled", lang))
+    # powers of ten on the log axis (1e-6 read as '1μ' beside '0.01' means nothing to a class)
+    fig.update_yaxes(type="log", title=t("toy.wo_pooled", lang), exponentformat="power", showexponent="all", dtick=2)
     fig.update_layout(title=t("toy.wo_fig_title", lang), height=360, margin=dict(l=10, r=10, t=50, b=10))
     return fig
 

@@ -19,7 +19,7 @@ KEY = "generation_stepper"
 
 def sampling_widgets(prefix: str) -> tuple[SamplingConfig, int]:
     """Sampling settings and the step limit, as widgets; returns (SamplingConfig, max_steps)."""
-    c = st.columns(6)  # every setting is in the URL (validated there), so a shared link replays the same run
+    c = st.columns([1.5, 1, 1, 1, 1, 1.2])  # wider first column: "Greedy (argmax)" was cut on a projector; every setting is in the URL (validated there), so a shared link replays the same run
     greedy = widgets.toggle_url(ui.t("generation.greedy"), True, key=f"{prefix}_greedy", param="greedy", where=c[0])
     temp = widgets.slider_url(ui.t("generation.temperature"), 0.1, 2.0, 0.8, 0.1, key=f"{prefix}_temp", param="temp", where=c[1],
                               disabled=greedy)

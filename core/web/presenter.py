@@ -26,7 +26,8 @@ _CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5 !important; }
 [data-testid="stMain"] h1 { font-size: 3.2rem !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.3rem !important; }
-[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem !important; }
+[data-testid="stMain"] [data-testid="stMetricValue"],
+[data-testid="stMain"] [data-testid="stMetricValue"] p { font-size: 2.8rem !important; line-height: 1.2 !important; }
 [data-testid="stMain"] [data-testid="stMetricLabel"] p { font-size: 1.2rem !important; }
 [data-testid="stMain"] button p { font-size: 1.3rem !important; }
 [data-testid="stMain"] [data-testid="stSliderThumbValue"] p,
@@ -34,10 +35,14 @@ _CSS = """<style>
 [data-testid="stMain"] [data-testid="stSliderThumbValue"] { bottom: 1.1rem !important; top: auto !important; }
 [data-testid="stMain"] [data-testid="stSlider"] [data-orientation="horizontal"] { margin-top: 0.6rem; }
 [data-testid="stMain"] .xr-chips { font-size: 1.4rem !important; }
+[data-testid="stMain"] input, [data-testid="stMain"] textarea,
+[data-testid="stMain"] [data-baseweb="select"] > div { font-size: 1.2rem !important; }
 [data-testid="stMain"] [data-testid="stCode"] code { font-size: 1.15rem !important; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"],
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.15rem !important; }
 [data-testid="stMain"] [data-testid="stTable"] td, [data-testid="stMain"] [data-testid="stTable"] th { font-size: 1.2rem !important; }
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] td,
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] th { font-size: 1.3rem !important; }
 [data-testid="stMain"] [data-testid="stDownloadButton"],
 [data-testid="stMain"] [data-testid="stExpander"],
 [data-testid="stElementToolbar"] { display: none !important; }
@@ -102,6 +107,19 @@ def chart_in(where: Any, fig: go.Figure, **kw: Any) -> Any:
     """``chart`` inside a container or column (``where``: what would have called .plotly_chart)."""
     kw.setdefault("width", "stretch")
     return where.plotly_chart(for_projector(fig) if is_on() else fig, **kw)
+
+
+def frame(data: Any, **kw: Any) -> Any:
+    """A table of numbers: st.dataframe (sortable, scrollable) as built; on a projector st.table, whose
+    text the presenter CSS enlarges (a dataframe is drawn on a canvas that CSS cannot reach)."""
+    return frame_in(st, data, **kw)
+
+
+def frame_in(where: Any, data: Any, **kw: Any) -> Any:
+    """``frame`` inside a container or column (``where``: what would have called .dataframe)."""
+    if is_on():
+        return where.table(data, hide_index=kw.get("hide_index"))
+    return where.dataframe(data, **kw)
 
 
 def sidebar_state() -> str:

@@ -166,7 +166,8 @@ def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = No
     if loaded_model() is None:
         return None
     try:
-        tr = cache.get_trace(model_spec(), p, c)
+        with st.spinner(t("ui.tracing")):  # shown only if the trace is not cached and takes over half a second
+            tr = cache.get_trace(model_spec(), p, c)
     except EmptyPromptError:
         st.info(t("hint.empty_prompt"))
         return None
