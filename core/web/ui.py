@@ -178,7 +178,7 @@ def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = No
         st.error(t("err.trace", msg=f"{type(e).__name__}: {e}"))
         return None
     if tr.truncated_from:
-        st.warning(t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
+        st.warning(t("warn.truncated", n=f"{tr.truncated_from:,}", k=f"{tr.n_tokens:,}"))
     return tr
 
 
@@ -214,7 +214,7 @@ def encoded_prompt(loaded: LoadedModel, max_tokens: int) -> Encoded | None:
         st.info(t("hint.empty_prompt"))
         return None
     if enc.truncated_from:
-        st.warning(t("warn.truncated", n=enc.truncated_from, k=len(enc.ids)))
+        st.warning(t("warn.truncated", n=f"{enc.truncated_from:,}", k=f"{len(enc.ids):,}"))
     return enc
 
 
