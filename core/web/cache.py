@@ -25,7 +25,7 @@ from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
 from core.gen import diagnose, generate
 from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
-from core.learn.journey import greedy_continuation
+from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
 from core.toy import load_loss_curve, word_order_demo
@@ -78,7 +78,7 @@ def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKE
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = 24) -> tuple[list[int], bool]:
+def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = MAX_NEW) -> tuple[list[int], bool]:
     """The greedy answer the journey page shows (ids, stopped at an end token)."""
     tr = get_trace(spec, prompt, chat)
     loaded = get_model(spec)  # the trace's pass already filled the prompt's KV cache: no second prefill
