@@ -37,11 +37,12 @@ run: install
 nginx:
 	@(command -v nginx >/dev/null 2>&1 || test -x /usr/sbin/nginx) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null)
 
-# make serve REPLICAS=4 PORT=8501 [HOST=127.0.0.1] [MODELS=… ALLOW_LOCAL=…]: REPLICAS app processes (default: cores ÷ 2)
-# behind nginx with sticky sessions; the model setting applies to every replica. Ctrl-C stops them all.
+# make serve REPLICAS=4 PORT=8501 [HOST=127.0.0.1] [THREADS=…] [MODELS=… ALLOW_LOCAL=…]: REPLICAS app processes (default:
+# cores ÷ 2), each with THREADS torch threads (default: cores ÷ REPLICAS), behind nginx with sticky sessions; the model
+# setting applies to every replica. Ctrl-C stops them all.
 serve: install nginx
 	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
-	  $(VPY) -m deploy.serve --port '$(PORT)' $(if $(REPLICAS),--replicas '$(REPLICAS)') $(if $(HOST),--host '$(HOST)')
+	  $(VPY) -m deploy.serve --port '$(PORT)' $(if $(REPLICAS),--replicas '$(REPLICAS)') $(if $(HOST),--host '$(HOST)') $(if $(THREADS),--threads '$(THREADS)')
 
 test: install browser nginx
 	$(VPY) -m ruff check .

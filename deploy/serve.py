@@ -9,7 +9,9 @@ reverse proxy with sticky sessions. This launcher uses only standard parts:
 1. checks its arguments and the offered-models setting (XRAY_MODELS / XRAY_ALLOW_LOCAL, the same for every
    replica) and says what is wrong in one sentence;
 2. starts N replicas, ``python -m core.web.server`` on 127.0.0.1 ports (each knows its number from
-   XRAY_REPLICA), and waits until each answers ``/_stcore/health`` (the active check; one line each);
+   XRAY_REPLICA), each with its share of the cores for torch (cores ÷ N threads, OMP_NUM_THREADS: N
+   processes that each start one thread per core would fight over the same cores), and waits until each
+   answers ``/_stcore/health`` (the active check; one line each);
 3. fills deploy/nginx.conf.template into a fresh temp folder and runs nginx in the foreground
    (``daemon off;``; pid, logs and temp files in that folder: no root, no write to /etc or /var);
 4. keeps checking every replica's health: one that exits, or fails three checks in a row, is marked
@@ -56,13 +58,45 @@ STOP_GRACE_S = 20.0  # a replica takes ~10 s to exit on a busy machine (interpre
 BANNER = ("You can now view your Streamlit app", "URL: http", "Local URL:", "Network URL:", "External URL:")
 
 
+def _threads(n: int) -> str:
+    return f"{n} torch thread{'s' if n != 1 else ''}"
+
+
 class UsageError(ValueError):
     """An argument or setting the launcher cannot use; the message is one sentence for the operator."""
 
 
+def cores() -> int:
+    """The cores this process may run on (a container's or taskset's limit, not the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def default_replicas() -> int:
-    """Half the cores (each replica uses about two threads while it traces), at least one."""
-    return max(1, (os.cpu_count() or 2) // 2)
+    """Half the cores (each replica then traces on two threads), at least one."""
+    return max(1, cores() // 2)
+
+
+def default_threads(replicas: int) -> int:
+    """Each replica's share of the cores for torch, at least one thread.
+
+    torch starts one thread per core in every process; N replicas would then run N × cores threads on
+    the same cores, and OpenMP threads that wait for each other spin. Measured on 2 cores
+    (tests/benchmarks/bench_load.py, K = 60): two replicas with torch's default 2 threads each served
+    0.33× the sessions per second of one replica; with 1 thread each, see the README."""
+    return max(1, cores() // max(1, replicas))
+
+
+def threads_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"THREADS must be a whole number from 1 to 256, not '{text}'") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"THREADS must be from 1 to 256, not {n}")
+    return n
 
 
 def replicas_arg(text: str) -> int:
@@ -137,6 +171,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--replicas", type=replicas_arg, default=None,
                    help=f"how many app processes (1 to {MAX_REPLICAS}; default: cores ÷ 2, here {default_replicas()})")
+    p.add_argument("--threads", type=threads_arg, default=None,
+                   help="torch threads per replica (default: cores ÷ replicas, at least 1)")
     p.add_argument("--port", type=port_arg, default=8501, help="the port students open (default 8501)")
     p.add_argument("--host", default="0.0.0.0",
                    help="the address nginx listens on (default 0.0.0.0: every interface; 127.0.0.1: this machine only)")
@@ -155,6 +191,7 @@ class Plan:
     port: int
     replica_ports: tuple[int, ...]
     start_timeout: float = START_TIMEOUT_S
+    threads: int = 1  # torch threads per replica
 
     @property
     def url(self) -> str:
@@ -170,7 +207,8 @@ def plan(argv: Sequence[str] | None = None) -> Plan:
     host = a.host.strip().strip("[]") or "0.0.0.0"
     check_listen(host, a.port)
     first = a.replica_port if a.replica_port is not None else a.port + 1
-    return Plan(n, host, a.port, tuple(pick_replica_ports(first, n, a.port)), a.start_timeout)
+    threads = a.threads if a.threads is not None else default_threads(n)
+    return Plan(n, host, a.port, tuple(pick_replica_ports(first, n, a.port)), a.start_timeout, threads)
 
 
 def find_nginx() -> str | None:
@@ -269,7 +307,9 @@ class Launcher:
         n = self.plan.replicas
         for i, port in enumerate(self.plan.replica_ports, 1):
             env = dict(os.environ, **{ENV_REPLICA: str(i), ENV_REPLICAS: str(n),
-                                      "STREAMLIT_SERVER_COOKIE_SECRET": self.secret, "PYTHONUNBUFFERED": "1"})
+                                      "STREAMLIT_SERVER_COOKIE_SECRET": self.secret, "PYTHONUNBUFFERED": "1",
+                                      # torch's intra-op threads (and MKL's, if present): this replica's share
+                                      "OMP_NUM_THREADS": str(self.plan.threads), "MKL_NUM_THREADS": str(self.plan.threads)})
             cmd = [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.address", REPLICA_HOST,
                    "--server.headless", "true", "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
             proc, pump = self._spawn(cmd, f"replica {i}", env)
@@ -290,8 +330,8 @@ class Launcher:
                 if health_ok(r.base, timeout=2):
                     r.up = True
                     waiting.remove(r)
-                    say(f"{r.name}/{self.plan.replicas}  {r.base}  pid {r.proc.pid}  healthy ({HEALTH} ok after "
-                        f"{time.monotonic() - r.started:.1f} s)")
+                    say(f"{r.name}/{self.plan.replicas}  {r.base}  pid {r.proc.pid}  {_threads(self.plan.threads)}  "
+                        f"healthy ({HEALTH} ok after {time.monotonic() - r.started:.1f} s)")
             if waiting and time.monotonic() > deadline:
                 names = ", ".join(r.name for r in waiting)
                 raise UsageError(f"{names} did not answer {HEALTH} within {self.plan.start_timeout:.0f} s")

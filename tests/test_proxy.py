@@ -55,6 +55,7 @@ def _run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 @pytest.mark.parametrize(("args", "says"), [
     (["--replicas", "0"], "REPLICAS must be from 1 to 64, not 0"),
+    (["--threads", "0"], "THREADS must be from 1 to 256, not 0"),
     (["--replicas", "65"], "REPLICAS must be from 1 to 64, not 65"),
     (["--replicas", "two"], "REPLICAS must be a whole number from 1 to 64, not 'two'"),
     (["--port", "0"], "a port must be from 1 to 65535, not 0"),
@@ -101,7 +102,22 @@ def test_replica_number_comes_from_the_launcher(monkeypatch):
 
 
 def test_default_replicas_is_half_the_cores():
-    assert serve.default_replicas() == max(1, (psutil.cpu_count() or 2) // 2)
+    assert serve.cores() == len(os.sched_getaffinity(0))
+    assert serve.default_replicas() == max(1, serve.cores() // 2)
+
+
+def test_each_replica_gets_its_share_of_the_cores_for_torch(monkeypatch):
+    """N replicas × torch's one-thread-per-core would oversubscribe the cores: each gets cores ÷ N."""
+    monkeypatch.setattr(serve, "cores", lambda: 16)
+    assert [serve.default_threads(n) for n in (1, 2, 3, 8, 16, 40)] == [16, 8, 5, 2, 1, 1]
+    port = str(_free_block(8700, 8800, 4))
+    assert serve.plan(["--replicas", "2", "--port", port, "--host", "127.0.0.1"]).threads == 8
+    assert serve.plan(["--replicas", "2", "--threads", "3", "--port", port, "--host", "127.0.0.1"]).threads == 3
+    # the variable the launcher sets is the one torch reads (checked on torch itself, in a fresh process)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "1", out.stderr
 
 
 @needs_nginx
@@ -212,6 +228,10 @@ def affinity_keys(h: Hall) -> dict[str, str]:
 def test_proxy_answers_a_health_probe(hall):
     status, body, headers, cookies = _get(hall.base + "/_stcore/health")
     assert status == 200 and body == "ok"
+    threads = str(serve.default_threads(2))
+    for pid in hall.replicas.values():  # each replica was started with its share of the cores for torch
+        assert psutil.Process(pid).environ().get("OMP_NUM_THREADS") == threads
+    assert f"{threads} torch thread" in hall.text()
     assert headers["x-replica"] in hall.replicas
     key = next(c for c in cookies if c.startswith("xray_affinity=")).split(";")[0].split("=", 1)[1]
     # with its cookie, a browser always reaches the same replica; and it is not handed a new cookie
