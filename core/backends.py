@@ -214,6 +214,26 @@ def forward_step(loaded: LoadedModel, new_ids: Sequence[int], cache: Any = None,
     return Step(last, attn, cache if use_cache else None, seconds)
 
 
+def context_room(loaded: LoadedModel) -> int:
+    """How many tokens, prompt included, the model's positions allow (a model that states none: no limit)."""
+    n = int(loaded.facts.max_positions or 0)
+    return n if n > 0 else 1 << 30
+
+
+def stop_reason(loaded: LoadedModel, token: int, n_new: int, n_total: int, max_new: int, *,
+                stop_at_eos: bool = True) -> str | None:
+    """Why generation stops after choosing ``token`` (the ``n_new``-th new token, ``n_total`` tokens in
+    all), or None to go on: "eos" (an end token), "max_steps" (``max_new`` reached), "context" (the
+    context window is full). The one rule of the generation Stepper and the journey's greedy loop."""
+    if stop_at_eos and token in loaded.eos_ids():
+        return "eos"
+    if n_new >= max_new:
+        return "max_steps"
+    if n_total >= context_room(loaded):
+        return "context"
+    return None
+
+
 def prompt_prefill(loaded: LoadedModel, tr: Trace) -> Step | None:
     """The prefill of ``tr``'s prompt without running it again: the trace's own forward pass already
     computed every layer's keys and values (``tr.k``, ``tr.v``: exactly what a KV cache holds) and the

@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -55,7 +56,13 @@ CHECK_TIMEOUT_S = 5.0
 FAILS_TO_DOWN = 3  # consecutive failed health checks before a live replica is taken out of nginx
 STOP_GRACE_S = 20.0  # a replica takes ~10 s to exit on a busy machine (interpreter and torch teardown)
 # Lines of Streamlit's start banner: they name the replica's private URL, which is not the one to share.
-BANNER = ("You can now view your Streamlit app", "URL: http", "Local URL:", "Network URL:", "External URL:")
+BANNER = ("You can now view your Streamlit app", "URL: http", "Local URL:", "Network URL:", "External URL:",
+          "Uvicorn server started on")
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? ")  # Streamlit's log time, before the message
+
+
+def _banner(line: str) -> bool:
+    return _STAMP.sub("", line.lstrip()).startswith(BANNER)
 
 
 def _threads(n: int) -> str:
@@ -256,7 +263,7 @@ def _pump(stream, tag: str) -> None:
     """Copy a child's output to ours, each line tagged with its source (the banner lines dropped)."""
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace").rstrip()
-        if line and not line.lstrip().startswith(BANNER):
+        if line and not _banner(line):
             print(f"{tag} | {line}", flush=True)
     stream.close()
 

@@ -186,6 +186,28 @@ def test_stops_at_end_token(smol):
     assert st2.stop_reason == "max_steps" and len(st2.generated) == 3
 
 
+def test_stepper_and_journey_loop_stop_alike_at_the_context_window():
+    """One stop rule (backends.stop_reason): both loops end where the context window is full."""
+    from core.learn import journey
+
+    toy = backends.load_model("toy")
+    room = backends.context_room(toy)
+    assert room == toy.facts.max_positions == 512
+    ids = list(tokens.encode(toy.tokenizer, "abc " * 200).ids)[: room - 5]
+    st = generate.Stepper(toy, ids, None, max_steps=50, record_attention=False)
+    st.run()
+    new, at_eos = journey.greedy_continuation(toy, ids, max_new=50)
+    assert new == st.generated
+    if st.stop_reason == "context":
+        assert not at_eos and len(ids) + len(new) == room
+    else:  # the toy chose its end token first: both saw it
+        assert st.stop_reason == "eos" and at_eos
+    assert backends.stop_reason(toy, 5, 3, room, 50) == "context"
+    assert backends.stop_reason(toy, 5, 50, 10, 50) == "max_steps"
+    assert backends.stop_reason(toy, 257, 1, 10, 50) == "eos"
+    assert backends.stop_reason(toy, 257, 1, 10, 50, stop_at_eos=False) is None
+
+
 def test_sampling_seed_reproducible_and_applied(smol):
     ids = _ids(smol)
     cfg = SamplingConfig(temperature=1.3, top_k=0, top_p=1.0, seed=7)

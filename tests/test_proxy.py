@@ -232,6 +232,7 @@ def test_proxy_answers_a_health_probe(hall):
     for pid in hall.replicas.values():  # each replica was started with its share of the cores for torch
         assert psutil.Process(pid).environ().get("OMP_NUM_THREADS") == threads
     assert f"{threads} torch thread" in hall.text()
+    assert "Uvicorn server started" not in hall.text() and "Local URL" not in hall.text()  # private addresses: not shown
     assert headers["x-replica"] in hall.replicas
     key = next(c for c in cookies if c.startswith("xray_affinity=")).split(";")[0].split("=", 1)[1]
     # with its cookie, a browser always reaches the same replica; and it is not handed a new cookie
@@ -444,6 +445,7 @@ def test_stopping_a_replica_moves_its_students_with_their_view(hall, browser):
         a.wait_for_function("(t) => Array.from(document.querySelectorAll('[data-testid=\"stAlert\"]'))"
                             ".some(e => e.innerText.includes(t))", arg=notice[:20], timeout=120_000)
         settle(a)
+        a.screenshot(path=str(LOGS / "proxy_reconnected_zh.png"), full_page=True)  # for a person to look at
         assert notice in _notices(a)
         assert wa.ws == [gone, stays], wa.ws  # reconnected through nginx, to the other replica
         # the view came back from the URL: page, language, stage, layer, prompt

@@ -117,8 +117,7 @@ class Stepper:
         self.generated: list[int] = []
         self.prefill_pattern: np.ndarray | None = None  # [L, H, T, T] float16
         self.stop_reason: str | None = None  # None while running | "eos" | "max_steps" | "context" | "interrupted"
-        max_pos = int(loaded.facts.max_positions or 0)
-        self.max_positions = max_pos if max_pos > 0 else 1 << 30
+        self.max_positions = backends.context_room(loaded)
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -176,12 +175,8 @@ class Stepper:
         )
         self.records.append(rec)
         self.generated.append(tok)
-        if self.stop_at_eos and tok in self.eos:
-            self.stop_reason = "eos"
-        elif len(self.generated) >= self.max_steps:
-            self.stop_reason = "max_steps"
-        elif len(self.all_ids) >= self.max_positions:
-            self.stop_reason = "context"
+        self.stop_reason = backends.stop_reason(self.loaded, tok, len(self.generated), len(self.all_ids), self.max_steps,
+                                                stop_at_eos=self.stop_at_eos)
         return rec
 
     # -- the two phases ---------------------------------------------------------------------
@@ -445,8 +440,7 @@ def measure_tpot(loaded: LoadedModel, prompt_ids: Sequence[int], n_decode: int =
     ``cfg``: the sampling settings (greedy by default), since choosing the token is part of a step.
     ``progress(done, total)``: called before each run (warm-up included) and once at the end."""
     ids = [int(i) for i in prompt_ids]
-    max_pos = int(loaded.facts.max_positions or 0) or 1 << 30
-    n_dec = max(0, min(int(n_decode), max_pos - len(ids) - 1))
+    n_dec = max(0, min(int(n_decode), backends.context_room(loaded) - len(ids) - 1))
     prefills: list[float] = []
     runs: list[tuple[float, ...]] = []
     last: list[Stepper] = []  # the latest run, for what its cache held

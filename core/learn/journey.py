@@ -52,17 +52,15 @@ def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = 
 
     The prompt goes through the model once (the prefill: every layer caches its keys and values and
     the last position's scores choose the first new token), then each step feeds only the token just
-    chosen — the same ``backends.forward_step`` as the generation page's Stepper, without its per-step
+    chosen — the same ``backends.forward_step`` and stop rule (``backends.stop_reason``) as the generation page's Stepper, without its per-step
     records (top-K, attention rows, timings), which the journey does not show. ``prefill``: that first
     pass, if the caller already has it for exactly ``ids`` (its cache is then extended in place)."""
     ids = [int(i) for i in ids]
     if not ids:
         raise ValueError("The prompt has no tokens.")
-    eos = loaded.eos_ids()
-    room = int(loaded.facts.max_positions or 0) or 1 << 30  # the context window, prompt included
     step = prefill if prefill is not None else backends.forward_step(loaded, ids)
     new = [int(np.argmax(step.last_logits))]  # greedy: the highest score
-    while new[-1] not in eos and len(new) < max_new and len(ids) + len(new) < room:
+    while (why := backends.stop_reason(loaded, new[-1], len(new), len(ids) + len(new), max_new)) is None:
         step = backends.forward_step(loaded, [new[-1]], step.cache)  # one token in; K/V appended to the cache
         new.append(int(np.argmax(step.last_logits)))
-    return new, new[-1] in eos
+    return new, why == "eos"

@@ -104,7 +104,7 @@ def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0, 
 
 def _room(loaded: LoadedModel, n: int) -> int:
     """Prompt tokens that still leave room for ``n`` new ones in the context window."""
-    return max(1, int(loaded.facts.max_positions or 1 << 30) - n)
+    return max(1, backends.context_room(loaded) - n)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
