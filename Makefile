@@ -51,6 +51,7 @@ test: install browser nginx
 bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_generate.py
+	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --solo 24
 
 toy: install
 	$(VPY) -m core.toy.train
