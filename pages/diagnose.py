@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import time
 
-import pandas as pd
 import streamlit as st
 
-from core.engine import budget
-from core.engine.numbers import human_bytes, three_significant
-from core.engine.timing import Timing, ms
 from core.engine.tokens import readable_tokens
 from core.engine.types import ConfigError, EmptyPromptError
 from core.gen import diagnose as dg
@@ -19,14 +15,12 @@ from core.gen import kvcalc, report
 from core.web import cache, nav, presenter, ui, widgets
 
 P = "diagnose"
-SYMPTOMS = ("slow_first", "slow_answer", "oom", "temperature", "attention")
 LONGEST = (256, 512, 1024, 2048, 4096)
 ANSWERS = ("phase", "temperature", "output", "hardware")
 
 
 def _machine() -> str:
-    m = dg.machine()
-    return ui.t("diagnose.machine", cpu=m["processor"], n=m["cpus"], threads=m["threads"])
+    return report.machine_text(dg.machine(), ui.lang())
 
 
 def _bump(name: str, want: tuple) -> None:
@@ -35,11 +29,6 @@ def _bump(name: str, want: tuple) -> None:
     done = st.session_state.get(f"{P}_{name}")
     again = done is not None and tuple(done[: len(want)]) == want
     st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
-
-
-def _tm(t: Timing | None) -> str:
-    """A timing in the page's language: median, runs and spread (— when nothing was timed)."""
-    return "—" if t is None else report.timing_phrase(t, ui.lang())
 
 
 def _label(key: str):
@@ -87,49 +76,30 @@ def _controls(spec: str, max_pos: int) -> None:
     _decode(spec)
 
 
-def _zero_parts(fit: dg.Fit) -> str:
-    """The caveat when the fit set the linear or the quadratic part to zero (noise or too short a range)."""
-    zero = [k for k, v in (("linear", fit.b), ("quadratic", fit.c)) if v == 0]
-    if not zero or fit.n_points < 2:
-        return ""
-    return " " + ui.t("diagnose.zero_part", part=ui.t(f"diagnose.part_{zero[0] if len(zero) == 1 else 'both'}"))
-
-
 def _slow_first(spec: str) -> None:
     pts = _points(spec)
     if not pts:
         st.info(ui.t("diagnose.press_prefill"))
         return
-    fit = dg.fit_points(pts)
-    presenter.chart(gen_fig.prefill_curve(pts, fit, _machine(), ui.lang()), width="stretch")
-    ui.badge("measured", ui.t("diagnose.reps_note", n=pts[0].prefill.n))
-    top = pts[-1].n_tokens
-    parts = fit.parts(top)
-    st.markdown(ui.t("diagnose.fit_text", a=ms(fit.a), b=three_significant(fit.b * 1e6), c=three_significant(fit.c * 1e9), n=f"{top:,}",
-                     fixed=ms(parts["fixed"]), lin=ms(parts["linear"]), quad=ms(parts["quadratic"]),
-                     err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points, tok=ms(pts[-1].tokenise.median),
-                     pre=ms(pts[-1].prefill.median)) + _zero_parts(fit))
-    st.dataframe(pd.DataFrame({ui.t("diagnose.col_tokens"): [p.n_tokens for p in pts],
-                               ui.t("diagnose.col_tokenise"): [_tm(p.tokenise) for p in pts],
-                               ui.t("diagnose.col_prefill"): [_tm(p.prefill) for p in pts],
-                               ui.t("diagnose.col_tpot"): [_tm(p.decode) for p in pts]}),
-                 hide_index=True, width="stretch")
-    if any(p.prefill.busy or p.tokenise.busy for p in pts):
-        st.warning(report.busy_note(ui.lang()))
+    lang, fit = ui.lang(), dg.fit_points(pts)
+    presenter.chart(gen_fig.prefill_curve(pts, fit, _machine(), lang), width="stretch")
+    ui.badge("measured", report.prefill_note(pts, lang))
+    st.markdown(report.prefill_fit_text(pts, fit, lang))
+    presenter.frame(report.prefill_table(pts, lang), hide_index=True, width="stretch")  # st.table on a projector
+    if dg.curve_busy(pts):
+        st.warning(report.busy_note(lang))
 
 
 def _slow_answer(spec: str) -> None:
-    d = _decode(spec)
+    d, lang = _decode(spec), ui.lang()
     if d is None:
         st.info(ui.t("diagnose.press_decode"))
     else:
-        presenter.chart(gen_fig.output_curve(d.cumulative(), d.tokenise.median + d.prefill.median, d.tpot, _machine(), ui.lang()),
-                        width="stretch")
-        ui.badge("measured", ui.t("diagnose.reps_note_medians", n=d.prefill.n, pre=_tm(d.prefill)))  # a curve without error bars
-        st.markdown(ui.t("diagnose.decode_text", n_in=d.n_prompt, n_out=d.n_decode + 1, ttft=_tm(d.prefill),
-                         tpot=_tm(d.decode), total=ms(float(d.cumulative()[-1]))))
+        presenter.chart(gen_fig.output_curve(d.cumulative(), d.first_token, d.tpot, _machine(), lang), width="stretch")
+        ui.badge("measured", report.medians_note(d, lang))  # a curve without error bars
+        st.markdown(report.decode_text(d, lang))
         if d.busy:
-            st.warning(report.busy_note(ui.lang()))
+            st.warning(report.busy_note(lang))
     _tpot_growth(spec)
 
 
@@ -141,11 +111,8 @@ def _tpot_growth(spec: str) -> None:
         st.info(ui.t("diagnose.press_tpot"))
         return
     presenter.chart(gen_fig.tpot_curve(pts, fit, _machine(), ui.lang()), width="stretch")
-    ui.badge("measured", ui.t("diagnose.tpot_note", n=pts[0].decode.n if pts[0].decode else 0))
-    lo, hi = pts[0].n_tokens, pts[-1].n_tokens
-    st.markdown(ui.t("diagnose.tpot_text", a=ms(fit.a), k=three_significant(fit.b * 1e6), per1k=ms(fit.b * 1000), lo=f"{lo:,}", hi=f"{hi:,}",
-                     t_lo=ms(float(fit.predict(lo))), t_hi=ms(float(fit.predict(hi))), err=f"{fit.max_rel_error * 100:.0f}",
-                     n=fit.n_points, out=dg.EXERCISE_OUTPUT, dec=ms(dg.EXERCISE_OUTPUT * float(fit.predict(hi)))))
+    ui.badge("measured", report.tpot_note(pts, ui.lang()))
+    st.markdown(report.tpot_text(pts, fit, ui.lang()))
 
 
 def _memory(spec: str, loaded) -> None:
@@ -171,21 +138,15 @@ def _memory(spec: str, loaded) -> None:
     if budget_b is None:
         st.warning(ui.t(f"diagnose.budget_{why}", raw=widgets.code(raw)))
         return
-    plan = dg.memory_plan(shape, ctx, reqs, budget_b)
-    at, limit = plan.at, plan.limit
-    presenter.chart(gen_fig.memory_plan(plan.requests, plan.weights, plan.kv, plan.activations, budget_b, limit, reqs, ui.lang()),
+    plan, lang = dg.memory_plan(shape, ctx, reqs, budget_b), ui.lang()
+    presenter.chart(gen_fig.memory_plan(plan.requests, plan.weights, plan.kv, plan.activations, budget_b, plan.limit, reqs, lang),
                     width="stretch")
     ui.badge("formula", ui.t("diagnose.mem_estimate"))
-    g = shape.geometry
-    st.markdown(ui.t("diagnose.mem_text", name=shape.name, t=f"{ctx:,}", r=f"{reqs:,}", w=budget.fmt_gb(at.weights), kv=budget.fmt_gb(at.kv),
-                     act=budget.fmt_gb(at.activations), total=budget.fmt_gb(at.total), budget=budget.fmt_gb(budget_b),
-                     L=g.n_layers, kvh=g.n_kv_heads, dh=g.dh, b=bpv))
-    st.markdown(ui.t("diagnose.mem_fits" if plan.fits else "diagnose.mem_oom", n=limit))
+    st.markdown(report.memory_text(shape, plan, lang))
+    st.markdown(report.memory_verdict(plan, lang))
     d = _decode(spec) if src == "current" else None
     if d is not None:
-        formula, ok = dg.real_cache_check(loaded.facts, d)
-        st.markdown(ui.t("diagnose.mem_real", t=f"{d.kv_tokens_end:,}", real=f"{d.kv_bytes:,}", formula=f"{formula:,}",
-                         ok="✓" if ok else "✗", b=loaded.facts.value_bytes))
+        st.markdown(report.real_cache_text(loaded.facts, d, lang))
 
 
 def _temperature(loaded) -> None:
@@ -200,23 +161,19 @@ def _temperature(loaded) -> None:
     toks = readable_tokens(loaded.tokenizer, demo.ids.tolist())
     presenter.chart(gen_fig.temperature_bars(toks, demo.temperatures, demo.question, demo.evidence, ui.lang()), width="stretch")
     ui.badge("model", ui.t("diagnose.temp_exact"))
-    name = readable_tokens(loaded.tokenizer, [demo.top_question, demo.top_evidence])
-    moved = demo.top_question != demo.top_evidence
-    st.markdown(ui.t("diagnose.temp_text" if moved else "diagnose.temp_same", top=widgets.code(name[0]), top_ev=widgets.code(name[1]),
-                     temps=", ".join(f"{T:g}" for T in demo.temperatures)))
+    top, top_ev = (widgets.code(n) for n in readable_tokens(loaded.tokenizer, [demo.top_question, demo.top_evidence]))
+    st.markdown(report.temperature_text(demo, top, top_ev, ui.lang()))
 
 
 def _symptom(spec: str, loaded) -> None:
     st.subheader(ui.t("diagnose.s_symptom"))
-    st.session_state.setdefault(f"{P}_sym", ui.qp_choice("symptom", SYMPTOMS, SYMPTOMS[0]))  # a link reopens its symptom
-    sym = st.radio(ui.t("diagnose.pick"), SYMPTOMS, key=f"{P}_sym", format_func=ui.fmt("diagnose.sym_{}"))
+    st.session_state.setdefault(f"{P}_sym", ui.qp_choice("symptom", dg.SYMPTOMS, dg.SYMPTOMS[0]))  # a link reopens its symptom
+    sym = st.radio(ui.t("diagnose.pick"), dg.SYMPTOMS, key=f"{P}_sym", format_func=ui.fmt("diagnose.sym_{}"))
     ui.set_qp(symptom=sym)
-    st.markdown(ui.t("diagnose.card", cause=ui.t(f"diagnose.{sym}.cause"), check=ui.t(f"diagnose.{sym}.check"),
-                     fix=ui.t(f"diagnose.{sym}.fix")))
+    st.markdown(report.symptom_card(sym, ui.lang()))
     {"slow_first": lambda: _slow_first(spec), "slow_answer": lambda: _slow_answer(spec), "oom": lambda: _memory(spec, loaded),
      "temperature": lambda: _temperature(loaded), "attention": lambda: st.markdown(ui.t("diagnose.attention_text"))}[sym]()
-    for stem in {"slow_first": ("long_context", "kv_cache"), "slow_answer": ("generation",), "oom": ("kv_cache",),
-                 "temperature": ("logits",), "attention": ("ablation", "cause_patching")}[sym]:
+    for stem in dg.SEE_ALSO[sym]:
         nav.see_page(stem)
 
 
@@ -228,32 +185,20 @@ def _exercise(spec: str, loaded) -> None:
         return
     (st.success if ans == "phase" else st.error)(ui.t("diagnose.ex_right" if ans == "phase" else "diagnose.ex_wrong"))
     st.markdown(ui.t("diagnose.ex_why"))
-    facts = loaded.facts
-    g = facts.geometry
-    st.markdown(ui.t("diagnose.ex_kv", t=f"{dg.EXERCISE_TO:,}", fp32=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 4)),
-                     fp16=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 2)), small=human_bytes(g.kv_bytes(dg.EXERCISE_FROM, 4)),
-                     t0=f"{dg.EXERCISE_FROM:,}", name=facts.name))
+    lang = ui.lang()
+    st.markdown(report.exercise_kv_text(loaded.facts, lang))
     pts = _points(spec)
     if not pts:
         st.info(ui.t("diagnose.press_prefill"))
         return
-    fit = dg.fit_points(pts)
-    top = pts[-1].n_tokens
-    presenter.chart(gen_fig.prefill_curve(pts, fit, _machine(), ui.lang(), extend_to=dg.EXERCISE_TO), width="stretch")
-    ui.badge("measured", ui.t("diagnose.extrapolated_badge", n=f"{top:,}"))
-    lo, hi = (dg.extrapolate(fit, n, top, facts.max_positions) for n in (dg.EXERCISE_FROM, dg.EXERCISE_TO))
-    st.markdown(ui.t("diagnose.ex_extrap", t0=f"{dg.EXERCISE_FROM:,}", s0=ms(lo.seconds), kind0=ui.t("diagnose.kind_extrap" if lo.is_extrapolation
-                     else "diagnose.kind_interp"), t1=f"{dg.EXERCISE_TO:,}", s1=ms(hi.seconds), x=f"{hi.seconds / max(lo.seconds, 1e-12):.1f}",
-                     top=f"{top:,}", factor=f"{hi.factor:.1f}", quad=f"{100 * hi.parts['quadratic'] / max(hi.seconds, 1e-12):.0f}")
-                + (" " + ui.t("diagnose.no_quad") if fit.c == 0 else ""))
-    line = dg.fit_tpot(pts)
-    if line is not None:  # the 100 output tokens: N × TPOT at each length, from the TPOT line
-        d0, d1 = (dg.EXERCISE_OUTPUT * float(line.predict(n)) for n in (dg.EXERCISE_FROM, dg.EXERCISE_TO))
-        st.markdown(ui.t("diagnose.ex_decode", out=dg.EXERCISE_OUTPUT, t0=f"{dg.EXERCISE_FROM:,}", t1=f"{dg.EXERCISE_TO:,}", d0=ms(d0), d1=ms(d1),
-                         dd=ms(max(0.0, d1 - d0)), top=f"{dg.tpot_points(pts)[-1].n_tokens:,}", s0=ms(lo.seconds), s1=ms(hi.seconds),
-                         ds=ms(max(0.0, hi.seconds - lo.seconds))))
-    st.markdown(ui.t("diagnose.assume_head") + "\n" + "\n".join(
-        f"- {ui.t(f'diagnose.assume_{a}', ctx=format(facts.max_positions or 0, ','), name=facts.name)}" for a in hi.assumptions))
+    ex = dg.exercise(pts, loaded.facts.max_positions)
+    presenter.chart(gen_fig.prefill_curve(pts, ex.fit, _machine(), lang, extend_to=dg.EXERCISE_TO), width="stretch")
+    ui.badge("measured", report.extrapolated_note(ex, lang))
+    st.markdown(report.exercise_prefill_text(ex, lang))
+    decode = report.exercise_decode_text(ex, lang)  # the 100 output tokens, from the TPOT line (none without it)
+    if decode is not None:
+        st.markdown(decode)
+    st.markdown(report.assumptions_text(ex, loaded.facts, lang))
 
 
 def _streaming(spec: str) -> None:
@@ -264,10 +209,8 @@ def _streaming(spec: str) -> None:
         st.info(ui.t("diagnose.press_decode"))
         return
     presenter.chart(gen_fig.request_timeline(d.tokenise.median, d.prefill.median, d.step_medians, _machine(), ui.lang()), width="stretch")
-    ui.badge("measured", ui.t("diagnose.reps_note_medians", n=d.prefill.n, pre=_tm(d.prefill)))  # segments, no error bars
-    first = d.tokenise.median + d.prefill.median
-    st.markdown(ui.t("diagnose.stream_text", first=ms(first), total=ms(float(d.cumulative()[-1])), n=d.n_decode + 1,
-                     share=f"{100 * first / max(float(d.cumulative()[-1]), 1e-12):.0f}"))
+    ui.badge("measured", report.medians_note(d, ui.lang()))  # segments, no error bars
+    st.markdown(report.stream_text(d, ui.lang()))
 
 
 def render() -> None:
@@ -277,9 +220,7 @@ def render() -> None:
         return
     spec = ui.model_spec()
     st.info(ui.t("diagnose.rule"))
-    st.table(pd.DataFrame([{ui.t("diagnose.col_symptom"): ui.t(f"diagnose.sym_{s}"), ui.t("diagnose.col_cause"): ui.t(f"diagnose.{s}.cause"),
-                            ui.t("diagnose.col_check"): ui.t(f"diagnose.{s}.check"), ui.t("diagnose.col_fix"): ui.t(f"diagnose.{s}.fix")}
-                           for s in SYMPTOMS]), hide_index=True)
+    st.table(report.symptom_table(dg.SYMPTOMS, ui.lang()), hide_index=True)  # words, not numbers: st.table in both modes
     _controls(spec, int(loaded.facts.max_positions or 0))
     _symptom(spec, loaded)
     _exercise(spec, loaded)

@@ -5,6 +5,7 @@ traceback. No assertion is on a time: the machine may be busy."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,9 +15,10 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 from core import backends
-from core.engine import budget, i18n
+from core.engine import budget, i18n, timing
 from core.engine.types import ConfigError
 from core.gen import diagnose as dg
+from core.gen import report
 
 APP = str(ROOT / "app.py")
 
@@ -149,6 +151,148 @@ def test_temperature_demo_is_exactly_softmax_of_logits_over_t(smol):
         # dividing by T never reorders: the question's top candidate is the same at every temperature
         assert demo.ids[int(np.argmax(demo.question[i]))] == demo.top_question
     assert demo.top_question != demo.top_evidence  # the evidence, not the temperature, moves the answer
+
+
+def _curve(ns, a=0.01, b=2e-4, c=3e-8, tpot=(0.02, 3e-6)):
+    """Points whose prefill medians lie exactly on a + b·n + c·n² and decode medians on the TPOT line
+    (``tpot`` None: no decode step timed); three samples each, the median in the middle."""
+    def tm(x):
+        return timing.of([0.98 * x, x, 1.03 * x])
+    return [dg.PrefillPoint(n, tm(1e-4 + 1e-7 * n), tm(a + b * n + c * n * n), None if tpot is None else tm(tpot[0] + tpot[1] * n))
+            for n in ns]
+
+
+def _run(steps=(0.02, 0.03, 0.025)):
+    """One request measured elsewhere: 5 prompt tokens, len(steps) decode steps."""
+    decode = timing.of(steps)
+    return dg.DecodeRun(5, len(steps), timing.of([0.001] * 5), timing.of([0.1, 0.11, 0.12]), list(steps), decode,
+                        list(range(5, 6 + len(steps))), 4096, 5 + len(steps))
+
+
+def test_prefill_sentence_and_table_say_the_measured_points():
+    pts = _curve([64, 128, 256])
+    fit = dg.fit_points(pts)
+    en = report.prefill_fit_text(pts, fit, "en")
+    parts = fit.parts(256)
+    for want in ("reproduces each of its 3 measured points", "at 256 tokens", timing.ms(parts["quadratic"]), timing.ms(parts["linear"]),
+                 timing.ms(pts[-1].prefill.median), timing.ms(pts[-1].tokenise.median)):
+        assert want in en, want
+    assert i18n.t("diagnose.zero_part", "en", part="")[:20] not in en  # all three parts found: no caveat
+    line = _curve([64, 128, 256], c=0.0)  # a straight line: the fit sets the n² part to zero and says so
+    assert i18n.t("diagnose.part_quadratic", "en") in report.prefill_fit_text(line, dg.fit_points(line), "en")
+    for lang in ("en", "zh"):
+        df = report.prefill_table(pts, lang)
+        assert list(df.columns) == [i18n.t(f"diagnose.col_{c}", lang) for c in ("tokens", "tokenise", "prefill", "tpot")]
+        assert df.iloc[:, 0].tolist() == [64, 128, 256]
+        assert df.iloc[:, 2].tolist() == [report.timing_phrase(p.prefill, lang) for p in pts]
+    zh = report.prefill_fit_text(pts, fit, "zh") + " ".join(report.prefill_table(pts, "zh").iloc[:, 1:].to_numpy().ravel())
+    assert "四分位距" in zh and "median" not in zh and "IQR" not in zh
+    assert report.prefill_table(_curve([64], tpot=None), "en").iloc[0, 3] == "—"  # no decode step timed: a dash, never 0 ms
+
+
+def test_tpot_sentence_reads_the_line():
+    pts = dg.tpot_points(_curve([64, 512, 2048], tpot=(0.02, 4e-6)))
+    line = dg.fit_tpot(pts)
+    assert line is not None
+    text = report.tpot_text(pts, line, "en")
+    for want in ("+4.00 ms per 1,000 cached tokens", "64 … 2,048 tokens", timing.ms(0.02 + 4e-6 * 2048),
+                 timing.ms(dg.EXERCISE_OUTPUT * (0.02 + 4e-6 * 2048))):
+        assert want in text, (want, text)
+    assert report.tpot_note(pts, "en") == i18n.t("diagnose.tpot_note", "en", n=3)
+
+
+def test_exercise_reads_both_curves_at_2k_and_20k():
+    pts = _curve([64, 256, 1024])
+    ex = dg.exercise(pts, 8192)
+    f = lambda n: 0.01 + 2e-4 * n + 3e-8 * n * n  # noqa: E731
+    assert ex.small.seconds == pytest.approx(f(2000)) and ex.large.seconds == pytest.approx(f(20000))
+    assert ex.ratio == pytest.approx(f(20000) / f(2000)) and ex.quadratic_share == pytest.approx(100 * 3e-8 * 20000**2 / f(20000))
+    assert ex.small.is_extrapolation and ex.large.beyond_context and ex.tpot_up_to == 1024
+    d0, d1 = ex.decode_seconds()
+    assert d0 == pytest.approx(100 * (0.02 + 3e-6 * 2000)) and d1 == pytest.approx(100 * (0.02 + 3e-6 * 20000))
+    en = report.exercise_prefill_text(ex, "en")
+    for want in (timing.ms(f(2000)), timing.ms(f(20000)), f"about {ex.ratio:.1f}×", "(also an extrapolation)", "past the longest input measured (1,024",
+                 f"{ex.quadratic_share:.0f} %"):
+        assert want in en, (want, en)
+    assert i18n.t("diagnose.no_quad", "en") not in en
+    dec = report.exercise_decode_text(ex, "en")
+    assert dec is not None and timing.ms(d0) in dec and timing.ms(d1) in dec and "up to 1,024 cached tokens" in dec
+    lines = report.assumptions_text(ex, _Facts(), "en").split("\n")
+    assert lines[0] == i18n.t("diagnose.assume_head", "en") and len(lines) == 1 + len(dg.ASSUMPTIONS)
+    assert "8,192" in report.assumptions_text(ex, _Facts(), "en")
+    flat = dg.exercise(_curve([64, 2048], c=0.0, tpot=None), 8192)  # no n² part found, no decode step timed
+    assert flat.tpot is None and flat.decode_seconds() is None and report.exercise_decode_text(flat, "en") is None
+    text = report.exercise_prefill_text(flat, "en")
+    assert i18n.t("diagnose.no_quad", "en") in text and f"({i18n.t('diagnose.kind_interp', 'en')})" in text  # 2,000 ≤ 2,048 measured
+    assert report.extrapolated_note(flat, "zh") == i18n.t("diagnose.extrapolated_badge", "zh", n="2,048")
+
+
+class _Facts:
+    """The two facts the assumptions read."""
+
+    name = "toy-model"
+    max_positions = 8192
+
+
+def test_request_and_streaming_sentences_from_one_run():
+    d = _run()
+    first = 0.001 + 0.11
+    assert d.first_token == pytest.approx(first) and d.total == pytest.approx(first + 0.075)
+    assert d.cumulative()[0] == pytest.approx(first)
+    text = report.decode_text(d, "en")
+    assert "Prompt of 5 tokens, 4 output tokens" in text and timing.ms(d.total) in text
+    assert report.timing_phrase(d.prefill, "en") in text and report.timing_phrase(d.decode, "en") in text
+    s = report.stream_text(d, "en")
+    assert timing.ms(first) in s and "last of 4 tokens" in s and f"({100 * first / d.total:.0f} % of this request)" in s
+    zh = report.decode_text(d, "zh") + report.stream_text(d, "zh") + report.medians_note(d, "zh")
+    assert "四分位距" in zh and "median" not in zh and "IQR" not in zh
+
+
+def test_memory_sentences_are_the_plan(smol):
+    text = ('{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,'
+            ' "intermediate_size": 14336, "vocab_size": 128256}')
+    shape = dg.MemoryShape.of_config(text, 2)
+    for reqs in (8, 200):
+        plan = dg.memory_plan(shape, 8192, reqs, 24e9)
+        m = report.memory_text(shape, plan, "en")
+        for want in (budget.fmt_gb(plan.at.kv), budget.fmt_gb(plan.at.weights), budget.fmt_gb(plan.at.total), "24.0 GB", f"{reqs:,}", "8,192"):
+            assert want in m, (want, m)
+        assert report.memory_verdict(plan, "en") == i18n.t("diagnose.mem_fits" if plan.at.total <= 24e9 else "diagnose.mem_oom", "en", n=plan.limit)
+    assert plan.limit < 200 and not plan.fits  # 200 requests of 8K tokens overflow 24 GB
+    f = smol.facts
+    exact = dg.MemoryShape.of_facts(f, f.value_bytes).kv_bytes(8)
+    run = _run()
+    good = dataclasses.replace(run, kv_bytes=exact, kv_tokens_end=8)
+    assert f"**{exact:,} bytes**" in report.real_cache_text(f, good, "en") and report.real_cache_text(f, good, "en").endswith("✓.")
+    bad = dataclasses.replace(good, kv_bytes=exact + 1)
+    assert "✗" in report.real_cache_text(f, bad, "en")
+
+
+def test_symptom_table_and_card_in_both_languages():
+    for lang in ("en", "zh"):
+        df = report.symptom_table(dg.SYMPTOMS, lang)
+        assert len(df) == len(dg.SYMPTOMS) and df.columns[0] == i18n.t("diagnose.col_symptom", lang)
+        assert df.iloc[2, 1] == i18n.t("diagnose.oom.cause", lang)
+        assert i18n.t("diagnose.oom.fix", lang) in report.symptom_card("oom", lang)
+    assert set(dg.SEE_ALSO) == set(dg.SYMPTOMS)
+    demo = dg.temperature_demo(np.array([3.0, 1.0, 0.0]), np.array([0.0, 1.0, 3.0]), k=2)
+    assert report.temperature_text(demo, "`a`", "`c`", "en") == i18n.t("diagnose.temp_text", "en", top="`a`", top_ev="`c`", temps="0.3, 0.7, 1, 1.5")
+    same = dg.temperature_demo(np.array([3.0, 1.0, 0.0]), np.array([3.0, 0.0, 1.0]), k=2)
+    assert report.temperature_text(same, "`a`", "`a`", "zh") == i18n.t("diagnose.temp_same", "zh", top="`a`", top_ev="`a`", temps="0.3, 0.7, 1, 1.5")
+
+
+def test_presenter_mode_draws_the_measured_points_as_a_table(monkeypatch):
+    """On a projector the measured points are an st.table (the presenter CSS enlarges it), not a dataframe canvas."""
+    monkeypatch.setattr(dg, "curve_lengths", lambda longest, max_pos, lengths=None: [8, 16])  # fast
+    for present, tables, frames in (("1", 2, 0), ("0", 1, 1)):  # the symptom table is an st.table in both
+        at = AppTest.from_file(APP, default_timeout=600)
+        at.query_params["present"] = present
+        at.switch_page("pages/diagnose.py")
+        at.run()
+        at.button(key="diagnose_go_prefill").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert (len(at.table), len(at.dataframe)) == (tables, frames), present
+    assert at.dataframe[0].value.iloc[:, 0].tolist() == [8, 16]
 
 
 def test_symptom_in_the_url_round_trip():

@@ -10,6 +10,7 @@ model's lock). What is here:
   the attention over every earlier position. ``extrapolate`` carries it past what was measured —
   always with its assumptions. ``fit_tpot``: the straight line TPOT(n) = a + b·n through the decode
   medians at the same lengths, b being what one more cached position adds to every decode step.
+  ``exercise``: both curves read at the tutorial's 2K and 20K input tokens (the page's exercise).
 * ``measure_decode``: one request, tokenise → prefill → N decode steps, repeated: the streaming
   timeline and total time against output length (≈ TTFT + N × TPOT).
 
@@ -19,6 +20,8 @@ TTFT and TPOT (the Generation and KV-cache pages read the same function).
   (context × concurrent requests) against a budget; the KV term is the calculator's formula
   (``HeadGeometry.kv_bytes``: 2 × layers × KV heads × head_dim × bytes × tokens × requests).
 * ``temperature_demo``: a candidate distribution at several temperatures, exactly softmax(logits / T).
+
+The sentences and tables the page prints from these numbers are ``core.gen.report``'s (pure as well).
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ DEFAULT_LONGEST = 2048
 EXERCISE_FROM, EXERCISE_TO, EXERCISE_OUTPUT = 2_000, 20_000, 100  # the tutorial's exercise: 2K → 20K input, 100 output
 # The extrapolation's assumptions, as i18n keys (``diagnose.assume_<key>``): the page states every one.
 ASSUMPTIONS: tuple[str, ...] = ("same_machine", "shape_holds", "alone", "memory", "context")
+# The tutorial's symptoms, in the page's order (i18n ``diagnose.sym_<key>``, ``diagnose.<key>.cause|check|fix``),
+# and the pages that explain each one in depth.
+SYMPTOMS: tuple[str, ...] = ("slow_first", "slow_answer", "oom", "temperature", "attention")
+SEE_ALSO: dict[str, tuple[str, ...]] = {"slow_first": ("long_context", "kv_cache"), "slow_answer": ("generation",), "oom": ("kv_cache",),
+                                        "temperature": ("logits",), "attention": ("ablation", "cause_patching")}
 BASE_TEXT = "The quick brown fox jumps over the lazy dog. 小明把书交给小红。"
 ProgressFn = Callable[[int, int, int], None]  # (done, total, tokens being measured now)
 
@@ -164,6 +172,11 @@ def fit_points(points: Sequence[PrefillPoint]) -> Fit:
     return fit_prefill([p.n_tokens for p in points], [p.prefill.median for p in points])
 
 
+def curve_busy(points: Sequence[PrefillPoint]) -> bool:
+    """Whether any tokenising or prefill of the curve was timed on a busy machine (``Timing.busy``)."""
+    return any(p.prefill.busy or p.tokenise.busy for p in points)
+
+
 def tpot_points(points: Sequence[PrefillPoint]) -> list[PrefillPoint]:
     """The points whose decode steps were timed (a prompt filling the context window leaves none)."""
     return [p for p in points if p.decode is not None]
@@ -201,6 +214,43 @@ def extrapolate(fit: Fit, n_tokens: int, measured_up_to: int, max_positions: int
                          bool(max_positions) and n > int(max_positions or 0))
 
 
+@dataclass(frozen=True)
+class Exercise:
+    """The tutorial's exercise (2K → 20K input tokens, 100 output tokens) read off the measured curves:
+    the prefill curve at both lengths and, where decode steps were timed, the TPOT line at both."""
+
+    fit: Fit  # the prefill curve through the measured medians
+    small: Extrapolation  # the curve at EXERCISE_FROM
+    large: Extrapolation  # the curve at EXERCISE_TO
+    tpot: Fit | None  # the TPOT line (None: no decode step was timed)
+    tpot_up_to: int  # the longest cache the TPOT line was measured at (0 without a line)
+
+    @property
+    def ratio(self) -> float:
+        """The TTFT at EXERCISE_TO over the TTFT at EXERCISE_FROM."""
+        return self.large.seconds / max(self.small.seconds, 1e-12)
+
+    @property
+    def quadratic_share(self) -> float:
+        """The attention (n²) part of the TTFT at EXERCISE_TO, in per cent."""
+        return 100 * self.large.parts["quadratic"] / max(self.large.seconds, 1e-12)
+
+    def decode_seconds(self) -> tuple[float, float] | None:
+        """EXERCISE_OUTPUT × TPOT after each input length, from the TPOT line (None without one)."""
+        if self.tpot is None:
+            return None
+        return (EXERCISE_OUTPUT * float(self.tpot.predict(EXERCISE_FROM)), EXERCISE_OUTPUT * float(self.tpot.predict(EXERCISE_TO)))
+
+
+def exercise(points: Sequence[PrefillPoint], max_positions: int | None = None) -> Exercise:
+    """The exercise from a measured curve (at least one point)."""
+    fit = fit_points(points)
+    top = points[-1].n_tokens
+    timed = tpot_points(points)
+    return Exercise(fit, extrapolate(fit, EXERCISE_FROM, top, max_positions), extrapolate(fit, EXERCISE_TO, top, max_positions),
+                    fit_tpot(points), timed[-1].n_tokens if timed else 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Symptom 2 and streaming: one request, tokenise → prefill → N decode steps
 
@@ -225,9 +275,19 @@ class DecodeRun:
     def busy(self) -> bool:
         return self.tokenise.busy or self.prefill.busy or self.decode.busy
 
+    @property
+    def first_token(self) -> float:
+        """Seconds from the request's start until the first output token: tokenising + prefill medians."""
+        return self.tokenise.median + self.prefill.median
+
+    @property
+    def total(self) -> float:
+        """Seconds from the request's start until its last output token."""
+        return float(self.cumulative()[-1])
+
     def cumulative(self) -> np.ndarray:
         """Seconds from the request's start until output token k (k = 1 … n_decode + 1): [N + 1]."""
-        return self.tokenise.median + self.prefill.median + np.concatenate([[0.0], np.cumsum(self.step_medians)])
+        return self.first_token + np.concatenate([[0.0], np.cumsum(self.step_medians)])
 
 
 def measure_decode(loaded: LoadedModel, prompt: str, chat: bool, n_decode: int = 32, reps: int = 3, warmup: int = 1,

@@ -10,11 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from core.engine import timing
+from core.engine import budget, timing
 from core.engine.i18n import t
-from core.engine.numbers import human_bytes
+from core.engine.numbers import human_bytes, three_significant
 from core.engine.timing import Timing
 from core.engine.tokens import visible
+from core.engine.types import ModelFacts
+from core.gen import diagnose as dg
 from core.gen.chat_template import ChatRendering
 from core.gen.generate import CacheComparison, Stepper, StepRecord, TpotMeasure
 from core.gen.kvcalc import Costs
@@ -194,3 +196,167 @@ def chat_token_table(r: ChatRendering, lang: str) -> pd.DataFrame:
     """Position, id, readable piece and special-token mark of every templated token."""
     return pd.DataFrame({t("ui.position", lang): range(len(r.ids)), "id": r.ids, t("ui.token", lang): r.tokens,
                          t("chat.special", lang): ["✓" if s else "" for s in r.special]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Diagnose: the symptom table and every sentence under a measurement (the numbers: core.gen.diagnose)
+
+
+def _tm(tm: Timing | None, lang: str) -> str:
+    """A timing with its spread, or — when nothing was timed."""
+    return "—" if tm is None else timing_phrase(tm, lang)
+
+
+def machine_text(m: dict[str, Any], lang: str) -> str:
+    """Which machine measured (``diagnose.machine()``): processor, cores, torch's threads."""
+    return t("diagnose.machine", lang, cpu=m["processor"], n=m["cpus"], threads=m["threads"])
+
+
+def symptom_table(symptoms: Sequence[str], lang: str) -> pd.DataFrame:
+    """The tutorial's table: one row per symptom, its root cause, how to locate it and the fix."""
+    return pd.DataFrame([{t("diagnose.col_symptom", lang): t(f"diagnose.sym_{s}", lang), t("diagnose.col_cause", lang): t(f"diagnose.{s}.cause", lang),
+                          t("diagnose.col_check", lang): t(f"diagnose.{s}.check", lang), t("diagnose.col_fix", lang): t(f"diagnose.{s}.fix", lang)}
+                         for s in symptoms])
+
+
+def symptom_card(symptom: str, lang: str) -> str:
+    """The chosen symptom's row of that table as one card."""
+    return t("diagnose.card", lang, cause=t(f"diagnose.{symptom}.cause", lang), check=t(f"diagnose.{symptom}.check", lang),
+             fix=t(f"diagnose.{symptom}.fix", lang))
+
+
+def _zero_parts(fit: dg.Fit, lang: str) -> str:
+    """The caveat when the fit set the linear or the quadratic part to zero (noise or too short a range)."""
+    zero = [k for k, v in (("linear", fit.b), ("quadratic", fit.c)) if v == 0]
+    if not zero or fit.n_points < 2:
+        return ""
+    return " " + t("diagnose.zero_part", lang, part=t(f"diagnose.part_{zero[0] if len(zero) == 1 else 'both'}", lang))
+
+
+def prefill_note(points: Sequence[dg.PrefillPoint], lang: str) -> str:
+    """How many timed runs each point of the prefill curve is (the badge under its figure)."""
+    return t("diagnose.reps_note", lang, n=points[0].prefill.n)
+
+
+def prefill_fit_text(points: Sequence[dg.PrefillPoint], fit: dg.Fit, lang: str) -> str:
+    """The fitted curve t(n) = a + b·n + c·n², its three parts at the longest input measured, its stated
+    error, and the first token's wait split into tokenising and prefill there."""
+    last = points[-1]
+    top = last.n_tokens
+    parts = fit.parts(top)
+    return t("diagnose.fit_text", lang, a=timing.ms(fit.a), b=three_significant(fit.b * 1e6), c=three_significant(fit.c * 1e9),
+             n=f"{top:,}", fixed=timing.ms(parts["fixed"]), lin=timing.ms(parts["linear"]), quad=timing.ms(parts["quadratic"]),
+             err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points, tok=timing.ms(last.tokenise.median),
+             pre=timing.ms(last.prefill.median)) + _zero_parts(fit, lang)
+
+
+def prefill_table(points: Sequence[dg.PrefillPoint], lang: str) -> pd.DataFrame:
+    """The measured points: input tokens, then tokenising, prefill and decode-step time with their spread."""
+    return pd.DataFrame({t("diagnose.col_tokens", lang): [p.n_tokens for p in points],
+                         t("diagnose.col_tokenise", lang): [_tm(p.tokenise, lang) for p in points],
+                         t("diagnose.col_prefill", lang): [_tm(p.prefill, lang) for p in points],
+                         t("diagnose.col_tpot", lang): [_tm(p.decode, lang) for p in points]})
+
+
+def medians_note(run: dg.DecodeRun, lang: str) -> str:
+    """The badge under a curve of medians without error bars: how many runs, and the prefill's spread."""
+    return t("diagnose.reps_note_medians", lang, n=run.prefill.n, pre=_tm(run.prefill, lang))
+
+
+def decode_text(run: dg.DecodeRun, lang: str) -> str:
+    """One request: its input and output lengths, TTFT, TPOT and the time until its last token."""
+    return t("diagnose.decode_text", lang, n_in=run.n_prompt, n_out=run.n_decode + 1, ttft=_tm(run.prefill, lang),
+             tpot=_tm(run.decode, lang), total=timing.ms(run.total))
+
+
+def tpot_note(points: Sequence[dg.PrefillPoint], lang: str) -> str:
+    """The badge under the TPOT line: how many decode steps each point is (``points``: those timed)."""
+    return t("diagnose.tpot_note", lang, n=points[0].decode.n if points[0].decode else 0)
+
+
+def tpot_text(points: Sequence[dg.PrefillPoint], line: dg.Fit, lang: str) -> str:
+    """The TPOT line through the decode medians (``points``: ``diagnose.tpot_points``): its slope per 1,000
+    cached tokens, TPOT at both ends, and the exercise's output tokens decoded after the longest prompt."""
+    lo, hi = points[0].n_tokens, points[-1].n_tokens
+    return t("diagnose.tpot_text", lang, a=timing.ms(line.a), k=three_significant(line.b * 1e6), per1k=timing.ms(line.b * 1000),
+             lo=f"{lo:,}", hi=f"{hi:,}", t_lo=timing.ms(float(line.predict(lo))), t_hi=timing.ms(float(line.predict(hi))),
+             err=f"{line.max_rel_error * 100:.0f}", n=line.n_points, out=dg.EXERCISE_OUTPUT,
+             dec=timing.ms(dg.EXERCISE_OUTPUT * float(line.predict(hi))))
+
+
+def memory_text(shape: dg.MemoryShape, plan: dg.MemoryPlan, lang: str) -> str:
+    """Weights, KV cache and activations at the learner's (context, requests), against the budget."""
+    at, g = plan.at, shape.geometry
+    return t("diagnose.mem_text", lang, name=shape.name, t=f"{at.context:,}", r=f"{at.requests:,}", w=budget.fmt_gb(at.weights),
+             kv=budget.fmt_gb(at.kv), act=budget.fmt_gb(at.activations), total=budget.fmt_gb(at.total),
+             budget=budget.fmt_gb(plan.budget), L=g.n_layers, kvh=g.n_kv_heads, dh=g.dh, b=shape.bytes_per_value)
+
+
+def memory_verdict(plan: dg.MemoryPlan, lang: str) -> str:
+    """Whether the learner's point fits, and how many requests would."""
+    return t("diagnose.mem_fits" if plan.fits else "diagnose.mem_oom", lang, n=plan.limit)
+
+
+def real_cache_text(facts: ModelFacts, run: dg.DecodeRun, lang: str) -> str:
+    """The bytes the measured request's real cache held against the formula's (``diagnose.real_cache_check``)."""
+    formula, ok = dg.real_cache_check(facts, run)
+    return t("diagnose.mem_real", lang, t=f"{run.kv_tokens_end:,}", real=f"{run.kv_bytes:,}", formula=f"{formula:,}",
+             ok="✓" if ok else "✗", b=facts.value_bytes)
+
+
+def temperature_text(demo: dg.TemperatureDemo, top: str, top_evidence: str, lang: str) -> str:
+    """What the temperatures did to the top candidate, and what the evidence did (``top``, ``top_evidence``:
+    the two top candidates as the page shows them)."""
+    moved = demo.top_question != demo.top_evidence
+    return t("diagnose.temp_text" if moved else "diagnose.temp_same", lang, top=top, top_ev=top_evidence,
+             temps=", ".join(f"{T:g}" for T in demo.temperatures))
+
+
+def exercise_kv_text(facts: ModelFacts, lang: str) -> str:
+    """The exercise's KV cache for one request of this model: at both lengths, fp32 and fp16."""
+    g = facts.geometry
+    return t("diagnose.ex_kv", lang, t=f"{dg.EXERCISE_TO:,}", fp32=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 4)),
+             fp16=human_bytes(g.kv_bytes(dg.EXERCISE_TO, 2)), small=human_bytes(g.kv_bytes(dg.EXERCISE_FROM, 4)),
+             t0=f"{dg.EXERCISE_FROM:,}", name=facts.name)
+
+
+def extrapolated_note(ex: dg.Exercise, lang: str) -> str:
+    """The badge under the extended curve: measured up to where, extrapolated beyond."""
+    return t("diagnose.extrapolated_badge", lang, n=f"{ex.large.measured_up_to:,}")
+
+
+def exercise_prefill_text(ex: dg.Exercise, lang: str) -> str:
+    """The TTFT at both lengths from the prefill curve, each said to be an extrapolation where it is,
+    how far past the data, and the attention part's share; a caveat when the fit found no n² part."""
+    lo, hi = ex.small, ex.large
+    kind = t("diagnose.kind_extrap" if lo.is_extrapolation else "diagnose.kind_interp", lang)
+    return (t("diagnose.ex_extrap", lang, t0=f"{dg.EXERCISE_FROM:,}", s0=timing.ms(lo.seconds), kind0=kind, t1=f"{dg.EXERCISE_TO:,}",
+              s1=timing.ms(hi.seconds), x=f"{ex.ratio:.1f}", top=f"{hi.measured_up_to:,}", factor=f"{hi.factor:.1f}",
+              quad=f"{ex.quadratic_share:.0f}")
+            + (" " + t("diagnose.no_quad", lang) if ex.fit.c == 0 else ""))
+
+
+def exercise_decode_text(ex: dg.Exercise, lang: str) -> str | None:
+    """The exercise's output tokens decoded after each input length, beside the TTFT's growth (None
+    without a TPOT line)."""
+    dec = ex.decode_seconds()
+    if dec is None:
+        return None
+    d0, d1 = dec
+    lo, hi = ex.small.seconds, ex.large.seconds
+    return t("diagnose.ex_decode", lang, out=dg.EXERCISE_OUTPUT, t0=f"{dg.EXERCISE_FROM:,}", t1=f"{dg.EXERCISE_TO:,}", d0=timing.ms(d0),
+             d1=timing.ms(d1), dd=timing.ms(max(0.0, d1 - d0)), top=f"{ex.tpot_up_to:,}", s0=timing.ms(lo), s1=timing.ms(hi),
+             ds=timing.ms(max(0.0, hi - lo)))
+
+
+def assumptions_text(ex: dg.Exercise, facts: ModelFacts, lang: str) -> str:
+    """Every assumption the extrapolation makes, as a list under its heading."""
+    ctx = format(facts.max_positions or 0, ",")
+    return t("diagnose.assume_head", lang) + "\n" + "\n".join(
+        f"- {t(f'diagnose.assume_{a}', lang, ctx=ctx, name=facts.name)}" for a in ex.large.assumptions)
+
+
+def stream_text(run: dg.DecodeRun, lang: str) -> str:
+    """The request's timeline in words: first token, last token, and the first token's share of the wait."""
+    return t("diagnose.stream_text", lang, first=timing.ms(run.first_token), total=timing.ms(run.total), n=run.n_decode + 1,
+             share=f"{100 * run.first_token / max(run.total, 1e-12):.0f}")
