@@ -401,3 +401,18 @@ def test_browser_link_reopens_its_symptom():
         settle(page, timeout=300)
         assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["symptom"] == ["temperature"]
         assert not page.locator('[data-testid="stException"]').count() and not watch.real_errors()
+
+
+def test_coefficients_are_rounded_to_three_significant_digits():
+    """A fitted coefficient never claims more digits than three (it used to print 21,453 as is)."""
+    from core.engine.numbers import three_significant
+
+    assert [three_significant(x) for x in (21453, -21453, 1234567, 123.456, 1.23456, 0.0123456, 0.5, 0)] == \
+        ["21,500", "-21,500", "1,230,000", "123", "1.23", "0.0123", "0.500", "0"]
+
+
+def test_see_page_link_uses_the_languages_own_colon():
+    from core.engine.i18n import t
+
+    assert t("ui.see_page", "en", page="Long context") == "See the page: Long context"
+    assert t("ui.see_page", "zh", page="长上下文") == "查看页面：长上下文"

@@ -55,4 +55,5 @@ def three_significant(x: float) -> str:
     """A coefficient for a sentence: three significant digits, thousands separated, never in e-notation."""
     if x == 0 or not math.isfinite(x):
         return "0"
-    return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}"
+    digits = 2 - math.floor(math.log10(abs(x)))  # decimals for three significant digits; negative: round the integer
+    return f"{round(x, digits):,.{max(0, digits)}f}"

@@ -80,4 +80,4 @@ def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", wher
 
 def see_page(stem: str, *, where: Any = None) -> None:
     """The "See the page: …" link under a stage or an answer."""
-    page_link(stem, label=f"{ui.t('ui.see_page')}: {ui.t(f'page.{stem}')}", where=where)
+    page_link(stem, label=ui.t("ui.see_page", page=ui.t(f"page.{stem}")), where=where)
