@@ -52,6 +52,8 @@ def render() -> None:
     ui.badge("model")
     st.markdown(ui.t("cause.gxi_sum", total=f"{gxi.total:.3f}", ld=f"{gxi.value:.3f}"))
     st.markdown(ui.t("cause.completeness", total=f"{ig.total:.4f}", delta=f"{ig.delta:.4f}", gap=f"{ig.gap:+.2g}", steps=steps))
+    if ig.relative_gap > attribution.ROUGH_GAP:
+        st.warning(ui.t("cause.ig_rough", steps=steps, rel=f"{ig.relative_gap:,.0%}"))
     st.caption(ui.t("cause.baseline_note"))
     st.markdown(ui.t("cause.why_differ"))
     for key in ("cause.measured_gxi", "cause.measured_ig", "cause.measured_attn"):

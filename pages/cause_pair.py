@@ -10,13 +10,16 @@ from core.cause import figures as cause_fig
 from core.cause import pair
 from core.web import cause, nav, presenter, ui
 
+SAME, DIFFERENT = "✓", "✗"  # the alignment table's "same token" column
+
 
 def _alignment(pt: pair.PairTokens) -> None:
     st.subheader(ui.t("cause.align_title"))
     cols = {"pos": ui.t("cause.col_pos"), "clean": ui.t("cause.col_clean"), "corrupted": ui.t("cause.col_corrupted"),
             "same": ui.t("cause.col_same")}
-    rows = [{cols[k]: v for k, v in r.items()} for r in pair.alignment(pt)]
-    st.dataframe(rows, hide_index=True, width="stretch", height=min(35 * (len(rows) + 1) + 3, 420))
+    # text marks, not booleans: a table on the projector would print true / false, words of one language
+    rows = [{cols[k]: (SAME if v else DIFFERENT) if k == "same" else v for k, v in r.items()} for r in pair.alignment(pt)]
+    presenter.frame(rows, hide_index=True, width="stretch", height=min(35 * (len(rows) + 1) + 3, 420))
     diff = pt.differing()
     if not pt.same_length:
         st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))

@@ -28,7 +28,7 @@ def _sweep(r: cause.Ready, site: str) -> np.ndarray:
     raw = cache.cause_sweep(ui.model_spec(), *r.ids, r.answers.answer, r.answers.foil, site, progress=update)
     bar.empty()
     n = patching.n_runs(r.base, site)
-    st.caption(ui.t("cause.runs", n=n, k=min(n, patching.chunk_size(r.base.n_tokens))))
+    st.caption(ui.t("cause.runs", n=f"{n:,}", k=f"{min(n, patching.chunk_size(r.base.n_tokens)):,}"))
     return raw
 
 
@@ -80,7 +80,7 @@ def _detail(loaded, r: cause.Ready, site: str, cell: tuple[int, int]) -> None:
     heads = site == patching.HEAD
     pos, head = (r.base.n_tokens - 1, col) if heads else (col, None)
     st.subheader(ui.t("cause.pick_title"))
-    st.markdown(f"{ui.t(f'cause.site_{site}')} · {ui.t('cause.layer')} {layer} · {_where(r, site, col)}")
+    st.markdown(f"{ui.t(f'cause.site_{site}')} · {ui.t('cause.layer_n', l=layer)} · {_where(r, site, col)}")
     run = cache.cause_run(ui.model_spec(), *r.ids, site, layer, pos, head)
     ld = pair.logit_diff(run, r.answers.answer, r.answers.foil)
     norm = patching.normalise(ld, r.ld_clean, r.ld_corrupted)

@@ -539,3 +539,74 @@ def test_toy_pages_and_site_from_the_link():
     assert _arr(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
     at = _app("cause_attribution", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="nowhere")
     assert not at.exception and not at.error
+
+
+def test_pair_page_on_a_projector_draws_the_alignment_as_a_table(smol):
+    # a dataframe is a canvas the presenter CSS cannot enlarge: on a projector the alignment is a st.table
+    for lang in ("en", "zh"):
+        at = _app("cause_pair", lang, present="1")
+        assert not at.exception and not at.dataframe and len(at.table) == 1, [e.value for e in at.exception]
+        cells = at.table[0].value.to_numpy()
+        pt = pair.encode_pair(smol.tokenizer, *EIFFEL[:2])
+        # one row per position; the "same token" column in marks, not true / false
+        assert cells.shape[0] == pt.n_tokens and set(cells[:, -1]) == {"✓", "✗"}
+        assert [i for i, c in enumerate(cells[:, -1]) if c == "✗"] == pt.differing()
+    assert _app("cause_pair").dataframe, "without the projector the table stays a sortable dataframe"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_patch_grid_colour_bar_names_its_ends(lang):
+    from core.cause import figures
+
+    score = np.array([[0.0, 1.0, 0.25], [-0.3, 0.5, 1.4]])
+    fig = figures.fig_patch_grid(score, score * 10, ["a", "b", "c"], "t", lang).to_plotly_json()
+    bar = fig["data"][0]["colorbar"]
+    names = dict(zip(bar["tickvals"], bar["ticktext"]))
+    assert names[0.0].startswith("0 = ") and names[1.0].startswith("1 = ")
+    assert ("corrupted" in names[0.0] and "clean" in names[1.0]) if lang == "en" else ("破坏" in names[0.0] and "干净" in names[1.0])
+    lo, hi = fig["data"][0]["zmin"], fig["data"][0]["zmax"]
+    assert all(lo <= v <= hi for v in bar["tickvals"]) and -1.0 in bar["tickvals"]  # every tick inside the colour range
+    # the hover says the share restored as the text under the figure does (a percentage)
+    assert "= 25%" in fig["data"][1]["text"][2] and "= 140%" in fig["data"][1]["text"][5]
+    assert fig["data"][1]["text"][5].startswith("layer 1 · " if lang == "en" else "第 1 层 · ")  # Chinese word order on zh
+    raw = figures.fig_patch_grid(score, score, ["a", "b", "c"], "t", lang, normalised=False).to_plotly_json()
+    assert "tickvals" not in raw["data"][0]["colorbar"]  # raw logit differences: no 0 / 1 ends to name
+
+
+def test_presets_that_do_not_fit_the_model_say_so(smol, toy):
+    assert pair.fits(smol.tokenizer, pair.preset("eiffel")) and pair.fits(toy.tokenizer, pair.preset("induction"))
+    assert not pair.fits(smol.tokenizer, pair.preset("eiffel_zh"))  # 18 vs 15 tokens, 巴黎 is 5 byte pieces
+    assert not pair.fits(toy.tokenizer, pair.preset("eiffel"))  # the toy's tokens are characters: " Paris" is 6
+    zh = pair.preset("eiffel_zh")
+    at = _app("cause_pair", "zh", clean=zh.clean, corrupt=zh.corrupted, answer=zh.answer, foil=zh.foil)
+    assert not at.exception and "SmolLM2-135M-Instruct 的分词器" in at.info[0].value
+    assert not _app("cause_pair").info, "the English pair fits SmolLM2: no note"
+
+
+def test_patching_page_numbers_have_thousands_separators(smol, monkeypatch):
+    # a 62-token pair on SmolLM2 is 1,860 runs; the count is read from patching.n_runs, so a large one stands in
+    monkeypatch.setattr(patching, "n_runs", lambda *_a, **_k: 12345)
+    at = _app("cause_patching")
+    assert not at.exception and any(c.value.startswith("12,345 patched runs") for c in at.caption), [c.value for c in at.caption]
+
+
+def test_attribution_page_warns_when_the_steps_are_too_few(toy):
+    tp = pair.encode_pair(toy.tokenizer, *INDUCTION[:2])
+    ta = pair.answers(toy.tokenizer, "p", "r")
+    for steps, lang in ((16, "en"), (16, "zh"), (128, "en")):
+        rough = attribution.integrated_gradients(toy, tp.ids_clean, ta.answer, ta.foil, steps).relative_gap > attribution.ROUGH_GAP
+        assert rough == (steps == 16)  # the toy's path: 16 steps are too few, 128 are plenty
+        at = _app("cause_attribution", lang, model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r",
+                  steps=str(steps))
+        assert not at.exception and not at.error
+        said = [w.value for w in at.warning if ("Take more steps" in w.value or "请增加步数" in w.value)]
+        assert len(said) == int(rough), [w.value for w in at.warning]
+
+
+def test_attribution_link_round_trips_steps_and_attention_layer():
+    at = _app("cause_attribution", "zh", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r",
+              steps="64", attn_layer="0")
+    assert not at.exception and at.select_slider(key="cattr_steps").value == 64 and at.slider(key="cattr_layer").value == 0
+    assert (at.query_params["steps"], at.query_params["attn_layer"]) == ("64", "0")
+    titles = [a["text"] for a in _figs(at)[0]["layout"]["annotations"]]
+    assert "积分梯度（64 步）" in titles and any(t.startswith("最后一个位置的注意力，第 0 层") for t in titles), titles

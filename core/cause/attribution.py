@@ -42,6 +42,7 @@ from core.engine.types import LoadedModel
 
 IG_STEPS = (16, 32, 64, 128, 256)
 DEFAULT_STEPS = 128
+ROUGH_GAP = 0.1  # a relative completeness gap above this: the page says the scores need more steps
 ROWS_PER_PASS = 512  # interpolation points × T per forward/backward pass
 
 Progress = Callable[[int, int], None]

@@ -47,8 +47,16 @@ def _patch_hover(tokens: Sequence[str], n_rows: int, raw: np.ndarray, lang: str,
     cols = raw.shape[1]
     labels = [f"h{c}" for c in range(cols)] if heads else [position_label(tokens, c) for c in range(cols)]
     what = _t("cause.head", lang) if heads else _t("cause.position", lang)
-    return np.array([[f"{_t('cause.layer', lang)} {r} · {what} {labels[c]}<br>{_t('cause.hover_ld', lang)} = {raw[r, c]:.3f}"
+    return np.array([[f"{_t('cause.layer_n', lang, l=r)} · {what} {labels[c]}<br>{_t('cause.hover_ld', lang)} = {raw[r, c]:.3f}"
                       for c in range(cols)] for r in range(n_rows)], dtype=object)
+
+
+def _restored_bar(title: str, lo: float, lang: str) -> dict[str, Any]:
+    """The colour bar of a normalised grid: its two ends named on the bar itself (0 = the corrupted
+    run, 1 = the clean run), so the figure says what the numbers mean without the text around it."""
+    vals = [v for v in (-1.0, -0.5, 0.0, 0.5, 1.0) if lo <= v <= -lo]
+    names = {0.0: _t("cause.fig_bar_corrupted", lang), 1.0: _t("cause.fig_bar_clean", lang)}
+    return dict(title=title, tickvals=vals, ticktext=[names.get(v, f"{v:g}".replace("-", "−")) for v in vals])
 
 
 def fig_patch_grid(score: np.ndarray, raw: np.ndarray, tokens: Sequence[str], title: str, lang: str, *,
@@ -66,14 +74,18 @@ def fig_patch_grid(score: np.ndarray, raw: np.ndarray, tokens: Sequence[str], ti
         lo = -max(abs(lo), hi)  # symmetric around 0 so that 0 is white
         scale = dict(colorscale=PATCH_SCALE, zmin=lo, zmax=-lo, zmid=0.0)
         label = _t("cause.fig_restored", lang)
+        bar = _restored_bar(label, lo, lang)
     else:
         m = max(1e-9, float(np.nanmax(np.abs(score))))
         scale = dict(colorscale=PATCH_SCALE, zmin=-m, zmax=m, zmid=0.0)
         label = _t("cause.hover_ld", lang)
-    fig = go.Figure(go.Heatmap(z=score, x=x, y=list(range(L)), colorbar=dict(title=label), hoverinfo="skip", **scale))
+        bar = dict(title=label)
+    fig = go.Figure(go.Heatmap(z=score, x=x, y=list(range(L)), colorbar=bar, hoverinfo="skip", **scale))
     # one invisible marker per cell carries the hover text and takes the click (a heatmap cell cannot be selected)
     gx, gy = np.meshgrid(x, np.arange(L))
-    text = [f"{h}<br>{label} = {v:.3f}" for h, v in zip(hover.ravel(), np.asarray(score, dtype=np.float64).ravel())]
+    # the share restored as the text under the figure writes it (78%), the raw logit difference to 3 decimals
+    fmt = "{:.0%}" if normalised else "{:.3f}"
+    text = [f"{h}<br>{label} = {fmt.format(v)}" for h, v in zip(hover.ravel(), np.asarray(score, dtype=np.float64).ravel())]
     fig.add_trace(go.Scatter(x=gx.ravel(), y=gy.ravel(), mode="markers", showlegend=False, text=text,
                              hovertemplate="%{text}<extra></extra>",
                              marker=dict(size=max(6, min(18, 600 // max(C, L))), symbol="square", color="rgba(0,0,0,0)")))

@@ -161,6 +161,17 @@ def answers(tokenizer: Any, answer: str, foil: str) -> Answers:
     return Answers(a, f, *tokens.readable_tokens(tokenizer, [a, f]))
 
 
+def fits(tokenizer: Any, p: Preset) -> bool:
+    """Whether example pair ``p`` works with this tokenizer: both prompts the same number of tokens,
+    the answer and the foil one token each (the Chinese pair splits into byte pieces on SmolLM2)."""
+    try:
+        encode_pair(tokenizer, p.clean, p.corrupted).require_same_length()
+        answers(tokenizer, p.answer, p.foil)
+    except PairError:
+        return False
+    return True
+
+
 def alignment(pt: PairTokens) -> list[dict[str, Any]]:
     """One row per position: the clean and the corrupted token there ("" past a prompt's end), and
     whether they are the same token."""

@@ -3,7 +3,7 @@ in the session and the URL, validated once into a sentence), the recorded pair, 
 
 URL: ``clean``, ``corrupt``, ``answer``, ``foil`` carry the pair (each capped like a text box);
 the patching page adds ``site``, ``layer``, ``pos`` / ``head`` (the chosen cell), the attribution
-page ``steps`` and ``layer`` — all validated where they are read.
+page ``steps`` and ``attn_layer`` — all validated where they are read.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import streamlit as st
 from core.cause import pair, patching
 from core.engine.tokens import visible
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
-from core.web import cache, ui, widgets
+from core.web import cache, nav, ui, widgets
 
 FIELDS = ("clean", "corrupted", "answer", "foil")
 URL = {"clean": "clean", "corrupted": "corrupt", "answer": "answer", "foil": "foil"}
@@ -117,6 +117,9 @@ def _or_warning(read: Callable[..., T], *args: Any) -> T | None:
 
 
 def encoded(loaded: LoadedModel, text: pair.PairText) -> pair.PairTokens | None:
+    p = pair.preset(_preset_of(text))
+    if p is not None and not pair.fits(loaded.tokenizer, p):  # say first that the example, not the learner, is at fault
+        st.info(ui.t("cause.preset_unfit", model=ui.model_label()))
     return _or_warning(pair.encode_pair, loaded.tokenizer, text.clean, text.corrupted)
 
 
@@ -139,6 +142,7 @@ def ready(loaded: LoadedModel, text: pair.PairText) -> Ready | None:
         return None
     if not pt.same_length:
         st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))
+        nav.page_link("cause_pair", icon="⚖️")  # the sentence points at the alignment table: that page has it
         return None
     ans = answers(loaded, text)
     base = baseline(pt) if ans is not None else None
@@ -153,7 +157,7 @@ def progress_bar(key: str, **kw: object) -> tuple[Callable[[int, int], None], ob
     bar = st.progress(0.0, text=ui.t(key, done=0, n="…", **kw))
 
     def update(done: int, n: int) -> None:
-        bar.progress(min(1.0, done / max(1, n)), text=ui.t(key, done=done, n=n, **kw))
+        bar.progress(min(1.0, done / max(1, n)), text=ui.t(key, done=f"{done:,}", n=f"{n:,}", **kw))
 
     return update, bar
 
