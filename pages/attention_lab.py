@@ -8,6 +8,7 @@ import streamlit as st
 
 from core.engine import attnview
 from core.engine.numbers import max_abs_diff
+from core.engine.timing import BUSY_SPREAD
 from core.maths import attention as A
 from core.maths import figures as P
 from core.web import cache, presenter, ui, widgets
@@ -45,9 +46,12 @@ def _cost_tab(lang: str) -> None:
     st.table(A.cost_table_view(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio"))),
              hide_index=True)  # six rows: a plain table, drawn exactly as formatted ("—", never "None")
     ui.badge("formula")
-    timing = cache.attention_timing(ui.model_spec())
-    presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang), width="stretch")
-    ui.badge("measured", ui.t("attention_lab.timing_detail"))
+    timing = cache.attention_timing(ui.model_spec())  # medians of repeated, interleaved runs (core.maths.attention)
+    presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"]), width="stretch")
+    ui.badge("measured", ui.t("attention_lab.timing_detail", reps=timing["reps"]))
+    busy = sum(t.busy for t in timing["timings"])
+    if busy:  # a wide spread: the median is only a rough guide (measured once per process: no "measure again" here)
+        st.warning(ui.t("attention_lab.timing_busy", n=busy, pct=round(BUSY_SPREAD * 100)))
 
 
 def _real_example() -> Example | None:

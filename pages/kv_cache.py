@@ -45,8 +45,9 @@ def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int, run: int)
     ui.badge("measured")
     st.markdown(report.compare_verdict(c, ui.lang()))
     tok = loaded.tokenizer
-    st.dataframe(report.compare_table(c, tokens.sequence_labels(tok, c.with_ids), tokens.sequence_labels(tok, c.without_ids), ui.lang()),
-                 width="stretch")
+    # read-only: st.table on a projector (presenter CSS can enlarge it; a dataframe canvas it cannot)
+    presenter.frame(report.compare_table(c, tokens.sequence_labels(tok, c.with_ids), tokens.sequence_labels(tok, c.without_ids), ui.lang()),
+                    width="stretch")
     st.markdown(report.compare_totals(c, ui.lang()))
     if c.busy:
         st.warning(report.busy_note(ui.lang()))

@@ -241,8 +241,63 @@ def test_scale_experiment_std_sqrt_d_and_saturation():
 
 
 def test_time_attention_measures_something():
-    t = A.time_attention([64, 256], repeats=1)
+    t = A.time_attention([64, 256], reps=1)
     assert (t["ms"] > 0).all() and t["elements"].tolist() == [4096.0, 65536.0]
+
+
+def _clock(durations: list[float]):
+    """A fake perf_counter: the k-th timed call takes durations[k] seconds."""
+    stamps, now = [], 0.0
+    for d in durations:
+        stamps += [now, now + d]
+        now += d + 100.0
+    return iter(stamps).__next__
+
+
+def test_time_attention_is_a_median_of_interleaved_runs():
+    """Round after round, every length once: a busy spell hits all lengths, and the curve shows the
+    median of each length's runs (not the best), with its interquartile range and the busy flag."""
+    # call order: (round 0: n=64, n=128), (round 1: …), (round 2: …)
+    t = A.time_attention([64, 128], reps=3, clock=_clock([1.0, 10.0, 5.0, 50.0, 3.0, 30.0]))
+    assert t["ms"].tolist() == [3000.0, 30000.0]  # length-major order would give 5 s and 50 s; the best, 1 s and 10 s
+    assert t["q1"].tolist() == [2000.0, 20000.0] and t["q3"].tolist() == [4000.0, 40000.0]
+    assert t["min"].tolist() == [1000.0, 10000.0] and t["max"].tolist() == [5000.0, 50000.0]
+    assert t["reps"] == 3 and [x.n for x in t["timings"]] == [3, 3] and t["busy"]  # IQR / median = 2/3 > 25 %
+    calm = A.time_attention([64, 128], reps=3, clock=_clock([1.0, 2.0, 1.01, 2.01, 1.02, 2.02]))
+    assert not calm["busy"] and not any(x.busy for x in calm["timings"])
+    with pytest.raises(ValueError):
+        A.time_attention([64], reps=0)
+
+
+def test_cost_figure_draws_the_spread_as_error_bars():
+    n, ms = np.array([128.0, 256.0]), np.array([2.0, 8.0])
+    fig = PM.complexity_figure(n, ms, "en", q1=np.array([1.5, 7.0]), q3=np.array([3.0, 8.5]))
+    bars = fig.data[1].error_y
+    assert list(fig.data[1].y) == [2.0, 8.0] and not bars.symmetric
+    assert list(bars.array) == [1.0, 0.5] and list(bars.arrayminus) == [0.5, 1.0]
+    assert PM.complexity_figure(n, ms, "en").data[1].error_y.array is None  # no spread given: no bars
+    # 13 … 300 ms: the axis runs over whole decades, so both its ticks (10, 100, 1,000) are visible
+    fig = PM.complexity_figure(n, np.array([13.0, 300.0]), "en")
+    assert list(fig.layout.yaxis2.range) == [1.0, 3.0] and list(fig.layout.yaxis2.ticktext) == ["10", "100", "1,000"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_cost_tab_says_median_and_when_the_machine_was_busy(monkeypatch, lang):
+    from core.engine import i18n
+    from core.web import cache
+
+    busy = A.time_attention([64, 128], reps=3, clock=_clock([1.0, 10.0, 5.0, 50.0, 3.0, 30.0]))
+    monkeypatch.setattr(A, "time_attention", lambda lengths: busy)
+    cache.attention_timing.clear()
+    try:
+        at = _calc_app()
+        at.session_state["lang"] = lang
+        at.run()
+    finally:
+        cache.attention_timing.clear()  # later tests measure for real again
+    assert not at.exception
+    assert any(i18n.t("attention_lab.timing_detail", lang, reps=3) in c.value for c in at.caption)
+    assert [w.value for w in at.warning] == [i18n.t("attention_lab.timing_busy", lang, n=2, pct=25)]
 
 
 def test_plot_functions_carry_the_numbers():

@@ -571,3 +571,18 @@ def test_anatomy_counts_and_shares_read_alike():
     assert stream_fig.share(35_136, 134_515_008) == "<0.1%" and stream_fig.share(0, 10) == "0.0%"
     fig = stream_fig.fig_params({"embed": 134_479_872, "norm": 35_136}, "en")
     assert fig.data[0].text[1] == "35,136 (<0.1%)"
+
+
+@pytest.mark.parametrize("area", ["inside", "stream", "learn", "maths", "toy", "gen"])
+def test_chinese_text_writes_token_capitalised(area):
+    """The zh pages write the loanword as "Token" (as 导览, 注意力头, …); code, placeholders and special
+    tokens such as <|im_end|> keep their own spelling."""
+    import re
+
+    entries = json.loads((ROOT / "assets" / "i18n" / f"{area}.json").read_text(encoding="utf-8"))
+    lower = []
+    for key, entry in entries.items():
+        prose = re.sub(r"`[^`]*`|\{[^}]*\}|<\|[^|]*\|>", "", entry.get("zh", ""))
+        if re.search(r"(?<![\w_])token(?![\w_])", prose):
+            lower.append(key)
+    assert not lower, lower

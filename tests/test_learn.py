@@ -36,6 +36,11 @@ def _decode(loaded):
     return lambda ids: tokens.readable_tokens(loaded.tokenizer, ids)
 
 
+def _num(shown: str) -> float:
+    """A number as the tour shows it (thousands separated: "1,121.32") read back as a float."""
+    return float(shown.replace(",", ""))
+
+
 # ---------------------------------------------------------------------------------------------
 # data: stages, questions, references
 
@@ -142,16 +147,16 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     v = tour.stage_view("embeddings", tr, dec)
     row = smol.model.get_input_embeddings().weight[int(tr.token_ids[-1])].detach().numpy()
     np.testing.assert_allclose(v.table["tour.col.value"], np.round(row[:8], 5), atol=1e-5)
-    assert float(dict(v.metrics)["tour.m.emb_norm"]) == pytest.approx(np.linalg.norm(row), abs=1e-3)
+    assert _num(dict(v.metrics)["tour.m.emb_norm"]) == pytest.approx(np.linalg.norm(row), abs=1e-3)
     # blocks: HF hidden_states[l] is the stream entering block l (for l < L)
     v = tour.stage_view("blocks", tr, dec, layer=5)
     hs = out.hidden_states
-    assert float(dict(v.metrics)["tour.m.resid_in"]) == pytest.approx(hs[5][0, -1].norm().item(), abs=0.01)
-    assert float(dict(v.metrics)["tour.m.resid_out"]) == pytest.approx(hs[6][0, -1].norm().item(), abs=0.01)
+    assert _num(dict(v.metrics)["tour.m.resid_in"]) == pytest.approx(hs[5][0, -1].norm().item(), abs=0.01)
+    assert _num(dict(v.metrics)["tour.m.resid_out"]) == pytest.approx(hs[6][0, -1].norm().item(), abs=0.01)
     assert len(v.chart["norms"]) == L + 1 and v.chart["layer"] == 5
     # hidden: HF's last hidden_states entry is after the final norm
     v = tour.stage_view("hidden", tr, dec)
-    assert float(dict(v.metrics)["tour.m.final_norm"]) == pytest.approx(hs[-1][0, -1].norm().item(), abs=0.01)
+    assert _num(dict(v.metrics)["tour.m.final_norm"]) == pytest.approx(hs[-1][0, -1].norm().item(), abs=0.01)
     # logits: top-5 of softmax(HF logits)
     probs = torch.softmax(out.logits[0, -1].double(), -1)
     ref_p, ref_i = probs.topk(5)
@@ -177,6 +182,34 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     top = int(out.logits[0, -1].argmax())
     assert dict(v.metrics)["tour.m.next"] == tokens.label([*tr.tokens, *tokens.readable_tokens(smol.tokenizer, [top])], T)
     assert dict(v.metrics)["tour.m.new_len"] == str(T + 1)
+
+
+SEPARATED = re.compile(r"\d{1,3}(,\d{3})*\.\d{2}")  # 718.91, 1,121.32 — never 1121.32
+
+
+def test_tour_block_norms_have_thousands_separators(smol):
+    """Every block's four norms read like the page's other numbers: a norm over 1,000 has its comma
+    (the last blocks of SmolLM2 on the page's default prompt add more than 1,000 through the MLP)."""
+    tr = backends.trace(smol, "What is the capital of France?", chat=True)
+    dec, big = _decode(smol), 0
+    for layer in range(tr.n_layers):
+        shown = [value for _, value in tour.stage_view("blocks", tr, dec, layer=layer).metrics]
+        assert all(SEPARATED.fullmatch(value) for value in shown), (layer, shown)
+        big += sum(_num(value) >= 1000 for value in shown)
+    assert big, "no norm above 1,000: this prompt no longer checks the separator"
+
+
+@pytest.mark.parametrize("lang", i18n.LANGS)
+def test_tour_units_are_in_the_translated_labels(smol_ref, smol, lang):
+    """The RoPE angle and the entropy are bare numbers; their unit is part of the label, so the zh
+    tour says 弧度 and 比特 instead of "rad" and "bit"."""
+    tr, _ = smol_ref
+    angle = dict(tour.stage_view("embeddings", tr, _decode(smol)).metrics)["tour.m.rope_slowest"]
+    entropy = dict(tour.stage_view("sampling", tr, _decode(smol)).metrics)["tour.m.entropy"]
+    for value in (angle, entropy):
+        assert re.fullmatch(r"[\d.,e+-]+", value), value
+    unit = {"en": ("rad", "bits"), "zh": ("弧度", "比特")}[lang]
+    assert unit[0] in i18n.t("tour.m.rope_slowest", lang) and unit[1] in i18n.t("tour.m.entropy", lang)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -250,6 +283,23 @@ def test_tour_page_url_state_and_presenter(smol):
     at.slider(key="tour_layer").set_value(2).run()
     assert at.query_params["layer"] in ("2", ["2"])
     assert at.metric[0].label == i18n.t("tour.m.resid_in", "zh")
+
+
+def test_kv_cache_comparison_table_is_a_projector_table(smol):
+    """Presenter mode: the with/without-cache tokens are drawn as st.table (its text the presenter CSS
+    enlarges), not as a dataframe canvas; outside it, as the sortable dataframe."""
+    for present, tables, frames in (("1", 1, 0), ("0", 0, 1)):
+        at = _app("kv_cache", "en", present=present)
+        at.session_state["prompt"] = "Hi"
+        at.run()
+        at.slider(key="kv_cache_n").set_value(2)
+        at.select_slider(key="kv_cache_len").set_value(0).run()
+        at.button(key="kv_cache_measure").click().run()
+        assert not at.exception
+        rows = [t for t in at.table if "✓" in t.value.index]  # the comparison: rows with, without, ✓
+        assert len(rows) == tables and len([d for d in at.dataframe if "✓" in d.value.index]) == frames
+        if tables:  # one column per generated token, one row per run and the agreement row
+            assert rows[0].value.shape == (3, 2) and set(rows[0].value.loc["✓"]) <= {"✓", "✗"}
 
 
 @pytest.mark.parametrize("lang", i18n.LANGS)

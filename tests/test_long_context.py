@@ -117,6 +117,25 @@ def test_pooled_keys_sum_to_the_row():
     assert longctx.uniform_share(10, 19, 1000) == pytest.approx(0.01)
 
 
+def test_reader_map_colours_are_not_streamlit_placeholders():
+    """Streamlit's frontend swaps the colours #000001 … #000040 (its theme placeholders) for theme colours in
+    every figure; Magma's darkest stop "#000004" became a pale pink, so the strongest weights of the
+    reader map looked washed out. The map's scale keeps Magma, with pure black as its darkest stop."""
+    from plotly.colors import get_colorscale
+
+    from core.inside import figures as inside_fig
+    from core.inside.figures import _PLACEHOLDER
+
+    z = np.zeros((3, 8))
+    z[:, 0] = [0.2, 0.5, 0.85]  # the first-token sink: the map's largest weights
+    tr = inside_fig.fig_reader_map(z, 1, 8, None, "en").data[0]
+    colours = [c for _, c in tr.colorscale]
+    assert not [c for c in colours if _PLACEHOLDER.fullmatch(c)], colours
+    assert tr.reversescale and colours[0] == "#000000"  # reversed: black marks the largest weight
+    assert colours[1:] == [c for _, c in get_colorscale("Magma")][1:]  # otherwise Magma as it is
+    assert _PLACEHOLDER.fullmatch(get_colorscale("Magma")[0][1])  # the trap this guards against
+
+
 def test_long_documents_plant_their_fact_once_and_the_span_is_found(smol):
     from core.engine.tokens import encode
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from core import toy
+from core.engine import i18n
+from core.toy import figures as toy_fig
 from core.toy import ByteTokenizer, ToyConfig, ToyTransformer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,6 +251,21 @@ def test_word_order_demo():
         assert rows[key]["pooled_diff"] > 1e-3 and rows[key]["distinguishable"], key
     with pytest.raises(ValueError):
         toy.word_order_demo("我喜欢你", "我喜欢他")
+
+
+@pytest.mark.parametrize("lang", i18n.LANGS)
+def test_word_order_shows_translated_position_names(lang):
+    """The table and the bars name each setting in the page's language; the rows keep the internal keys."""
+    rows = toy.word_order_demo("我喜欢你", "你喜欢我")
+    names = [i18n.t(f"toy.wo_pos.{r['position']}", lang) for r in rows]
+    table = toy_fig.word_order_table(rows, lang)
+    assert table[i18n.t("toy.wo_position", lang)].tolist() == names
+    bars = list(toy_fig.fig_word_order(rows, lang).data[0].x)
+    assert [b.split(" · ")[0] for b in bars] == names
+    assert [r["position"] for r in rows] == ["none", "none", "sinusoidal", "rope", "learned"]
+    if lang == "zh":  # no English method name left on the Chinese page (RoPE is a name)
+        shown = " ".join([*names, *bars])
+        assert not re.search(r"none|sinusoidal|learned|rope", shown), shown
 
 
 def test_trained_toy_copies_from_context(trained):

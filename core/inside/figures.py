@@ -5,11 +5,13 @@ translated through ``core.i18n`` with the ``lang`` passed in. No Streamlit here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import get_colorscale
 from plotly.subplots import make_subplots
 
 from core.engine import attnview, i18n
@@ -197,10 +199,22 @@ def fig_sweep(sharpness: np.ndarray, kl: np.ndarray, names: Sequence[str], chose
 # long context (core.inside.longctx)
 
 
+# Streamlit's plotly theme sends its own colours to the browser as the placeholders #000001 … #000040 and the
+# frontend swaps every string equal to one of them for a theme colour, in any figure. Magma's darkest stop is
+# "#000004" (= its placeholder for the 4th categorical colour, a pale pink): the reader map's strongest weights
+# were drawn pale. Pure black looks the same and is no placeholder.
+_PLACEHOLDER = re.compile(r"#0000(0[1-9]|[1-3][0-9]|40)", re.IGNORECASE)
+
+
+def unclaimed_colorscale(name: str) -> list[list[Any]]:
+    """Plotly's named colorscale ``name`` with any Streamlit placeholder colour replaced by black."""
+    return [[pos, "#000000" if _PLACEHOLDER.fullmatch(c) else c] for pos, c in get_colorscale(name)]
+
+
 def fig_reader_map(z: np.ndarray, block: int, n_tokens: int, span: tuple[int, int] | None, lang: str) -> go.Figure:
     """[L, n] the last position's attention over the document, per layer (keys pooled by ``block``)."""
     x = [i * block for i in range(z.shape[1])]
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=list(range(z.shape[0])), colorscale="Magma", reversescale=True, zmin=0,
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=list(range(z.shape[0])), colorscale=unclaimed_colorscale("Magma"), reversescale=True, zmin=0,
                                colorbar=dict(title="w"),
                                hovertemplate=f"{_t('ui.layer', lang)} %{{y}}<br>{_t('longctx.keys_from', lang)} %{{x}}<br>w = %{{z:.4f}}<extra></extra>"))
     if span is not None:

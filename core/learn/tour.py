@@ -68,7 +68,7 @@ def _norm(x: np.ndarray) -> float:
 
 
 def _fmt(x: float, nd: int = 4) -> str:
-    return f"{x:.{nd}f}"
+    return f"{x:,.{nd}f}"  # thousands separated, like every other number of the tour (1,121.32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +104,8 @@ def _embeddings(tr: Trace, decode: Decode, layer: int) -> StageView:
     if theta:
         # RoPE turns pair i of q and k by pos · θ^(−2i/dh): the fastest pair by pos radians,
         # the slowest by pos · θ^(−(dh−2)/dh) radians. Nothing is added to the embedding itself.
-        metrics.append(("tour.m.rope_slowest", f"{pos * float(theta) ** (-(dh - 2) / dh):.3g} rad"))
+        # The unit (radians) sits in the translated label, so the value stays a bare number.
+        metrics.append(("tour.m.rope_slowest", f"{pos * float(theta) ** (-(dh - 2) / dh):.3g}"))
     return StageView(
         metrics=metrics,
         table={"tour.col.dim": list(range(8)), "tour.col.value": [round(float(x), 5) for x in row[:8]]},
@@ -160,7 +161,7 @@ def _sampling(tr: Trace, decode: Decode, layer: int) -> StageView:
     piece = visible(decode([top])[0])
     p_by_t = [float(tr.last_probs(t)[top]) for t in TEMPERATURES]
     return StageView(
-        metrics=[("tour.m.greedy", piece), ("tour.m.entropy", f"{entropy_bits(tr.last_probs(1.0)):.2f} bit")],
+        metrics=[("tour.m.greedy", piece), ("tour.m.entropy", f"{entropy_bits(tr.last_probs(1.0)):.2f}")],
         table={"tour.col.temperature": list(TEMPERATURES), "tour.col.p_top": [round(p, 4) for p in p_by_t]},
         fill={"top": piece, "p_lo": f"{p_by_t[0]:.1%}", "p_hi": f"{p_by_t[-1]:.1%}"},
     )

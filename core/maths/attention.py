@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from core.engine import i18n
+from core.engine import i18n, timing
 from core.engine.numbers import max_abs_diff, softmax
 from core.engine.roles import find_sites
 from core.engine.tokens import position_label
@@ -351,23 +351,38 @@ def score_elements(n: int) -> int:
     return int(n) * int(n)
 
 
-def time_attention(lengths: Iterable[int], n_heads: int = 9, head_dim: int = 64, repeats: int = 3, seed: int = 0) -> dict[str, np.ndarray]:
-    """Measured wall time (ms, best of ``repeats``) of causal attention on this machine with
-    torch's scaled_dot_product_attention, random q, k, v of shape [1, H, n, dh]."""
+TIMING_REPS = 7  # timed runs per length: the curve shows their median, the error bars their interquartile range
+
+
+def time_attention(lengths: Iterable[int], n_heads: int = 9, head_dim: int = 64, reps: int = TIMING_REPS, seed: int = 0,
+                   clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Measured wall time of causal attention on this machine with torch's scaled_dot_product_attention,
+    random q, k, v of shape [1, H, n, dh]: one untimed warm-up per length, then ``reps`` rounds that
+    each time every length once. Interleaved, so that a busy spell slows every length alike instead of
+    bending the curve at one of them. Returns per length (ms) the median, q1, q3, min and max, the
+    ``Timing`` of each, and ``busy`` when any length's runs disagree too much (``Timing.busy``)."""
+    if reps < 1:
+        raise ValueError("reps must be ≥ 1")
     gen = torch.Generator().manual_seed(seed)
     lens = np.asarray(list(lengths), dtype=int)
-    ms = np.zeros(len(lens))
-    for i, n in enumerate(lens):
-        q, k, v = (torch.randn(1, n_heads, int(n), head_dim, generator=gen) for _ in range(3))
-        with torch.inference_mode():
+    qkv = [tuple(torch.randn(1, n_heads, int(n), head_dim, generator=gen) for _ in range(3)) for n in lens]
+    samples: list[list[float]] = [[] for _ in lens]
+    with torch.inference_mode():
+        for q, k, v in qkv:
             F.scaled_dot_product_attention(q, k, v, is_causal=True)  # warm-up
-            best = math.inf
-            for _ in range(repeats):
-                t0 = time.perf_counter()
+        for _ in range(reps):
+            for i, (q, k, v) in enumerate(qkv):
+                t0 = clock()
                 F.scaled_dot_product_attention(q, k, v, is_causal=True)
-                best = min(best, time.perf_counter() - t0)
-        ms[i] = best * 1000.0
-    return {"n": lens.astype(float), "ms": ms, "elements": lens.astype(float) ** 2}
+                samples[i].append(clock() - t0)
+    timings = [timing.of(s, warmup=1) for s in samples]
+
+    def col(attr: str) -> np.ndarray:
+        return np.array([getattr(t, attr) * 1000.0 for t in timings])
+
+    return {"n": lens.astype(float), "ms": col("median"), "q1": col("q1"), "q3": col("q3"), "min": col("lo"),
+            "max": col("hi"), "elements": lens.astype(float) ** 2, "reps": reps, "timings": timings,
+            "busy": any(t.busy for t in timings)}
 
 
 def cost_table(lengths: Iterable[int], elements_label: str = "n²", ratio_label: str = "×"):

@@ -174,9 +174,14 @@ def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Fi
     return fig
 
 
+def _position_name(position: str, lang: str) -> str:
+    """The shown name of a word-order setting's position encoding (the rows keep the internal key)."""
+    return t(f"toy.wo_pos.{position}", lang)
+
+
 def word_order_table(rows: list[dict[str, Any]], lang: str) -> pd.DataFrame:
     return pd.DataFrame({
-        t("toy.wo_position", lang): [r["position"] for r in rows],
+        t("toy.wo_position", lang): [_position_name(r["position"], lang) for r in rows],
         t("toy.wo_causal", lang): [t("toy.yes" if r["causal"] else "toy.no", lang) for r in rows],
         t("toy.wo_pooled", lang): [f"{r['pooled_diff']:.2e}" for r in rows],
         t("toy.wo_permuted", lang): [f"{r['permuted_diff']:.2e}" for r in rows],
@@ -186,7 +191,7 @@ def word_order_table(rows: list[dict[str, Any]], lang: str) -> pd.DataFrame:
 
 def fig_word_order(rows: list[dict[str, Any]], lang: str) -> go.Figure:
     """Pooled-output difference per setting, log scale (the 'none + bidirectional' bar is ~1e-7: rounding)."""
-    names = [f"{r['position']} · {t('toy.wo_causal_short' if r['causal'] else 'toy.wo_bidir_short', lang)}" for r in rows]
+    names = [f"{_position_name(r['position'], lang)} · {t('toy.wo_causal_short' if r['causal'] else 'toy.wo_bidir_short', lang)}" for r in rows]
     vals = [max(r["pooled_diff"], 1e-9) for r in rows]
     colors = ["#d62728" if not r["distinguishable"] else "#1f77b4" for r in rows]
     fig = go.Figure(go.Bar(x=names, y=vals, marker_color=colors, text=[f"{v:.1e}" for v in vals], textposition="outside"))
