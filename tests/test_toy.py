@@ -13,8 +13,8 @@ import torch
 
 from core import toy
 from core.engine import i18n
-from core.toy import figures as toy_fig
 from core.toy import ByteTokenizer, ToyConfig, ToyTransformer
+from core.toy import figures as toy_fig
 
 ROOT = Path(__file__).resolve().parent.parent
 V = 300
