@@ -584,3 +584,10 @@ def test_stepper_tpot_text_says_what_recording_costs():
     assert "slower" not in report.pure_tpot_text(pure, noisy, "en") and "measurable" not in report.pure_tpot_text(pure, noisy, "en")
     first = SimpleNamespace(tpots=[], record_attention=True, ttft=0.2)
     assert report.timing_text(first, "en").startswith("This run: TTFT 200.0 ms · no decode step yet")
+
+
+def test_cache_comparison_axis_has_whole_token_ticks():
+    fig = gen_fig.cache_compare([37, 38], [0.01, 0.011], [37, 38], [0.02, 0.03], "en")
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == ",d"
+    long = gen_fig.cache_compare(list(range(40, 80)), [0.01] * 40, list(range(40, 80)), [0.02] * 40, "en")
+    assert long.layout.xaxis.dtick is None and long.layout.xaxis.tickformat == ",d"

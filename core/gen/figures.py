@@ -157,7 +157,9 @@ def cache_compare(len_with: Sequence[int], s_with: Sequence[float], len_without:
         go.Scatter(x=list(len_without), y=np.asarray(s_without) * 1000, mode="lines+markers", name=t("kv_cache.without", lang),
                    line_color=PALETTE["without"]),
     ])
-    fig.update_xaxes(title=t("kv_cache.seq_len", lang))
+    fig.update_xaxes(title=t("kv_cache.seq_len", lang), tickformat=",d")  # lengths are whole tokens: never a 37.2 tick
+    if len(set(len_with) | set(len_without)) <= 10:
+        fig.update_xaxes(dtick=1)  # a short run: one tick per length
     fig.update_yaxes(title=t("kv_cache.ms_per_token", lang), rangemode="tozero")
     fig.update_layout(legend=dict(orientation="h", y=-0.25))
     return _layout(fig, t("kv_cache.fig_compare", lang))
