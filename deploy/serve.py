@@ -96,34 +96,27 @@ def default_threads(replicas: int) -> int:
     return max(1, cores() // max(1, replicas))
 
 
-def threads_arg(text: str) -> int:
+def _whole(text: str, what: str, lo: int, hi: int) -> int:
+    """An argument that must be a whole number in [lo, hi], or one sentence saying so."""
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"THREADS must be a whole number from 1 to 256, not '{text}'") from None
-    if not 1 <= n <= 256:
-        raise argparse.ArgumentTypeError(f"THREADS must be from 1 to 256, not {n}")
+        raise argparse.ArgumentTypeError(f"{what} must be a whole number from {lo} to {hi}, not '{text}'") from None
+    if not lo <= n <= hi:
+        raise argparse.ArgumentTypeError(f"{what} must be from {lo} to {hi}, not {n}")
     return n
+
+
+def threads_arg(text: str) -> int:
+    return _whole(text, "THREADS", 1, 256)
 
 
 def replicas_arg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"REPLICAS must be a whole number from 1 to {MAX_REPLICAS}, not '{text}'") from None
-    if not 1 <= n <= MAX_REPLICAS:
-        raise argparse.ArgumentTypeError(f"REPLICAS must be from 1 to {MAX_REPLICAS}, not {n}")
-    return n
+    return _whole(text, "REPLICAS", 1, MAX_REPLICAS)
 
 
 def port_arg(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a port must be a whole number from 1 to 65535, not '{text}'") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port must be from 1 to 65535, not {port}")
-    return port
+    return _whole(text, "a port", 1, 65535)
 
 
 def bind_error(host: str, port: int) -> OSError | None:
