@@ -49,9 +49,8 @@ def _cost_tab(lang: str) -> None:
     timing = cache.attention_timing(ui.model_spec())  # medians of repeated, interleaved runs (core.maths.attention)
     presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"]), width="stretch")
     ui.badge("measured", ui.t("attention_lab.timing_detail", reps=timing["reps"]))
-    busy = sum(t.busy for t in timing["timings"])
-    if busy:  # a wide spread: the median is only a rough guide (measured once per process: no "measure again" here)
-        st.warning(ui.t("attention_lab.timing_busy", n=busy, pct=round(BUSY_SPREAD * 100)))
+    if timing["n_busy"]:  # a wide spread: the median is only a rough guide (measured once per process: no "measure again" here)
+        st.warning(ui.t("attention_lab.timing_busy", n=timing["n_busy"], pct=round(BUSY_SPREAD * 100)))
 
 
 def _real_example() -> Example | None:

@@ -360,7 +360,7 @@ def time_attention(lengths: Iterable[int], n_heads: int = 9, head_dim: int = 64,
     random q, k, v of shape [1, H, n, dh]: one untimed warm-up per length, then ``reps`` rounds that
     each time every length once. Interleaved, so that a busy spell slows every length alike instead of
     bending the curve at one of them. Returns per length (ms) the median, q1, q3, min and max, the
-    ``Timing`` of each, and ``busy`` when any length's runs disagree too much (``Timing.busy``)."""
+    ``Timing`` of each, and ``busy`` when any length's runs disagree too much (``Timing.busy``), ``n_busy`` how many."""
     if reps < 1:
         raise ValueError("reps must be ≥ 1")
     gen = torch.Generator().manual_seed(seed)
@@ -382,7 +382,7 @@ def time_attention(lengths: Iterable[int], n_heads: int = 9, head_dim: int = 64,
 
     return {"n": lens.astype(float), "ms": col("median"), "q1": col("q1"), "q3": col("q3"), "min": col("lo"),
             "max": col("hi"), "elements": lens.astype(float) ** 2, "reps": reps, "timings": timings,
-            "busy": any(t.busy for t in timings)}
+            "busy": any(t.busy for t in timings), "n_busy": sum(t.busy for t in timings)}
 
 
 def cost_table(lengths: Iterable[int], elements_label: str = "n²", ratio_label: str = "×"):

@@ -222,7 +222,7 @@ def scale_experiment(d_values: tuple[int, ...]) -> dict[str, np.ndarray]:
 
 
 @st.cache_data(show_spinner=False, max_entries=2)
-def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> dict[str, np.ndarray]:
+def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> dict[str, Any]:
     """Measured once per process; holds the model's lock so no forward pass runs meanwhile."""
     with get_model(spec).lock:
         return attention.time_attention(lengths)
