@@ -434,7 +434,8 @@ def test_real_row_scaling_is_its_own_and_unscaled_says_why():
     at.radio(key="attention_lab_preset").set_value("real").run()
     assert at.checkbox(key="attention_lab_scaled_real").value is True  # … leaves the real row scaled like the model
     diff = [m for m in at.metric if m.label.startswith("max |")]
-    assert diff and float(diff[0].value) < 1e-3 and not at.warning
+    # the timing tab may warn that the machine was busy while it measured (CI is); no warning about the scale
+    assert diff and float(diff[0].value) < 1e-3 and not [w for w in at.warning if "√64" in w.value]
     at.checkbox(key="attention_lab_scaled_real").uncheck().run()
     diff = float(next(m for m in at.metric if m.label.startswith("max |")).value)
     assert diff > 0.01 and any("√64 = 8" in w.value and f"{diff:.2f}" in w.value for w in at.warning)
