@@ -261,6 +261,31 @@ def last_logits(loaded: LoadedModel, x: torch.Tensor) -> torch.Tensor:
     return logits[:, -1]
 
 
+def prefix_kv(loaded: LoadedModel, ids: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The keys and values of a plain forward pass of ``ids`` ([1, P]), per layer (K, V), each
+    [1, Hkv, P, dh]: what a later pass may start from instead of recomputing those positions."""
+    return [(k.detach(), v.detach()) for k, v in cache_layers(forward_step(loaded, ids).cache)]
+
+
+def last_logits_after(loaded: LoadedModel, x: torch.Tensor, prefix: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                      rows: int = 1, rows_from: int = 0) -> torch.Tensor:
+    """``last_logits`` of ids ``x`` [1, Tnew] fed after the positions whose keys and values ``prefix``
+    holds (``prefix_kv``), each pass with a fresh cache so that ``prefix`` itself is never extended.
+    From block ``rows_from`` on the caller's hooks make ``rows`` rows out of the one (core.cause), so
+    those blocks' cached keys and values are shared by all of them (a view, not copies). The caller
+    holds ``loaded.lock`` and picks the grad mode and its hooks, as for ``last_logits``."""
+    kv = [(k, v) if i < rows_from else (k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1))
+          for i, (k, v) in enumerate(prefix)]
+    if loaded.is_toy:
+        cache: Any = kv
+    else:
+        cache = DynamicCache(config=loaded.model.config)
+        for i, (k, v) in enumerate(kv):
+            cache.update(k, v, i)
+    logits, _, _ = (_toy_forward if loaded.is_toy else _hf_forward)(loaded, x, cache, True, False)
+    return logits[:, -1]
+
+
 def cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(K, V) per layer, each [1, Hkv, T, dh], from either kind of cache."""
     if cache is None:

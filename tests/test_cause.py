@@ -234,6 +234,44 @@ def test_toy_patching_equals_reference_and_ends_are_exact(toy):
     assert heads.shape == (f.n_layers, f.n_heads)
 
 
+def _check_prefix_reuse(loaded, pt, base, ref, toy: bool, tol: float, answer: str = " Paris", foil: str = " Rome") -> None:
+    """The head sweep feeds only the last position after the corrupted run's cached keys and values
+    (``reuse_prefix``): equal to every head run done in full, and to the hand-written reference; a
+    second sweep gives the same numbers (the shared prefix is never extended); no hook is left."""
+    f = loaded.facts
+    ans = pair.answers(loaded.tokenizer, answer, foil)
+    a, b = ans.answer, ans.foil
+    T = pt.n_tokens
+    heads = patching.sweep(loaded, base, "head", a, b)
+    full = patching.logit_diffs(loaded, base, patching.head_patches(f.n_layers, f.n_heads, T - 1), a, b)
+    assert np.ptp(full) > 10 * tol  # the heads do differ, so the comparison below means something
+    np.testing.assert_allclose(heads.ravel(), full, atol=tol, rtol=tol)
+    np.testing.assert_array_equal(patching.sweep(loaded, base, "head", a, b), heads)
+    later = [patching.Patch("resid", f.n_layers // 2, T - 2), patching.Patch("attn_out", 0, T - 1),
+             patching.Patch("mlp_out", f.n_layers - 1, T - 1), patching.Patch("head", f.n_layers - 1, T - 1, 0)]
+    got = patching.run(loaded, base, later, reuse_prefix=True)
+    for p, g in zip(later, got):
+        want = _reference_patch(ref, pt.ids_clean, pt.ids_corrupted, p, toy, f.head_dim)
+        np.testing.assert_allclose(g, want, atol=tol, rtol=tol, err_msg=str(p))
+    assert _no_hooks(loaded.model)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_head_sweep_reusing_the_prefix_equals_full_runs_tiny(tiny_loaded, tiny_dirs, arch):
+    loaded = tiny_loaded[arch]
+    pt, base = _recorded(loaded)
+    _check_prefix_reuse(loaded, pt, base, _untouched(loaded, tiny_dirs[arch]), False, 1e-4)
+
+
+def test_head_sweep_reusing_the_prefix_equals_full_runs_smol_and_toy(smol, toy):
+    from core.engine.hf import converted_dir, embedded_gguf_path
+
+    pt, base = _recorded(smol)
+    _check_prefix_reuse(smol, pt, base, _untouched(smol, converted_dir(embedded_gguf_path())), False, 2e-4)
+    pt, base = _recorded(toy, *INDUCTION[:2])
+    _check_prefix_reuse(toy, pt, base, _untouched(toy), True, 1e-5, *INDUCTION[2:])
+
+
 # ---------------------------------------------------------------------------------------------
 # shared model: threads, hooks, refusals
 

@@ -1,6 +1,7 @@
 """Benchmark: a full layer × position residual-patching sweep vs one plain forward pass, in one run.
 
     .venv/bin/python tests/benchmarks/bench_patch.py [--reps 3] [--model PATH] [--solo 24] [--threads 1]
+                                                     [--site resid|attn_out|mlp_out|head] [--long K]
 
 The plain forward is the shared model's own forward of the corrupted prompt ([1, T], no cache, no
 hook), the cost of one unpatched run. The sweep is ``core.cause.patching.sweep(…, "resid", …)``: L × T
@@ -8,6 +9,9 @@ patched runs, batched, starting each pass at its first patched block, reusing th
 corrupted activations recorded once (the recording is timed separately and not counted).
 Plain passes and sweeps alternate so drift hits both; medians are reported. ``--solo N`` also
 times N patched runs one by one (one forward each), to show what batching saves.
+``--site head`` sweeps every head at the last position instead (L × H runs, each feeding only the
+last position after the corrupted run's cached keys and values); ``--long K`` puts a shared sentence
+K times before both prompts (K = 6: about 60 tokens, near the section's 64-token limit).
 Last lines: ``runs=<n>``, ``ratio_per_run=<x / n>``, ``ratio_patch_sweep=<x>`` (aim: x ≤ 0.5 × runs).
 """
 
@@ -41,12 +45,15 @@ def main() -> None:
     ap.add_argument("--solo", type=int, default=0, help="also time this many patched runs one by one")
     ap.add_argument("--chunk", type=int, default=None, help="patched runs per pass (default: patching.chunk_size)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    ap.add_argument("--site", default="resid", choices=patching.ALL_SITES, help="the site swept (head: every head at the last position)")
+    ap.add_argument("--long", type=int, default=0, help="repeat the pair's shared opening this many times (a longer pair)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
 
     loaded = backends.load_model(a.model)
-    pt = pair.encode_pair(loaded.tokenizer, CLEAN, CORRUPTED)
+    lead = "Here is a sentence about a place. " * a.long
+    pt = pair.encode_pair(loaded.tokenizer, lead + CLEAN, lead + CORRUPTED)
     pt.require_same_length()
     ans = pair.answers(loaded.tokenizer, " Paris", " Rome")
     T, L = pt.n_tokens, loaded.facts.n_layers
@@ -65,7 +72,7 @@ def main() -> None:
     for _ in range(a.reps):
         plain += [plain_forward(loaded, pt.ids_corrupted) for _ in range(5)]
         t0 = time.perf_counter()
-        grid = patching.sweep(loaded, base, "resid", ans.answer, ans.foil, chunk=a.chunk)
+        grid = patching.sweep(loaded, base, a.site, ans.answer, ans.foil, chunk=a.chunk)
         sweeps.append(time.perf_counter() - t0)
     plain += [plain_forward(loaded, pt.ids_corrupted) for _ in range(5)]
     mp, ms = statistics.median(plain), statistics.median(sweeps)
@@ -74,7 +81,9 @@ def main() -> None:
     print(f"plain forward {mp * 1e3:.1f} ms (median of {len(plain)});  sweep of {runs} runs {ms:.2f} s "
           f"(median of {len(sweeps)}: {', '.join(f'{s:.2f}' for s in sweeps)})")
     if a.solo:
-        cells = patching.grid_patches("resid", L, T)[:: max(1, (L * T) // a.solo)][: a.solo]
+        every = (patching.head_patches(L, base.n_heads, T - 1) if a.site == patching.HEAD
+                 else patching.grid_patches(a.site, L, T))
+        cells = every[:: max(1, len(every) // a.solo)][: a.solo]
         t0 = time.perf_counter()
         for p in cells:
             patching.logit_diffs(loaded, base, [p], ans.answer, ans.foil)
