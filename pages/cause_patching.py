@@ -28,7 +28,9 @@ def _sweep(r: cause.Ready, site: str) -> np.ndarray:
     raw = cache.cause_sweep(ui.model_spec(), *r.ids, r.answers.answer, r.answers.foil, site, progress=update)
     bar.empty()
     n = patching.n_runs(r.base, site)
-    st.caption(ui.t("cause.runs", n=f"{n:,}", k=f"{min(n, patching.chunk_size(r.base.n_tokens)):,}"))
+    skip = patching.sweep_skip(r.base, site)
+    st.caption(ui.t("cause.runs_cached" if skip else "cause.runs", n=f"{n:,}", k=f"{min(n, patching.per_pass(r.base, skip)):,}",
+                    p=f"{skip:,}"))
     return raw
 
 

@@ -27,7 +27,7 @@ import torch
 from conftest import ROOT
 from core import backends
 from core.cause import attribution, pair, patching
-from core.engine import roles, tokens
+from core.engine import i18n, roles, tokens
 from core.engine.types import UnsupportedArchitectureError
 from core.toy import load_trained
 from core.toy.model import ToyConfig, ToyTransformer
@@ -575,6 +575,9 @@ def test_toy_pages_and_site_from_the_link():
     assert at.radio(key="cpatch_site").value == "head"
     fig = _figs(at)[0]
     assert _arr(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
+    # the caption says how the head runs were made: 8 runs in one pass, the first 11 positions from the cache
+    T = len(INDUCTION[0]) + 1  # the toy's <bos> and one character per token
+    assert any(c.value == i18n.t("cause.runs_cached", "en", n="8", k="8", p=f"{T - 1}") for c in at.caption), [c.value for c in at.caption]
     at = _app("cause_attribution", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="nowhere")
     assert not at.exception and not at.error
 

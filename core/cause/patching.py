@@ -289,6 +289,19 @@ def chunk_size(n_tokens: int, most: int = 64) -> int:
     return max(2, min(most, TOKENS_PER_PASS // max(1, n_tokens)))
 
 
+def per_pass(base: Baseline, skip: int = 0) -> int:
+    """Patched runs per forward pass when each pass feeds positions ``skip`` … T − 1 (``run``).
+    Passes of a few positions are dominated by the output layer's [rows, vocabulary] product, so
+    they take bigger batches (measured on SmolLM2, 270 one-position runs: 64 per pass 1.5 s, 135 1.1 s)."""
+    return chunk_size(base.n_tokens - skip, most=128) if skip else chunk_size(base.n_tokens)
+
+
+def sweep_skip(base: Baseline, site: str) -> int:
+    """The positions a sweep of ``site`` takes from the corrupted run's cache instead of feeding them:
+    all but the last for single heads (patched at the last position), none for the grids."""
+    return base.n_tokens - 1 if site == HEAD else 0
+
+
 def _first_patched_position(patches: Sequence[Patch | None]) -> int:
     return min((0 if p is None or p.pos is None else p.pos for p in patches), default=0)
 
@@ -311,9 +324,7 @@ def run(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], *,
     n = len(patches)
     skip = _first_patched_position(patches) if reuse_prefix else 0
     prefix = (skip, backends.prefix_kv(loaded, base.ids_corrupted[:skip])) if skip else None
-    # passes of a few positions are dominated by the output layer's [rows, vocabulary] product: bigger
-    # batches use it better (measured on SmolLM2, 270 one-position runs: 64 per pass 1.5 s, 135 1.1 s)
-    chunk = chunk or (chunk_size(base.n_tokens - skip, most=128) if prefix else chunk_size(base.n_tokens))
+    chunk = chunk or per_pass(base, skip)
     order = sorted(range(n), key=lambda i: (patches[i].layer if patches[i] is not None else -1))
     parts: list[tuple[list[int], np.ndarray]] = []
     done = 0
@@ -376,7 +387,7 @@ def sweep(loaded: LoadedModel, base: Baseline, site: str, answer: int, foil: int
     else:
         raise ValueError(f"unknown site {site!r}; one of {ALL_SITES}")
     return logit_diffs(loaded, base, patches, answer, foil, chunk=chunk, progress=progress,
-                       reuse_prefix=site == HEAD).reshape(shape)
+                       reuse_prefix=sweep_skip(base, site) > 0).reshape(shape)
 
 
 def normalise(ld: np.ndarray | float, ld_clean: float, ld_corrupted: float) -> np.ndarray | None:
