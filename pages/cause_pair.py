@@ -3,6 +3,8 @@ the logit difference that the patching and attribution pages explain."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import streamlit as st
 
@@ -11,14 +13,30 @@ from core.cause import pair
 from core.web import cause, nav, presenter, ui
 
 SAME, DIFFERENT = "✓", "✗"  # the alignment table's "same token" column
+ELIDED = "⋮"  # a compact table's row that stands for identical positions left out
+
+
+def _row(r: dict[str, Any] | pair.Elided, cols: dict[str, str], as_text: bool) -> dict[str, Any]:
+    """One table row; text marks, not booleans: a table on the projector would print true / false, words of
+    one language. ``as_text``: positions as text, so the column holds ⋮ too (one type per column)."""
+    if isinstance(r, pair.Elided):
+        return {cols["pos"]: ELIDED, cols["clean"]: ui.t("cause.align_elided", n=r.n, a=r.start, b=r.last),
+                cols["corrupted"]: ELIDED, cols["same"]: SAME}
+    return {cols[k]: (SAME if v else DIFFERENT) if k == "same" else str(v) if k == "pos" and as_text else v
+            for k, v in r.items()}
 
 
 def _alignment(pt: pair.PairTokens) -> None:
     st.subheader(ui.t("cause.align_title"))
     cols = {"pos": ui.t("cause.col_pos"), "clean": ui.t("cause.col_clean"), "corrupted": ui.t("cause.col_corrupted"),
             "same": ui.t("cause.col_same")}
-    # text marks, not booleans: a table on the projector would print true / false, words of one language
-    rows = [{cols[k]: (SAME if v else DIFFERENT) if k == "same" else v for k, v in r.items()} for r in pair.alignment(pt)]
+    # a long pair: the differing positions in view at once, not below the table's fold; every row on request
+    compact = pair.compact_alignment(pt)
+    leaves_out = any(isinstance(r, pair.Elided) for r in compact)  # a short pair has every row: no checkbox
+    every = leaves_out and st.checkbox(ui.t("cause.align_all_rows"), key="cpair_all_rows",
+                                       help=ui.t("cause.align_all_rows_help", k=pair.CONTEXT))
+    rows = [_row(r, cols, as_text=True) for r in compact] if leaves_out and not every else \
+        [_row(r, cols, as_text=False) for r in pair.alignment(pt)]
     presenter.frame(rows, hide_index=True, width="stretch", height=min(35 * (len(rows) + 1) + 3, 420))
     diff = pt.differing()
     if not pt.same_length:

@@ -184,6 +184,65 @@ def alignment(pt: PairTokens) -> list[dict[str, Any]]:
     return rows
 
 
+CONTEXT = 2  # identical positions kept on each side of a difference in the compact table
+MAX_FULL_ROWS = 12  # a pair this short shows every position: the whole table fits without scrolling
+
+
+@dataclass(frozen=True)
+class Elided:
+    """A run of identical positions ``start`` … ``stop`` − 1 that the compact table shows as one row."""
+
+    start: int
+    stop: int  # exclusive
+
+    @property
+    def n(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def last(self) -> int:
+        return self.stop - 1
+
+
+def compact_alignment(pt: PairTokens, context: int = CONTEXT,
+                      max_rows: int = MAX_FULL_ROWS) -> list[dict[str, Any] | Elided]:
+    """The alignment as a diff shows it: every position where the prompts differ (``alignment``'s
+    ``same`` is False: a different token, or a position past the shorter prompt's end — so with
+    unequal counts every extra position stays visible), ``context`` identical positions on each side,
+    the last position (where the next token is read), and each run of identical positions left out as
+    one ``Elided`` marker, in position order. A pair
+    of at most ``max_rows`` positions keeps every row, as does a run of one (its marker would take
+    the row it saves)."""
+    rows = alignment(pt)
+    n = len(rows)
+    if n <= max_rows:
+        return rows
+    marks = [i for i, r in enumerate(rows) if not r["same"]]
+    if not marks:
+        # Nothing to centre on. Show the start (how both prompts begin) and the end (the last position,
+        # where the next token is read), with one marker for the middle rather than every row: a long
+        # table of ✓ would only repeat what the marker's count says, that the prompts are identical.
+        marks = [0, n - 1]
+    keep = [False] * n
+    keep[n - 1] = True  # the last position, where the logit difference is read, is always in view
+    for m in marks:
+        for i in range(max(0, m - context), min(n, m + context + 1)):
+            keep[i] = True
+    out: list[dict[str, Any] | Elided] = []
+    i = 0
+    while i < n:
+        if keep[i]:
+            out.append(rows[i])
+            i += 1
+            continue
+        j = i
+        while j < n and not keep[j]:
+            j += 1
+        out.extend(rows[i:j] if j - i == 1 else [Elided(i, j)])
+        i = j
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the one number
 
