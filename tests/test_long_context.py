@@ -61,6 +61,42 @@ def test_byte_lru_computes_a_key_once_for_concurrent_callers():
     assert len(calls) == 1 and len(out) == 6 and all(o is out[0] for o in out)
 
 
+def test_byte_lru_waiting_callers_see_the_computing_callers_progress():
+    """A second session asking for a sweep already running sees that sweep's progress (not a frozen
+    page), the first session its own bar as before; the progress is forgotten once the value is in."""
+    c = ByteLRU(10**6)
+    seen_by_waiter: list[tuple[int, int]] = []
+    mine: list[tuple[int, int]] = []
+    waiter_saw = {i: threading.Event() for i in (1, 2)}
+    started = threading.Event()
+
+    def waiter_progress(done, total):
+        seen_by_waiter.append((done, total))
+        waiter_saw[done].set()
+
+    def compute():
+        report = c.reporter("k", lambda d, n: mine.append((d, n)))
+        started.set()
+        for i in (1, 2):
+            report(i, 3)
+            assert waiter_saw[i].wait(10), f"the waiting caller never saw {i} of 3"
+        report(3, 3)
+        return _Blob(7)
+
+    out = {}
+    first = threading.Thread(target=lambda: out.setdefault("first", c.get("k", compute)))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: out.setdefault("second", c.get("k", lambda: _Blob(99), waiter_progress)))
+    second.start()
+    first.join(20)
+    second.join(20)
+    assert not first.is_alive() and not second.is_alive()
+    assert out["first"] is out["second"] and out["first"].nbytes == 7  # computed once
+    assert seen_by_waiter[:2] == [(1, 3), (2, 3)] and mine == [(1, 3), (2, 3), (3, 3)]
+    assert not c._progress  # nothing left behind for the next computation of the key
+
+
 def test_byte_lru_retries_after_a_failed_computation():
     c = ByteLRU(100)
     with pytest.raises(RuntimeError):

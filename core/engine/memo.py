@@ -1,7 +1,9 @@
 """A cache bounded by bytes, not entries: a few long traces and many short ones both fit.
 
 ``ByteLRU.get(key, compute)`` returns the cached value or computes it once — two sessions asking for
-the same key at the same moment wait for one computation instead of running two — and evicts the
+the same key at the same moment wait for one computation instead of running two; with ``progress``,
+a long computation reports (done, total) through ``ByteLRU.reporter`` and every session waiting for
+it sees the same progress, not only the one that started it — and evicts the
 least recently used values until the total size is within the budget. A value bigger than the
 whole budget is returned but not kept. Values are shared, not copied: whatever is cached must be
 read-only (``Trace`` marks its arrays so).
@@ -21,6 +23,10 @@ def size_of(value: Any) -> int:
     return int(n) if isinstance(n, (int, float)) else 0
 
 
+Progress = Callable[[int, int], None]  # (done, total)
+POLL_S = 0.25  # how often a waiting thread looks at the computing thread's progress
+
+
 class ByteLRU:
     def __init__(self, max_bytes: int, size: Callable[[Any], int] = size_of) -> None:
         if max_bytes < 0:
@@ -30,6 +36,7 @@ class ByteLRU:
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._inflight: dict[Hashable, threading.Event] = {}
+        self._progress: dict[Hashable, tuple[int, int]] = {}  # the last (done, total) of a key being computed
         self.total = 0
         self.hits = 0
         self.misses = 0
@@ -41,7 +48,10 @@ class ByteLRU:
         with self._lock:
             return key in self._items
 
-    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+    def get(self, key: Hashable, compute: Callable[[], Any], progress: Progress | None = None) -> Any:
+        """The cached value of ``key``, or ``compute()``'s, computed once however many threads ask.
+        ``progress(done, total)`` is called while another thread computes the key, with what that
+        computation last told ``reporter(key, …)`` (polled every ``POLL_S``)."""
         while True:
             with self._lock:
                 if key in self._items:
@@ -53,7 +63,13 @@ class ByteLRU:
                     done = self._inflight[key] = threading.Event()
                     self.misses += 1
                     break
-            wait.wait()  # another thread is computing this key: take its result (or retry if it failed)
+            # another thread is computing this key: take its result (or retry if it failed)
+            seen = None
+            while not wait.wait(POLL_S if progress else None):
+                now = self._progress.get(key)
+                if now is not None and now != seen:
+                    seen = now
+                    progress(*now)
         try:
             value = compute()
             self.put(key, value)
@@ -61,7 +77,18 @@ class ByteLRU:
         finally:
             with self._lock:
                 self._inflight.pop(key, None)
+                self._progress.pop(key, None)
             done.set()
+
+    def reporter(self, key: Hashable, progress: Progress | None = None) -> Progress:
+        """The progress callback for ``key``'s computation: it records (done, total) for the threads
+        waiting on the key and passes it on to ``progress`` (the computing session's own bar)."""
+        def report(done: int, total: int) -> None:
+            self._progress[key] = (int(done), int(total))
+            if progress is not None:
+                progress(done, total)
+
+        return report
 
     def put(self, key: Hashable, value: Any) -> None:
         n = self._size(value)

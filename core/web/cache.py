@@ -311,13 +311,15 @@ def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int,
     """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads. Kept
     in the byte-bounded store, not st.cache_data: ``progress`` draws the page's bar while it runs, and
     st.cache_data would try to replay that bar's updates."""
+    key = ("cause_sweep", spec, ids_clean, ids_corrupted, answer, foil, site)
+
     def compute() -> np.ndarray:
         base = cause_baseline(spec, ids_clean, ids_corrupted)
-        grid = patching.sweep(get_model(spec), base, site, answer, foil, progress=progress)
+        grid = patching.sweep(get_model(spec), base, site, answer, foil, progress=store().reporter(key, progress))
         grid.flags.writeable = False  # shared by every session
         return grid
 
-    return store().get(("cause_sweep", spec, ids_clean, ids_corrupted, answer, foil, site), compute)
+    return store().get(key, compute, progress)  # a session that finds it running sees the same bar move
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -331,8 +333,9 @@ def cause_run(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, .
 def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, steps: int,
                       progress: Any = None) -> attribution.Attributions:
     """Gradient × input and integrated gradients of the clean prompt (in the store, like ``cause_sweep``)."""
-    return store().get(("cause_attribution", spec, ids, answer, foil, steps),
-                       lambda: attribution.attribute(get_model(spec), ids, answer, foil, steps, progress=progress))
+    key = ("cause_attribution", spec, ids, answer, foil, steps)
+    return store().get(key, lambda: attribution.attribute(get_model(spec), ids, answer, foil, steps,
+                                                           progress=store().reporter(key, progress)), progress)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
