@@ -46,11 +46,18 @@ def _cost_tab(lang: str) -> None:
     st.table(A.cost_table_view(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio"))),
              hide_index=True)  # six rows: a plain table, drawn exactly as formatted ("—", never "None")
     ui.badge("formula")
-    timing = cache.attention_timing(ui.model_spec())  # medians of repeated, interleaved runs (core.maths.attention)
+    spec = ui.model_spec()
+    with st.spinner(ui.t("attention_lab.timing_measuring")):  # medians of repeated, interleaved runs (core.maths.attention)
+        timing = cache.attention_timing(spec)  # once per server process, shared by every session, until "Measure again"
     presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"]), width="stretch")
     ui.badge("measured", ui.t("attention_lab.timing_detail", reps=timing["reps"]))
-    if timing["n_busy"]:  # a wide spread: the median is only a rough guide (measured once per process: no "measure again" here)
+    if timing["n_busy"]:  # a wide spread: the median is only a rough guide
         st.warning(ui.t("attention_lab.timing_busy", n=timing["n_busy"], pct=round(BUSY_SPREAD * 100)))
+    when, again = st.columns([4, 1], vertical_alignment="center")
+    label = ui.t("attention_lab.time_again")
+    when.caption(ui.t("attention_lab.timing_when", when=f"{timing['measured_at']:%Y-%m-%d %H:%M:%S}", button=label))
+    # the callback drops the shared measurement before the rerun, which measures anew under the spinner above
+    again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(spec,))
 
 
 def _real_example() -> Example | None:

@@ -300,6 +300,79 @@ def test_cost_tab_says_median_and_when_the_machine_was_busy(monkeypatch, lang):
     assert [w.value for w in at.warning] == [i18n.t("attention_lab.timing_busy", lang, n=2, pct=25)]
 
 
+def _timing_ms(at) -> list[float]:
+    """The measured medians the cost tab draws (the time panel of its figure, y axis 2 in ms)."""
+    import base64
+    import json
+
+    fig = next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+               if f["layout"].get("yaxis2", {}).get("title", {}).get("text") == "ms")
+    y = fig["data"][1]["y"]
+    if isinstance(y, dict):  # a typed array {dtype, bdata}
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=np.dtype(y["dtype"])).astype(float).tolist()
+    return [float(v) for v in y]
+
+
+def _measured_at(at, lang: str):
+    """The caption that says when the shown measurement was taken: (its UTC time, the caption)."""
+    import datetime
+    import re
+
+    from core.engine import i18n
+
+    button = i18n.t("attention_lab.time_again", lang)
+    for c in at.caption:
+        m = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", c.value)
+        if m and c.value == i18n.t("attention_lab.timing_when", lang, when=m.group(0), button=button):
+            return datetime.datetime.strptime(m.group(0), "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.UTC), c.value
+    raise AssertionError([c.value for c in at.caption])
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_measure_again_drops_the_shared_timing_and_measures_anew(monkeypatch, lang):
+    """One measurement per server process, until "Measure again": the press measures anew (the shown
+    curve and the busy warning are the new run's), and the caption says when the shown one was taken."""
+    import datetime
+
+    from core.engine import i18n
+    from core.web import cache
+
+    busy = A.time_attention([64, 128], reps=3, clock=_clock([1.0, 10.0, 5.0, 50.0, 3.0, 30.0]))
+    calm = A.time_attention([64, 128], reps=3, clock=_clock([1.0, 2.0, 1.01, 2.01, 1.02, 2.02]))
+    calls = []
+
+    def fake(lengths):
+        calls.append(tuple(lengths))
+        return (busy, calm)[min(len(calls), 2) - 1]
+
+    monkeypatch.setattr(A, "time_attention", fake)
+    cache.attention_timing.clear()
+    try:
+        t0 = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        at = _calc_app()
+        at.session_state["lang"] = lang
+        at.run()
+        t1 = datetime.datetime.now(datetime.UTC)
+        assert not at.exception and len(calls) == 1  # the language's rerun reads the cached measurement
+        assert _timing_ms(at) == [3000.0, 30000.0]
+        assert [w.value for w in at.warning] == [i18n.t("attention_lab.timing_busy", lang, n=2, pct=25)]
+        first, text = _measured_at(at, lang)
+        assert t0 <= first <= t1 and f"{first:%Y-%m-%d %H:%M:%S}" in text and "UTC" in text
+        button = at.button(key="attention_lab_time_again")
+        assert button.label == i18n.t("attention_lab.time_again", lang)
+        button.click().run()
+        t2 = datetime.datetime.now(datetime.UTC)
+        assert not at.exception and len(calls) == 2 and calls[0] == calls[1] == cache.TIMING_LENGTHS
+        assert _timing_ms(at) == pytest.approx([1010.0, 2010.0])  # the new run's medians, not the first's
+        assert not at.warning  # the calm run has no busy warning
+        second, _ = _measured_at(at, lang)
+        assert first <= second <= t2
+        at.run()  # an ordinary rerun measures nothing
+        assert len(calls) == 2 and _timing_ms(at) == pytest.approx([1010.0, 2010.0])
+    finally:
+        cache.attention_timing.clear()  # later tests measure for real again
+
+
 def test_plot_functions_carry_the_numbers():
     fig = PM.mask_figure(A.causal_visibility(3), "t", "zh", additive=True)
     assert fig.data[0].text.tolist() == [["0", "−∞", "−∞"], ["0", "0", "−∞"], ["0", "0", "0"]]

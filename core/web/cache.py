@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import numpy as np
@@ -223,9 +224,12 @@ def scale_experiment(d_values: tuple[int, ...]) -> dict[str, np.ndarray]:
 
 @st.cache_data(show_spinner=False, max_entries=2)
 def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> dict[str, Any]:
-    """Measured once per process; holds the model's lock so no forward pass runs meanwhile."""
+    """``attention.time_attention`` as it came, plus ``measured_at``: when it finished (an aware UTC
+    datetime). Measured once per process and shared by every session, until ``attention_timing.clear(spec)``
+    (the cost tab's "Measure again") drops it for everyone; holds the model's lock so no forward pass runs meanwhile."""
     with get_model(spec).lock:
-        return attention.time_attention(lengths)
+        timing = attention.time_attention(lengths)
+    return {**timing, "measured_at": datetime.datetime.now(datetime.UTC)}
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
