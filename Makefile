@@ -52,7 +52,7 @@ bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_generate.py
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --solo 24
-	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --site head --long 6
+	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --site head --long 6 --by-layer
 
 toy: install
 	$(VPY) -m core.toy.train

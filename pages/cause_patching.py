@@ -9,6 +9,7 @@ import streamlit as st
 
 from core.cause import figures as cause_fig
 from core.cause import pair, patching
+from core.engine.numbers import three_significant
 from core.engine.tokens import position_label
 from core.web import cache, cause, presenter, ui, widgets
 
@@ -27,10 +28,9 @@ def _sweep(r: cause.Ready, site: str) -> np.ndarray:
     update, bar = cause.progress_bar("cause.progress", site=ui.t(f"cause.site_{site}"))
     raw = cache.cause_sweep(ui.model_spec(), *r.ids, r.answers.answer, r.answers.foil, site, progress=update)
     bar.empty()
-    n = patching.n_runs(r.base, site)
-    skip = patching.sweep_skip(r.base, site)
-    st.caption(ui.t("cause.runs_cached" if skip else "cause.runs", n=f"{n:,}", k=f"{min(n, patching.per_pass(r.base, skip)):,}",
-                    p=f"{skip:,}"))
+    sp = patching.sweep_plan(r.base, site)
+    st.caption(ui.t("cause.runs_cached" if sp.cached else "cause.runs", n=f"{sp.runs:,}", passes=f"{sp.passes:,}",
+                    pct=three_significant(100 * sp.share)))
     return raw
 
 

@@ -256,6 +256,58 @@ def _check_prefix_reuse(loaded, pt, base, ref, toy: bool, tol: float, answer: st
     assert _no_hooks(loaded.model)
 
 
+LEAD = "Here is a sentence about a place. "  # repeated before both prompts: a long pair
+
+
+def _check_plan(base, patches, passes) -> None:
+    """Every run in exactly one pass; a pass starts at its earliest patched position and stays within
+    the pass budget (rows × positions fed), or holds at most two rows."""
+    assert sorted(i for _, idx in passes for i in idx) == list(range(len(patches)))
+    for skip, idx in passes:
+        assert skip == min(0 if patches[i].pos is None else patches[i].pos for i in idx)
+        assert len(idx) <= 2 or len(idx) * (base.n_tokens - skip) <= patching.TOKENS_PER_PASS
+        assert len(idx) <= patching.MOST_ROWS
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiled_sweep_of_a_long_pair_equals_full_runs_tiny(tiny_loaded, arch):
+    """A long pair's grid is swept in tiles of nearby layers and positions, each pass starting at its
+    earliest patched position after the corrupted run's cached keys and values: equal to the same
+    runs swept by layer with every position fed."""
+    loaded = tiny_loaded[arch]
+    _, base = _recorded(loaded, LEAD * 4 + EIFFEL[0], LEAD * 4 + EIFFEL[1])
+    ans = pair.answers(loaded.tokenizer, " Paris", " Rome")
+    for site in ("resid", "mlp_out"):
+        patches, _ = patching.sweep_patches(base, site)
+        passes = patching.plan(base, patches)
+        _check_plan(base, patches, passes)
+        assert any(skip for skip, _ in passes), "a long pair is tiled"
+        assert patching.fed(base, patches, passes) < patching.fed(base, patches, patching.plan(base, patches, reuse_prefix=False))
+        grid = patching.sweep(loaded, base, site, ans.answer, ans.foil)
+        full = patching.logit_diffs(loaded, base, patches, ans.answer, ans.foil)  # by layer, no cache
+        assert np.ptp(full) > 1e-3
+        np.testing.assert_allclose(grid.ravel(), full, atol=1e-4, rtol=1e-4, err_msg=site)
+    assert _no_hooks(loaded.model)
+
+
+def test_tiled_runs_equal_full_runs_smol_and_short_pairs_go_by_layer(smol):
+    _, base = _recorded(smol, LEAD * 6 + EIFFEL[0], LEAD * 6 + EIFFEL[1])
+    ans = pair.answers(smol.tokenizer, " Paris", " Rome")
+    L, T = base.n_layers, base.n_tokens
+    some = [patching.Patch(site, layer, t) for site in ("resid", "attn_out") for layer in range(0, L, 4) for t in range(T - 6, T)]
+    passes = patching.plan(base, some)
+    _check_plan(base, some, passes)
+    assert any(skip for skip, _ in passes)
+    got = patching.logit_diffs(smol, base, some, ans.answer, ans.foil, reuse_prefix=True)
+    want = patching.logit_diffs(smol, base, some, ans.answer, ans.foil)
+    np.testing.assert_allclose(got, want, atol=2e-4, rtol=1e-4)
+    # the 12-token pair of the benchmark: tiles would feed more than passes by layer, so it goes by layer
+    _, short = _recorded(smol, "The Eiffel Tower is a famous landmark in the city of", "The Colosseum is a famous landmark in the city of")
+    sp = patching.sweep_plan(short, "resid")
+    assert (sp.runs, sp.passes, sp.cached) == (360, 9, False)  # 42 runs a pass (512 // 12): 9 passes
+    assert patching.sweep_plan(short, "head").cached
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_head_sweep_reusing_the_prefix_equals_full_runs_tiny(tiny_loaded, tiny_dirs, arch):
     loaded = tiny_loaded[arch]
@@ -575,9 +627,10 @@ def test_toy_pages_and_site_from_the_link():
     assert at.radio(key="cpatch_site").value == "head"
     fig = _figs(at)[0]
     assert _arr(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
-    # the caption says how the head runs were made: 8 runs in one pass, the first 11 positions from the cache
-    T = len(INDUCTION[0]) + 1  # the toy's <bos> and one character per token
-    assert any(c.value == i18n.t("cause.runs_cached", "en", n="8", k="8", p=f"{T - 1}") for c in at.caption), [c.value for c in at.caption]
+    # the caption says how the head runs were made: 8 runs in one pass feeding only the last of the 12
+    # positions (<bos> + 11 letters) through both blocks: 8 × 1 × 2 of 8 × 12 × 2, i.e. 1/12 = 8.33 %
+    want = i18n.t("cause.runs_cached", "en", n="8", passes="1", pct="8.33")
+    assert any(c.value == want for c in at.caption), [c.value for c in at.caption]
     at = _app("cause_attribution", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="nowhere")
     assert not at.exception and not at.error
 
@@ -625,10 +678,10 @@ def test_presets_that_do_not_fit_the_model_say_so(smol, toy):
 
 
 def test_patching_page_numbers_have_thousands_separators(smol, monkeypatch):
-    # a 62-token pair on SmolLM2 is 1,860 runs; the count is read from patching.n_runs, so a large one stands in
-    monkeypatch.setattr(patching, "n_runs", lambda *_a, **_k: 12345)
+    # a 62-token pair on SmolLM2 is 1,860 runs; the counts are read from patching.sweep_plan, so large ones stand in
+    monkeypatch.setattr(patching, "sweep_plan", lambda *_a, **_k: patching.SweepPlan(12345, 1234, 0.5, False))
     at = _app("cause_patching")
-    assert not at.exception and any(c.value.startswith("12,345 patched runs") for c in at.caption), [c.value for c in at.caption]
+    assert not at.exception and any(c.value.startswith("12,345 patched runs in 1,234 batched") for c in at.caption), [c.value for c in at.caption]
 
 
 def test_attribution_page_warns_when_the_steps_are_too_few(toy):

@@ -11,7 +11,9 @@ Plain passes and sweeps alternate so drift hits both; medians are reported. ``--
 times N patched runs one by one (one forward each), to show what batching saves.
 ``--site head`` sweeps every head at the last position instead (L × H runs, each feeding only the
 last position after the corrupted run's cached keys and values); ``--long K`` puts a shared sentence
-K times before both prompts (K = 6: about 60 tokens, near the section's 64-token limit).
+K times before both prompts (K = 6: 60 tokens, near the section's 64-token limit), where the grid is
+swept in tiles that start after cached keys and values (``patching.plan``); ``--by-layer`` also times
+the same runs by layer with every position fed, and prints how much faster the plan is.
 Last lines: ``runs=<n>``, ``ratio_per_run=<x / n>``, ``ratio_patch_sweep=<x>`` (aim: x ≤ 0.5 × runs).
 """
 
@@ -47,6 +49,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     ap.add_argument("--site", default="resid", choices=patching.ALL_SITES, help="the site swept (head: every head at the last position)")
     ap.add_argument("--long", type=int, default=0, help="repeat the pair's shared opening this many times (a longer pair)")
+    ap.add_argument("--by-layer", action="store_true", help="also time the same runs by layer, every position fed (no cache)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -57,32 +60,41 @@ def main() -> None:
     pt.require_same_length()
     ans = pair.answers(loaded.tokenizer, " Paris", " Rome")
     T, L = pt.n_tokens, loaded.facts.n_layers
-    print(f"model: {loaded.facts.name}; torch threads: {torch.get_num_threads()}; T={T} tokens, L={L} layers; "
-          f"chunk {a.chunk or patching.chunk_size(T)} runs per pass")
+    print(f"model: {loaded.facts.name}; torch threads: {torch.get_num_threads()}; T={T} tokens, L={L} layers")
 
     t0 = time.perf_counter()
     base = patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
     print(f"recording clean + corrupted (once): {(time.perf_counter() - t0) * 1e3:.0f} ms")
+    sp = patching.sweep_plan(base, a.site, chunk=a.chunk)
+    print(f"plan: {sp.runs} runs in {sp.passes} passes, {'tiled after cached keys and values' if sp.cached else 'by layer'}, "
+          f"computing {100 * sp.share:.1f} % of the runs in full")
+    every, _ = patching.sweep_patches(base, a.site)
     for _ in range(2):  # warm-up
         plain_forward(loaded, pt.ids_corrupted)
     patching.logit_diffs(loaded, base, [patching.Patch("resid", 0, 0)], ans.answer, ans.foil)
 
-    plain, sweeps = [], []
+    plain, sweeps, by_layer = [], [], []
     grid = None
     for _ in range(a.reps):
         plain += [plain_forward(loaded, pt.ids_corrupted) for _ in range(5)]
         t0 = time.perf_counter()
         grid = patching.sweep(loaded, base, a.site, ans.answer, ans.foil, chunk=a.chunk)
         sweeps.append(time.perf_counter() - t0)
+        if a.by_layer:  # the same runs, interleaved with the sweeps so that drift hits both
+            t0 = time.perf_counter()
+            patching.logit_diffs(loaded, base, every, ans.answer, ans.foil, chunk=a.chunk, reuse_prefix=False)
+            by_layer.append(time.perf_counter() - t0)
     plain += [plain_forward(loaded, pt.ids_corrupted) for _ in range(5)]
     mp, ms = statistics.median(plain), statistics.median(sweeps)
     runs = grid.size
     ratio = ms / mp
     print(f"plain forward {mp * 1e3:.1f} ms (median of {len(plain)});  sweep of {runs} runs {ms:.2f} s "
           f"(median of {len(sweeps)}: {', '.join(f'{s:.2f}' for s in sweeps)})")
+    if by_layer:
+        mb = statistics.median(by_layer)
+        print(f"by layer, every position fed: {mb:.2f} s (median of {len(by_layer)}: {', '.join(f'{s:.2f}' for s in by_layer)})"
+              f" → the plan is {mb / ms:.2f}× faster")
     if a.solo:
-        every = (patching.head_patches(L, base.n_heads, T - 1) if a.site == patching.HEAD
-                 else patching.grid_patches(a.site, L, T))
         cells = every[:: max(1, len(every) // a.solo)][: a.solo]
         t0 = time.perf_counter()
         for p in cells:
