@@ -15,7 +15,10 @@ the corrupted run's own residual stream there, copied B times (one row per patch
 hooks of each site overwrite their rows' activations with the clean ones. Before that block every
 row would compute exactly the corrupted run, so nothing is recomputed per row there; from that
 block on the rows run as one batch. Clean and corrupted activations come from two recorded passes
-(``capture``) and are reused by every patched run.
+(``capture``) and are reused by every patched run. A sweep also skips positions (``plan``): a pass
+whose runs patch nothing before position P feeds only positions P … T − 1, after the corrupted run's
+keys and values of the first P (computed once, ``backends.prefix_kv``) — a head sweep feeds one
+position per run, a long pair's grid goes in tiles of nearby layers and positions.
 
 Bit-exact ends: a CPU matrix product may round a row differently depending on where the row sits in
 the batch (its offset in the [B·T, d] operand), so "the same input gives the same output" holds only
@@ -23,7 +26,8 @@ for the same slot of a batch of the same size. The recording runs each prompt as
 identical rows and keeps row 0; a single patched run (``patched_logits``) also runs in row 0 of a
 batch of two. So patching nothing IS the corrupted run, and copying the whole stream at layer 0 (or
 at the last block's input) IS the clean run, bit for bit. In a sweep, a run sits in another slot of
-a bigger batch and may differ from its single run in the last float32 bits (≈ 1e-6).
+a bigger batch, or after cached keys and values, and may differ from its single run in the last
+float32 bits (≈ 1e-5 on a logit difference).
 
 Hooks are scoped to the calling thread and removed on exit (``core.engine.hooks``); forward passes
 hold the model's lock, so sessions sharing the model never see each other's patches.
