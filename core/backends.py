@@ -244,13 +244,18 @@ def prompt_prefill(loaded: LoadedModel, tr: Trace) -> Step | None:
     dtype = next(loaded.model.parameters()).dtype
     kv = [(torch.tensor(tr.k[i], dtype=dtype)[None], torch.tensor(tr.v[i], dtype=dtype)[None])  # [1, Hkv, T, dh]
           for i in range(tr.n_layers)]
+    return Step(np.array(tr.last_logits, dtype=np.float32), None, cache_from(loaded, kv), 0.0)
+
+
+def cache_from(loaded: LoadedModel, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A fresh KV cache of the model's kind (the toy's list, or an HF DynamicCache) holding ``kv``,
+    per layer (K, V) [B, Hkv, T, dh]; ``cache_layers`` reads it back."""
     if loaded.is_toy:
-        cache: Any = kv
-    else:
-        cache = DynamicCache(config=loaded.model.config)
-        for i, (k, v) in enumerate(kv):
-            cache.update(k, v, i)
-    return Step(np.array(tr.last_logits, dtype=np.float32), None, cache, 0.0)
+        return list(kv)
+    cache = DynamicCache(config=loaded.model.config)
+    for i, (k, v) in enumerate(kv):
+        cache.update(k, v, i)
+    return cache
 
 
 def last_logits(loaded: LoadedModel, x: torch.Tensor) -> torch.Tensor:
@@ -276,13 +281,7 @@ def last_logits_after(loaded: LoadedModel, x: torch.Tensor, prefix: Sequence[tup
     holds ``loaded.lock`` and picks the grad mode and its hooks, as for ``last_logits``."""
     kv = [(k, v) if i < rows_from else (k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1))
           for i, (k, v) in enumerate(prefix)]
-    if loaded.is_toy:
-        cache: Any = kv
-    else:
-        cache = DynamicCache(config=loaded.model.config)
-        for i, (k, v) in enumerate(kv):
-            cache.update(k, v, i)
-    logits, _, _ = (_toy_forward if loaded.is_toy else _hf_forward)(loaded, x, cache, True, False)
+    logits, _, _ = (_toy_forward if loaded.is_toy else _hf_forward)(loaded, x, cache_from(loaded, kv), True, False)
     return logits[:, -1]
 
 
