@@ -31,6 +31,8 @@ def _sweep(r: cause.Ready, site: str) -> np.ndarray:
     sp = patching.sweep_plan(r.base, site)
     st.caption(ui.t("cause.runs_cached" if sp.cached else "cause.runs", n=f"{sp.runs:,}", passes=f"{sp.passes:,}",
                     pct=three_significant(100 * sp.share)))
+    if sp.unchanged:
+        st.caption(ui.t("cause.runs_same", m=f"{sp.unchanged:,}"))
     return raw
 
 

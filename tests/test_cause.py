@@ -229,7 +229,11 @@ def test_toy_patching_equals_reference_and_ends_are_exact(toy):
     grid = patching.sweep(toy, base, "resid", ans.answer, ans.foil)
     c, r = (pair.logit_diff(lg, ans.answer, ans.foil) for lg in (base.clean_logits(), base.corrupted_logits()))
     norm = patching.normalise(grid, c, r)
-    assert pt.differing() == [6] and norm[0, 6] == 1.0 and patching.best_cell(norm) == (0, 6)
+    # a sweep's run may round its last float32 bits differently (batch slot, cached keys and values);
+    # the single run of that cell is the clean run exactly (the one differing position, at layer 0)
+    assert pt.differing() == [6] and abs(norm[0, 6] - 1.0) < 1e-6 and patching.best_cell(norm) == (0, 6)
+    np.testing.assert_array_equal(patching.patched_logits(toy, base, patching.Patch("resid", 0, 6)), base.clean_logits())
+    assert np.all(norm[:, :6] == 0.0)  # before the difference nothing differs: those runs are the corrupted run itself
     heads = patching.sweep(toy, base, "head", ans.answer, ans.foil)
     assert heads.shape == (f.n_layers, f.n_heads)
 
@@ -260,9 +264,11 @@ LEAD = "Here is a sentence about a place. "  # repeated before both prompts: a l
 
 
 def _check_plan(base, patches, passes) -> None:
-    """Every run in exactly one pass; a pass starts at its earliest patched position and stays within
-    the pass budget (rows × positions fed), or holds at most two rows."""
-    assert sorted(i for _, idx in passes for i in idx) == list(range(len(patches)))
+    """Every run that changes something in exactly one pass, every run that copies what the corrupted
+    run already has in none; a pass starts at its earliest patched position and stays within the pass
+    budget (rows × positions fed), or holds at most two rows."""
+    todo = [i for i, p in enumerate(patches) if not patching.unchanged(base, p)]
+    assert sorted(i for _, idx in passes for i in idx) == todo and todo
     for skip, idx in passes:
         assert skip == min(0 if patches[i].pos is None else patches[i].pos for i in idx)
         assert len(idx) <= 2 or len(idx) * (base.n_tokens - skip) <= patching.TOKENS_PER_PASS
@@ -290,6 +296,28 @@ def test_tiled_sweep_of_a_long_pair_equals_full_runs_tiny(tiny_loaded, arch):
     assert _no_hooks(loaded.model)
 
 
+@pytest.mark.parametrize("arch", ("llama", "gpt2"))
+def test_unchanged_runs_are_the_corrupted_run_by_the_reference(tiny_loaded, tiny_dirs, arch):
+    """A run whose copied values the corrupted run already has is not computed but given the corrupted
+    run's scores: the hand-written reference, computing it, agrees; a run at a differing position is
+    computed (and differs)."""
+    loaded = tiny_loaded[arch]
+    pt, base = _recorded(loaded)
+    first = pt.differing()[0]
+    assert first > 0
+    ref = _untouched(loaded, tiny_dirs[arch])
+    f = loaded.facts
+    same = [patching.Patch("resid", 1, first - 1), patching.Patch("attn_out", f.n_layers - 1, 0),
+            patching.Patch("head", 0, first - 1, 1), patching.Patch("resid", 0, pt.n_tokens - 1)]
+    for p in same:
+        assert patching.unchanged(base, p), p
+        want = _reference_patch(ref, pt.ids_clean, pt.ids_corrupted, p, False, f.head_dim)
+        np.testing.assert_allclose(want, base.corrupted_logits(), atol=1e-5, rtol=1e-5, err_msg=str(p))
+        np.testing.assert_array_equal(patching.patched_logits(loaded, base, p), base.corrupted_logits())
+    for p in (patching.Patch("resid", 0, first), patching.Patch("mlp_out", 1, pt.n_tokens - 1)):
+        assert not patching.unchanged(base, p), p
+
+
 def test_tiled_runs_equal_full_runs_smol_and_short_pairs_go_by_layer(smol):
     _, base = _recorded(smol, LEAD * 6 + EIFFEL[0], LEAD * 6 + EIFFEL[1])
     ans = pair.answers(smol.tokenizer, " Paris", " Rome")
@@ -304,7 +332,9 @@ def test_tiled_runs_equal_full_runs_smol_and_short_pairs_go_by_layer(smol):
     # the 12-token pair of the benchmark: tiles would feed more than passes by layer, so it goes by layer
     _, short = _recorded(smol, "The Eiffel Tower is a famous landmark in the city of", "The Colosseum is a famous landmark in the city of")
     sp = patching.sweep_plan(short, "resid")
-    assert (sp.runs, sp.passes, sp.cached) == (360, 9, False)  # 42 runs a pass (512 // 12): 9 passes
+    # position 0 ("The") is the same in both runs at every site and layer (30 runs); so is the stream
+    # entering block 0 wherever the tokens are the same (8 more): 322 runs left, 42 a pass (512 // 12)
+    assert (sp.runs, sp.unchanged, sp.passes, sp.cached) == (360, 38, 8, False)
     assert patching.sweep_plan(short, "head").cached
 
 
@@ -627,10 +657,15 @@ def test_toy_pages_and_site_from_the_link():
     assert at.radio(key="cpatch_site").value == "head"
     fig = _figs(at)[0]
     assert _arr(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
-    # the caption says how the head runs were made: 8 runs in one pass feeding only the last of the 12
-    # positions (<bos> + 11 letters) through both blocks: 8 × 1 × 2 of 8 × 12 × 2, i.e. 1/12 = 8.33 %
-    want = i18n.t("cause.runs_cached", "en", n="8", passes="1", pct="8.33")
-    assert any(c.value == want for c in at.caption), [c.value for c in at.caption]
+    # the caption says how the head runs were made: two heads of layer 0 give the same output at the last
+    # position in both runs (those runs are the corrupted run, not computed); the other 6 go in one pass
+    # feeding only the last of the 12 positions (<bos> + 11 letters) through both blocks:
+    # 6 × 1 × 2 of 8 × 12 × 2, i.e. 6.25 %
+    assert [patching.unchanged(base_toy := _recorded(load_trained(), *INDUCTION[:2])[1], p)
+            for p in patching.head_patches(2, 4, 11)] == [False, True, False, True, *[False] * 4], base_toy.n_tokens
+    captions = [c.value for c in at.caption]
+    assert i18n.t("cause.runs_cached", "en", n="8", passes="1", pct="6.25") in captions, captions
+    assert i18n.t("cause.runs_same", "en", m="2") in captions, captions
     at = _app("cause_attribution", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="nowhere")
     assert not at.exception and not at.error
 
@@ -681,7 +716,7 @@ def test_patching_page_numbers_have_thousands_separators(smol, monkeypatch):
     # a 62-token pair on SmolLM2 is 1,860 runs; the counts are read from patching.sweep_plan, so large ones stand in
     monkeypatch.setattr(patching, "sweep_plan", lambda *_a, **_k: patching.SweepPlan(12345, 1234, 0.5, False))
     at = _app("cause_patching")
-    assert not at.exception and any(c.value.startswith("12,345 patched runs in 1,234 batched") for c in at.caption), [c.value for c in at.caption]
+    assert not at.exception and any(c.value.startswith("12,345 patched runs, batched into forward passes (1,234 in all)") for c in at.caption), [c.value for c in at.caption]
 
 
 def test_attribution_page_warns_when_the_steps_are_too_few(toy):

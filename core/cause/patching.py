@@ -348,17 +348,37 @@ def fed(base: Baseline, patches: Sequence[Patch | None], passes: Sequence[tuple[
     return sum(len(idx) * (T - skip) * (L - max(0, _start([patches[i] for i in idx]))) for skip, idx in passes)
 
 
+def unchanged(base: Baseline, p: Patch | None) -> bool:
+    """Whether the patch copies values the corrupted run already has (bit for bit): then the patched
+    run IS the corrupted run and need not be computed. So it is for every site at a position before
+    the prompts' first differing token (both runs computed it from the same tokens), for the
+    residual stream entering block 0 wherever the tokens are the same, and for no patch at all."""
+    if p is None:
+        return True
+    src = base.site(p.site)[p.layer]  # [2, T, ·]: clean, corrupted
+    cols = roles.head_slice(p.head, base.head_dim) if p.head is not None else slice(None)
+    rows = slice(None) if p.pos is None else p.pos
+    return torch.equal(src[0, rows, cols], src[1, rows, cols])
+
+
 def plan(base: Baseline, patches: Sequence[Patch | None], *, chunk: int | None = None,
          reuse_prefix: bool = True) -> list[tuple[int, list[int]]]:
-    """The passes ``run`` makes, (skip, run indices) each: by layer (every position fed), or — with
+    """The passes ``run`` makes, (skip, run indices) each, for the runs that are not ``unchanged``
+    (those are the corrupted run, not computed): by layer (every position fed), or — with
     ``reuse_prefix`` and when it feeds less (``fed``) — tiled by layers and positions, each pass
     starting at its earliest patched position after the corrupted run's cached keys and values.
     A short pair is swept by layer (measured on SmolLM2 at 12 tokens the tiles would feed 7 % more);
     a 60-token pair tiled feeds 39 % less; a head sweep (all at the last position) feeds 1 position a run."""
-    by_layer = _by_layer(base, patches, chunk)
+    todo = [i for i, p in enumerate(patches) if not unchanged(base, p)]
+    sub = [patches[i] for i in todo]
+
+    def back(passes: list[tuple[int, list[int]]]) -> list[tuple[int, list[int]]]:
+        return [(skip, [todo[j] for j in idx]) for skip, idx in passes]
+
+    by_layer = back(_by_layer(base, sub, chunk))
     if not reuse_prefix:
         return by_layer
-    tiled = _tiles(patches, base.n_tokens, chunk)
+    tiled = back(_tiles(sub, base.n_tokens, chunk))
     return tiled if fed(base, patches, tiled) < fed(base, patches, by_layer) else by_layer
 
 
@@ -383,21 +403,20 @@ def run(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], *,
     # the corrupted run's keys and values of all but its last position: a pass starting at position P
     # takes the first P of them (a position's keys and values depend only on the positions before it)
     kv = backends.prefix_kv(loaded, base.ids_corrupted[:-1]) if any(skip for skip, _ in chunks) else []
-    parts: list[tuple[list[int], np.ndarray]] = []
-    done = 0
+    corrupted = base.logits[1:2]  # [1, V]: the recorded corrupted run, every ``unchanged`` run's result
+    same = (reduce(corrupted) if reduce else corrupted).numpy()
+    res = np.empty((n, *same.shape[1:]), dtype=same.dtype)
+    res[:] = same[0]
+    done = n - sum(len(idx) for _, idx in chunks)
+    if progress and done:
+        progress(done, n)
     for skip, idx in chunks:
         prefix = (skip, [(k[:, :, :skip], v[:, :, :skip]) for k, v in kv]) if skip else None
         out = _forward_rows(loaded, base, [patches[i] for i in idx], prefix)
-        parts.append((idx, (reduce(out) if reduce else out).numpy()))
+        res[idx] = (reduce(out) if reduce else out).numpy()
         done += len(idx)
         if progress:
             progress(done, n)
-    if not parts:
-        return np.zeros((0,) if reduce else (0, base.logits.shape[-1]), dtype=np.float64 if reduce else np.float32)
-    first = parts[0][1]
-    res = np.empty((n, *first.shape[1:]), dtype=first.dtype)
-    for idx, vals in parts:
-        res[idx] = vals
     return res
 
 
@@ -448,13 +467,16 @@ class SweepPlan:
     passes: int
     share: float
     cached: bool
+    unchanged: int = 0  # runs that copy what the corrupted run already has: not computed (``unchanged``)
 
 
 def sweep_plan(base: Baseline, site: str, chunk: int | None = None) -> SweepPlan:
     patches, _ = sweep_patches(base, site)
     passes = plan(base, patches, chunk=chunk)
     full = len(patches) * base.n_tokens * base.n_layers
-    return SweepPlan(len(patches), len(passes), fed(base, patches, passes) / max(1, full), any(skip for skip, _ in passes))
+    computed = sum(len(idx) for _, idx in passes)
+    return SweepPlan(len(patches), len(passes), fed(base, patches, passes) / max(1, full), any(skip for skip, _ in passes),
+                     len(patches) - computed)
 
 
 def sweep(loaded: LoadedModel, base: Baseline, site: str, answer: int, foil: int, *,
