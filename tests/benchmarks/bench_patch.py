@@ -66,8 +66,8 @@ def main() -> None:
     base = patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
     print(f"recording clean + corrupted (once): {(time.perf_counter() - t0) * 1e3:.0f} ms")
     sp = patching.sweep_plan(base, a.site, chunk=a.chunk)
-    print(f"plan: {sp.runs} runs in {sp.passes} passes, {'tiled after cached keys and values' if sp.cached else 'by layer'}, "
-          f"computing {100 * sp.share:.1f} % of the runs in full")
+    print(f"plan: {sp.runs} runs, {sp.unchanged} of them the corrupted run itself (not computed), the rest in {sp.passes} passes, "
+          f"{'tiled after cached keys and values' if sp.cached else 'by layer'}, computing {100 * sp.share:.1f} % of the runs in full")
     every, _ = patching.sweep_patches(base, a.site)
     for _ in range(2):  # warm-up
         plain_forward(loaded, pt.ids_corrupted)
@@ -92,16 +92,17 @@ def main() -> None:
           f"(median of {len(sweeps)}: {', '.join(f'{s:.2f}' for s in sweeps)})")
     if by_layer:
         mb = statistics.median(by_layer)
-        print(f"by layer, every position fed: {mb:.2f} s (median of {len(by_layer)}: {', '.join(f'{s:.2f}' for s in by_layer)})"
+        print(f"by layer, every position fed (unchanged runs skipped alike): {mb:.2f} s (median of {len(by_layer)}: {', '.join(f'{s:.2f}' for s in by_layer)})"
               f" → the plan is {mb / ms:.2f}× faster")
-    if a.solo:
-        cells = every[:: max(1, len(every) // a.solo)][: a.solo]
+    if a.solo:  # runs that are computed (not the corrupted run itself)
+        cells = [p for p in every if not patching.unchanged(base, p)]
+        cells = cells[:: max(1, len(every) // a.solo)][: a.solo]
         t0 = time.perf_counter()
         for p in cells:
             patching.logit_diffs(loaded, base, [p], ans.answer, ans.foil)
         per = (time.perf_counter() - t0) / len(cells)
         print(f"one by one: {per * 1e3:.1f} ms per patched run ({per / mp:.2f}× a plain forward) → "
-              f"{per * runs:.1f} s for the sweep unbatched")
+              f"{per * (runs - sp.unchanged):.1f} s for the sweep's {runs - sp.unchanged} computed runs unbatched")
     print(f"target: ratio ≤ 0.5 × runs = {0.5 * runs:.0f}")
     print(f"runs={runs}")
     print(f"ratio_per_run={ratio / runs:.3f}")
