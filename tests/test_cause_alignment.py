@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import pytest
 
-from conftest import ROOT
+from conftest import app_run
 from core.cause import pair
 from core.engine import i18n
 
@@ -141,15 +141,8 @@ def test_elided_sentence_in_both_languages():
 
 
 def _app(lang: str = "en", **params):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-    at.session_state["lang"] = lang
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page("pages/cause_pair.py")
-    at.run()
-    return at
+    """The pair page as a shared link opens it, in ``lang``."""
+    return app_run("cause_pair", lang=lang, **params)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])

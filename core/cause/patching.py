@@ -293,11 +293,6 @@ def chunk_size(n_tokens: int) -> int:
     return max(2, min(64, TOKENS_PER_PASS // max(1, n_tokens)))
 
 
-def per_pass(base: Baseline) -> int:
-    """Patched runs per forward pass when every pass feeds all positions."""
-    return chunk_size(base.n_tokens)
-
-
 BAND = 5  # layers per band of the tiled order (``_tiles``)
 MOST_ROWS = 128  # rows of one tiled pass at most (a pass of one position is mostly the output layer's [rows, V])
 
@@ -335,8 +330,8 @@ def _tiles(patches: Sequence[Patch | None], n_tokens: int, chunk: int | None) ->
 
 
 def _by_layer(base: Baseline, patches: Sequence[Patch | None], chunk: int | None) -> list[tuple[int, list[int]]]:
-    """The runs sorted by layer, ``chunk`` (else ``per_pass``) per pass, every pass feeding all positions."""
-    chunk = chunk or per_pass(base)
+    """The runs sorted by layer, ``chunk`` (else ``chunk_size``) per pass, every pass feeding all positions."""
+    chunk = chunk or chunk_size(base.n_tokens)
     order = sorted(range(len(patches)), key=lambda i: (patches[i].layer if patches[i] is not None else -1))
     return [(0, order[s : s + chunk]) for s in range(0, len(patches), chunk)]
 
@@ -367,8 +362,8 @@ def plan(base: Baseline, patches: Sequence[Patch | None], *, chunk: int | None =
     (those are the corrupted run, not computed): by layer (every position fed), or — with
     ``reuse_prefix`` and when it feeds less (``fed``) — tiled by layers and positions, each pass
     starting at its earliest patched position after the corrupted run's cached keys and values.
-    A short pair is swept by layer (measured on SmolLM2 at 12 tokens the tiles would feed 7 % more);
-    a 60-token pair tiled feeds 39 % less; a head sweep (all at the last position) feeds 1 position a run."""
+    A short pair is swept by layer (the tiles would feed more); a long one is tiled; a head sweep (all
+    at the last position) feeds 1 position a run."""
     todo = [i for i, p in enumerate(patches) if not unchanged(base, p)]
     sub = [patches[i] for i in todo]
 
