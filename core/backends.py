@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ def trace(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: i
     """One forward pass of ``loaded`` on ``prompt``, recorded. See ``core.engine.trace.Trace``."""
     if loaded.is_toy:
         _count()
-        return toy_run.trace_toy(loaded, prompt, chat=chat, max_tokens=max_tokens)
+        return _knowing(loaded, toy_run.trace_toy(loaded, prompt, chat=chat, max_tokens=max_tokens))
     enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=max_tokens)
     return trace_ids(loaded, enc.ids, prompt=prompt, text=enc.text, chat=chat, truncated_from=enc.truncated_from,
                      notes=list(enc.notes))
@@ -80,7 +81,24 @@ def trace(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: i
 def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
     """A traced forward pass of an HF model on token ids (``what``: prompt, text, chat, truncated_from, notes)."""
     _count()
-    return hf_trace.trace_ids(loaded, ids, **what)
+    return _knowing(loaded, hf_trace.trace_ids(loaded, ids, **what))
+
+
+def _knowing(loaded: LoadedModel, tr: Trace) -> Trace:
+    """``tr``, told how to derive a layer it does not keep (``tr.attn_pattern``, ``tr.layer(l)`` in a
+    notebook): through ``layer_detail``, with a weak reference to the model, so that a cached trace never
+    keeps a model alive that the app has let go."""
+    model = weakref.ref(loaded)
+
+    def derive(t: Trace, layer: int) -> LayerDetail:
+        m = model()
+        if m is None:
+            raise RuntimeError("the model this trace came from is no longer loaded: load it again and call "
+                               "core.layer_detail(model, trace, layer)")
+        return layer_detail(m, t, layer)
+
+    tr.derive_with(derive)
+    return tr
 
 
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
@@ -119,7 +137,7 @@ def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
     (``core.web.cache.layer``): at 4,096 tokens one layer's weights are 0.3 GB."""
     if not 0 <= layer < tr.n_layers:
         raise IndexError(f"layer {layer} is outside 0 … {tr.n_layers - 1}")
-    if tr.attn_pattern is not None:  # kept eagerly (the toy)
+    if tr.keeps("attn_pattern"):  # kept eagerly (the toy)
         return LayerDetail(layer, tr.q[layer], tr.k[layer], tr.v[layer], tr.attn_pattern[layer],
                            tr.attn_out[layer], tr.mlp_out[layer])
     return hf_trace.layer_detail(loaded, tr, layer)
@@ -239,7 +257,7 @@ def prompt_prefill(loaded: LoadedModel, tr: Trace) -> Step | None:
     computed every layer's keys and values (``tr.k``, ``tr.v``: exactly what a KV cache holds) and the
     last position's scores. A fresh cache holding them, ready for ``forward_step``; None when the trace
     kept no keys and values (a long prompt)."""
-    if tr.k is None or tr.v is None:
+    if not (tr.keeps("k") and tr.keeps("v")):  # a long prompt's trace keeps none (reading tr.k would derive them)
         return None
     dtype = next(loaded.model.parameters()).dtype
     kv = [(torch.tensor(tr.k[i], dtype=dtype)[None], torch.tensor(tr.v[i], dtype=dtype)[None])  # [1, Hkv, T, dh]

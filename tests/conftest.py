@@ -3,7 +3,9 @@ configs (saved as local folders, so they go through the same loader as a user's 
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -18,9 +20,31 @@ TINY_ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 @pytest.fixture(scope="session")
 def smol():
     """The embedded SmolLM2-135M-Instruct, shared by the whole session (read-only!)."""
+    return _smol()
+
+
+@functools.cache
+def _smol():
+    """Loaded once per test session, whoever asks first (a fixture, a tiny model's tokenizer)."""
     from core.backends import load_model
 
     return load_model(None)
+
+
+@functools.cache
+def _smol_folder() -> Path:
+    """The converted embedded model's folder (config, safetensors, tokenizer)."""
+    from core.engine.hf import converted_dir, embedded_gguf_path
+
+    _smol()  # converts the GGUF file on a fresh machine
+    return converted_dir(embedded_gguf_path())
+
+
+@functools.cache
+def _smol_tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(_smol_folder()))
 
 
 def _tiny_config(arch: str, vocab: int):
@@ -45,13 +69,9 @@ def _tiny_config(arch: str, vocab: int):
 def build_tiny(arch: str, folder: Path, seed: int = 0) -> Path:
     """A tiny random model of ``arch`` with SmolLM2's tokenizer, saved as safetensors in ``folder``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    from core.backends import load_model
-    from core.engine.hf import converted_dir, embedded_gguf_path
-
-    load_model(None)  # make sure the converted tokenizer exists
-    tok = AutoTokenizer.from_pretrained(str(converted_dir(embedded_gguf_path())))
+    tok = _smol_tokenizer()
     torch.manual_seed(seed)
     cfg = _tiny_config(arch, len(tok))
     model = AutoModelForCausalLM.from_config(cfg)
@@ -78,6 +98,40 @@ def tiny_loaded(tiny_dirs):
     from core.backends import load_model
 
     return {a: load_model(str(d)) for a, d in tiny_dirs.items()}
+
+
+class EagerReference:
+    """HF's own model, loaded apart from the app's (no xray), with eager attention, in float32 and in
+    float64: the independent reference, and (float64) the exact answer to float32's eyes, so that a
+    comparison of two routes can be bounded by float32's own error on that input (``floats.assert_as_accurate``)."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self._models: dict = {}
+
+    def model(self, dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if dtype not in self._models:
+            m = AutoModelForCausalLM.from_pretrained(str(self.folder), attn_implementation="eager", dtype=getattr(torch, dtype))
+            self._models[dtype] = m.eval()
+        return self._models[dtype]
+
+    def run(self, ids, dtype: str = "float32", **kw):
+        """One forward of ``ids`` ([T] ints) with ``kw`` (output_attentions=True, …), batch dimension kept."""
+        import torch
+
+        with torch.inference_mode():
+            return self.model(dtype)(torch.tensor([list(map(int, ids))]), **kw)
+
+
+@pytest.fixture(scope="session")
+def eager_refs(tiny_dirs):
+    """{name: EagerReference} for every tiny architecture and "smollm2" (the embedded model's folder)."""
+    refs = {a: EagerReference(d) for a, d in tiny_dirs.items()}
+    refs["smollm2"] = EagerReference(_smol_folder())
+    return refs
 
 
 def app_run(stem: str | None = None, /, **query: str):
@@ -112,3 +166,54 @@ def _navigation_pages_only(monkeypatch):
         original(self, *a, **kw)
 
     monkeypatch.setattr(PagesManager, "__init__", init)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiers (markers registered in pyproject.toml; README "Tests"). ``make test`` runs them all, as CI does;
+# ``make test-fast`` runs the unit tier. A test's tier follows from what it touches — the fixtures it
+# uses and what its body and theirs call — so a new test lands in the right tier without a label, and a
+# test may still say its tier itself with a marker.
+TIERS = ("unit", "integration", "browser")
+_BROWSER = re.compile(r"\b(chromium|streamlit_server|nginx|playwright)\b")
+_INTEGRATION = re.compile(r"\b(app_run|AppTest|load_model\(\s*(None)?\s*\)|subprocess|_cli\(|EMBEDDED_ID)")
+_INTEGRATION_FIXTURES = {"smol", "eager_refs"}
+_BROWSER_MODULES = {"test_browser", "test_proxy"}
+_EVERY_TEST = {"_navigation_pages_only"}
+
+
+def _sources(item) -> str:
+    """The test's own source and that of every fixture it uses that lives in tests/."""
+    import inspect
+
+    funcs = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for name, defs in (info.name2fixturedefs.items() if info else ()):
+        if name not in _EVERY_TEST:  # autouse fixtures say nothing about one test
+            funcs += [d.func for d in defs]
+    out = []
+    for f in funcs:
+        try:
+            if f is not None and Path(inspect.getsourcefile(f) or "").resolve().is_relative_to(ROOT / "tests"):
+                out.append(inspect.getsource(f))
+        except (OSError, TypeError):
+            pass
+    return "\n".join(out)
+
+
+def tier_of(item) -> str:
+    own = [t for t in TIERS if item.get_closest_marker(t)]
+    if own:
+        return own[0]
+    src = _sources(item)
+    if item.module.__name__.rsplit(".", 1)[-1] in _BROWSER_MODULES or _BROWSER.search(src):
+        return "browser"
+    if _INTEGRATION_FIXTURES & set(item.fixturenames) or _INTEGRATION.search(src):
+        return "integration"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(getattr(pytest.mark, tier))

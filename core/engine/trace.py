@@ -22,12 +22,25 @@ Any position's next-token candidates (top-K logits and the log-sum-exp, so their
 exact) are derived from ``final_hidden`` by the LM head on demand (``core.backends.next_tokens``),
 and the whole [T, V] logits matrix likewise (``core.backends.full_logits``) for the export,
 bit-for-bit what the LM head gives.
+
+**In a notebook every site of the contract is a field**, kept or not: ``tr.q``, ``tr.k``, ``tr.v``,
+``tr.attn_pattern``, ``tr.attn_out`` and ``tr.mlp_out`` ([L, …], ``LAYER_SITES``) answer with every layer
+stacked. A trace made by ``core.trace`` knows the model it came from (a weak reference: it never keeps a
+model alive), so a site it does not keep is derived on first read, layer by layer through the same
+accessor the pages use, and then kept on this trace object. What that costs is said by ``site_bytes``:
+for SmolLM2 (30 layers, 9 heads, dh 64, d 576) at T tokens, ``attn_pattern`` takes 540·T² bytes (float16:
+19 MB at 6 tokens' … 0.57 GB at 1,024), ``q`` and ``attn_out`` 69 kB·T each, ``k`` and ``v`` 23 kB·T.
+``attn_pattern`` is refused above ``PATTERN_EXPORT_MAX`` tokens (9 GB at 4,096), with the reason and the
+way round: ``tr.attention(layer)`` or ``tr.layer(layer)``, one layer at a time. The app itself never reads
+a site it does not keep this way (``keeps`` tells; pages go through ``core.backends.layer_detail`` and the
+byte-bounded cache), so a shared trace never grows behind the cache's back.
 """
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +53,10 @@ from core.engine.types import HeadGeometry
 MAX_TOKENS = 4096  # the trace limit: longer prompts are cut, with a visible notice
 TOP_K = 10  # next-token candidates per position (core.backends.next_tokens)
 PATTERN_EXPORT_MAX = 1024  # the .npz keeps attn_pattern (float16) up to this many tokens (30 × 9 × 1024² × 2 B = 0.57 GB)
+
+# The per-layer sites of the contract ([L, …]: LayerDetail's fields stacked over layers; ``weights`` there
+# is ``attn_pattern`` here): kept by the toy (and k, v by a short HF trace), derived on demand otherwise.
+LAYER_SITES = ("q", "k", "v", "attn_pattern", "attn_out", "mlp_out")
 
 # The arrays of the contract (the .npz export keys), in order.
 ARRAY_KEYS = (
@@ -103,7 +120,34 @@ class NextTokens:
                           np.take_along_axis(x, ids, axis=-1), lse)
 
 
-@dataclass
+class SiteTooLargeError(ValueError):
+    """A site asked of a whole trace that would not fit: the message says its size and the way round."""
+
+
+class _LayerSite:
+    """A per-layer field of the Trace: what the trace keeps, or else (with a model to derive it from) every
+    layer derived on first read and kept on the object (``Trace._derive``). As a dataclass field's default
+    it reads None (``__get__`` on the class), so ``Trace(…)`` takes it as an ordinary keyword."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = "_kept_" + name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return None
+        kept = obj.__dict__.get(self.slot)
+        return kept if kept is not None else obj._derive(self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
+# deriver(trace, layer) → that layer's LayerDetail; set by core.backends on every trace it makes
+Deriver = Callable[["Trace", int], LayerDetail]
+
+
+@dataclass(eq=False)  # a trace is one record: equal only to itself (comparing fields would derive them)
 class Trace:
     # what went in
     prompt: str
@@ -131,22 +175,88 @@ class Trace:
     # kept eagerly by the toy ([L, …], same meaning as LayerDetail's fields); None for HF, except k and v:
     # an HF trace of up to hf_trace.KV_KEEP_MAX tokens keeps them ([L, Hkv, T, dh], exactly the prefill's
     # KV cache, see core.backends.prompt_prefill)
-    q: np.ndarray | None = None
-    k: np.ndarray | None = None
-    v: np.ndarray | None = None
-    attn_pattern: np.ndarray | None = None  # [L, H, T, T] float16
-    attn_out: np.ndarray | None = None
-    mlp_out: np.ndarray | None = None
+    # (read: kept, or derived on first read when the trace knows its model; see the module's docstring)
+    q: np.ndarray | None = _LayerSite()  # type: ignore[assignment]
+    k: np.ndarray | None = _LayerSite()  # type: ignore[assignment]
+    v: np.ndarray | None = _LayerSite()  # type: ignore[assignment]
+    attn_pattern: np.ndarray | None = _LayerSite()  # type: ignore[assignment]  # [L, H, T, T] float16
+    attn_out: np.ndarray | None = _LayerSite()  # type: ignore[assignment]
+    mlp_out: np.ndarray | None = _LayerSite()  # type: ignore[assignment]
     # the real model's replay recipe (core.engine.hf_trace.Replay); None for the toy
     replay: Any = None
 
     def __post_init__(self) -> None:
+        self.__dict__["_deriver"] = None
+        self.__dict__["_derived"] = {}
         for a in self._arrays():
             a.flags.writeable = False  # shared between sessions: nobody may edit it in place
 
+    def _stored(self, name: str) -> Any:
+        """A field's value as stored: never derives (a layer site the trace does not keep is None)."""
+        return self.__dict__.get("_kept_" + name) if name in LAYER_SITES else getattr(self, name)
+
     def _arrays(self) -> list[np.ndarray]:
-        out = [v for f in fields(self) if isinstance(v := getattr(self, f.name), np.ndarray)]
-        return out + list(self.extras.values())
+        out = [v for f in fields(self) if isinstance(v := self._stored(f.name), np.ndarray)]
+        return out + list(self.extras.values()) + list(self.__dict__.get("_derived", {}).values())
+
+    def __repr__(self) -> str:
+        return (f"Trace({self.meta.get('model', '?')!s}, {self.n_tokens} tokens, {self.n_layers} layers, "
+                f"prompt={self.prompt[:40]!r}{'…' if len(self.prompt) > 40 else ''})")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_deriver"] = None  # a reference to the model: it does not travel (re-trace, or use core.layer_detail)
+        return state
+
+    # -- the per-layer sites ---------------------------------------------------------------
+    def keeps(self, site: str) -> bool:
+        """Whether this trace holds ``site`` (one of ``LAYER_SITES``) itself, for every layer."""
+        if site not in LAYER_SITES:
+            raise KeyError(f"{site!r} is not a per-layer site; they are {', '.join(LAYER_SITES)}")
+        return self.__dict__.get("_kept_" + site) is not None
+
+    def derive_with(self, deriver: Deriver | None) -> None:
+        """Tell the trace how to derive a layer it does not keep (``core.backends`` does, for every trace)."""
+        self.__dict__["_deriver"] = deriver
+
+    def site_bytes(self, site: str) -> int:
+        """What ``site`` for every layer takes in memory (what reading it costs, when it is derived)."""
+        L, H, Hkv, dh, T, d = self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim, self.n_tokens, self.d_model
+        per_layer = {"q": H * T * dh * 4, "k": Hkv * T * dh * 4, "v": Hkv * T * dh * 4, "attn_pattern": H * T * T * 2,
+                     "attn_out": T * d * 4, "mlp_out": T * d * 4}
+        return L * per_layer[site]
+
+    def layer(self, layer: int) -> LayerDetail:
+        """Everything layer ``layer`` computed (q, k, v, the attention weights, the two sub-layer outputs),
+        exactly: sliced from what the trace keeps, or derived by replaying that one block."""
+        deriver = self.__dict__.get("_deriver")
+        if deriver is None:
+            raise RuntimeError("this trace does not know the model it came from (it was made by hand, or unpickled); "
+                               "call core.layer_detail(model, trace, layer)")
+        return deriver(self, int(layer))
+
+    def attention(self, layer: int) -> np.ndarray:
+        """[H, T, T] float32: one layer's attention weights, after mask and softmax."""
+        return self.layer(layer).weights.astype(np.float32)
+
+    def _derive(self, site: str) -> np.ndarray | None:
+        """Every layer's ``site``, stacked [L, …], derived once and kept on this object; None for a trace
+        that cannot derive (made without a model)."""
+        derived = self.__dict__.setdefault("_derived", {})
+        if site in derived:
+            return derived[site]
+        if self.__dict__.get("_deriver") is None:
+            return None
+        if site == "attn_pattern" and self.n_tokens > PATTERN_EXPORT_MAX:
+            raise SiteTooLargeError(
+                f"attn_pattern of a {self.n_tokens:,}-token trace would take {self.site_bytes(site) / 1e9:.1f} GB "
+                f"({self.n_layers} layers × {self.n_heads} heads × {self.n_tokens:,}² weights × 2 bytes); it is given "
+                f"for up to {PATTERN_EXPORT_MAX:,} tokens. Read one layer at a time: tr.attention(layer) → [H, T, T].")
+        name = "weights" if site == "attn_pattern" else site
+        out = np.stack([getattr(self.layer(layer), name) for layer in range(self.n_layers)])
+        out.flags.writeable = False
+        derived[site] = out
+        return out
 
     # -- shapes --------------------------------------------------------------------------
     @property
@@ -216,7 +326,7 @@ class Trace:
         arrays: dict[str, np.ndarray] = {}
         omitted: dict[str, str] = {}
         for key in ARRAY_KEYS:
-            val = (layers or {}).get(key, getattr(self, key, None))
+            val = (layers or {}).get(key, self._stored(key))
             if val is None:
                 omitted[key] = (f"attention weights of a {self.n_tokens}-token trace would take "
                                 f"{self.n_layers * self.n_heads * self.n_tokens ** 2 * 2 / 1e9:.1f} GB; exported up to "

@@ -1,0 +1,99 @@
+"""How close two float computations must be, and why: every float comparison in the suite goes through here.
+
+Two computations of one value either take the **same route** (the same kernels on the same inputs in the
+same order) — then they are equal bit for bit on any CPU, and the test asserts equality
+(``assert_same``) — or they take **different routes** (SDPA vs eager attention, numpy's float64 vs torch's
+float32, another order of a sum, a float16 copy), and then they differ by rounding only. How much is a
+property of the arithmetic, not of the machine that happened to run the test, so each bound below is
+derived from the unit roundoff of the formats involved and from the numbers actually summed:
+
+* one sum or dot product of ``n`` terms, in any order (blocked, vectorised, fused multiply-add):
+  ``|fl(Σ x_i) − Σ x_i| ≤ γ_n Σ|x_i|`` with ``γ_n = n·u / (1 − n·u)`` (Higham, *Accuracy and Stability of
+  Numerical Algorithms*, §3.1). Two routes, each within that of the exact value, are within twice it
+  (``sum_bound``, ``matmul_bound``);
+* a value stored as float16 moves by at most half the float16 spacing at that value (``f16_rounding``);
+* a whole network run by two routes (every layer's attention through a different kernel, say): the
+  rounding of each layer is carried and amplified by the layers after it, by an amount that depends on
+  the weights, so no closed form fits. There the bound is *measured in the same run*: the same model in
+  float64 gives (to float32's eyes) the exact answer, HF's own float32 eager route's distance from it is
+  float32's error on this input on this CPU, and the route under test must be no further from the exact
+  answer than ``ROUTE_FACTOR`` times that (``assert_as_accurate``). On another CPU both distances move
+  together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+U32 = 2.0**-24  # float32 unit roundoff: half the spacing of float32 numbers at 1.0
+U64 = 2.0**-53  # float64 unit roundoff
+U16 = 2.0**-11  # float16 unit roundoff
+
+# A route under test may be this many times as far from the exact (float64) answer as HF's own float32
+# eager route on the same input: the two routes round the same operations in different orders (blocked
+# SDPA kernels, bands of query rows), so their errors are of one size but not equal; 4 leaves room for
+# one route rounding a few times more coarsely, and is still ~10⁴ times below any real bug (a wrong mask
+# or scale moves a weight by 10⁻², a logit by 10⁻¹).
+ROUTE_FACTOR = 4.0
+
+
+def gamma(n: int, u: float = U32) -> float:
+    """Higham's γ_n: the relative error bound of a sum or dot product of ``n`` terms, in any order."""
+    nu = n * u
+    if nu >= 1:
+        raise ValueError(f"γ_{n} is undefined for u = {u}: the sum is too long for the format")
+    return nu / (1 - nu)
+
+
+def sum_bound(abs_sum, n: int, u: float = U32, routes: int = 2):
+    """How far ``routes`` computations of one ``n``-term sum can lie apart: ``routes · γ_n · Σ|x_i|``
+    (``abs_sum``: the sum of the terms' absolute values, a number or an array)."""
+    return routes * gamma(n, u) * np.asarray(abs_sum, dtype=np.float64)
+
+
+def matmul_bound(a, b, u: float = U32, routes: int = 2) -> np.ndarray:
+    """Elementwise bound on how far two routes of ``a @ b`` can lie apart: ``2 γ_n (|a| @ |b|)``, with n
+    the inner dimension (each element is one dot product)."""
+    a64, b64 = np.abs(np.asarray(a, dtype=np.float64)), np.abs(np.asarray(b, dtype=np.float64))
+    return sum_bound(a64 @ b64, a64.shape[-1], u, routes)
+
+
+def f16_rounding(x) -> np.ndarray:
+    """How far storing ``x`` as float16 can move it: half the float16 spacing at |x| (≥ the subnormal step)."""
+    h = np.abs(np.asarray(x, dtype=np.float64)).astype(np.float16)
+    return np.spacing(h).astype(np.float64) / 2 + np.spacing(np.float16(0)).astype(np.float64)
+
+
+def assert_same(actual, desired, what: str = "") -> None:
+    """Same route: the same numbers bit for bit, on any CPU."""
+    np.testing.assert_array_equal(np.asarray(actual), np.asarray(desired),
+                                  err_msg=f"{what}: the same route must give the same bits".strip(": "))
+
+
+def assert_within(actual, desired, bound, what: str = "", why: str = "") -> None:
+    """|actual − desired| ≤ bound, elementwise (``bound`` a number or an array that broadcasts). The
+    message says which element is furthest over, by how much, and what the bound stands for."""
+    a = np.asarray(actual, dtype=np.float64)
+    d = np.asarray(desired, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), np.broadcast_shapes(a.shape, d.shape))
+    diff = np.abs(a - d)
+    bad = ~(diff <= b)  # NaN counts as over
+    if bad.any():
+        ratio = np.where(b > 0, diff / np.where(b > 0, b, 1), np.inf)
+        i = np.unravel_index(int(np.nanargmax(np.where(bad, ratio, -1))), diff.shape)
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} elements over the bound ({why or 'float rounding'}); worst at {i}: "
+            f"|{a[i]!r} − {d[i]!r}| = {diff[i]:.3g} > {b[i]:.3g}")
+
+
+def assert_as_accurate(ours, ref32, ref64, what: str = "", factor: float = ROUTE_FACTOR) -> None:
+    """A route under test is as accurate as HF's own float32 route: max|ours − ref64| ≤ factor ·
+    max|ref32 − ref64| (+ one float32 rounding of the largest value, for a reference that happens to
+    round exactly). ``ref64``: the same model in float64 on the same input; ``ref32``: HF's float32 route."""
+    o, r32, r64 = (np.asarray(x, dtype=np.float64) for x in (ours, ref32, ref64))
+    floor = U32 * float(np.abs(r64).max(initial=0.0))
+    noise = float(np.abs(r32 - r64).max(initial=0.0))
+    err = float(np.abs(o - r64).max(initial=0.0))
+    assert err <= factor * noise + floor, (
+        f"{what}: the route under test is {err:.3g} from the float64 answer, HF's float32 route {noise:.3g}; "
+        f"allowed {factor:g}× that + {floor:.2g}")
