@@ -179,10 +179,15 @@ _INTEGRATION = re.compile(r"\b(app_run|AppTest|load_model\(\s*(None)?\s*\)|subpr
 _INTEGRATION_FIXTURES = {"smol", "eager_refs"}
 _BROWSER_MODULES = {"test_browser", "test_proxy"}
 _EVERY_TEST = {"_navigation_pages_only"}
+# loaded once per session for every tier (the tiny models borrow the embedded model's tokenizer); a test that
+# uses the model itself asks for the ``smol`` fixture, which is what makes it an integration test
+_SESSION_SETUP = {"_smol", "_smol_folder", "_smol_tokenizer"}
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
 def _sources(item) -> str:
-    """The test's own source and that of every fixture it uses that lives in tests/."""
+    """The source of the test, of every fixture it uses and of every helper function they call (by name,
+    from their own module's globals), as far as it lives in tests/."""
     import inspect
 
     funcs = [getattr(item, "function", None)]
@@ -190,13 +195,21 @@ def _sources(item) -> str:
     for name, defs in (info.name2fixturedefs.items() if info else ()):
         if name not in _EVERY_TEST:  # autouse fixtures say nothing about one test
             funcs += [d.func for d in defs]
+    seen: set = set()
     out = []
-    for f in funcs:
+    while funcs:
+        f = inspect.unwrap(funcs.pop()) if funcs[-1] is not None else funcs.pop()
+        if f is None or f in seen or not inspect.isfunction(f):
+            continue
+        seen.add(f)
         try:
-            if f is not None and Path(inspect.getsourcefile(f) or "").resolve().is_relative_to(ROOT / "tests"):
-                out.append(inspect.getsource(f))
+            if not Path(inspect.getsourcefile(f) or "").resolve().is_relative_to(ROOT / "tests"):
+                continue
+            src = inspect.getsource(f)
         except (OSError, TypeError):
-            pass
+            continue
+        out.append(src)
+        funcs += [g for n in set(_CALLED.findall(src)) - _SESSION_SETUP if inspect.isfunction(g := f.__globals__.get(n))]
     return "\n".join(out)
 
 
