@@ -134,7 +134,7 @@ def model_from_link(offer: Offer) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Transformer X-Ray", page_icon="🩻", layout="wide",
+    st.set_page_config(page_title=nav.APP_NAME, page_icon="🩻", layout="wide",
                        initial_sidebar_state=presenter.sidebar_state())  # a ?present=1 link opens with it collapsed
     try:
         offer = ui.offered()
@@ -148,7 +148,9 @@ def main() -> None:
     presenter.apply_css()
     replica.moved_notice()  # behind `make serve`: this browser's replica stopped and it came back here
     replica.keep_alive()
-    nav.navigation().run()
+    page = nav.navigation()
+    nav.label_document(page)
+    page.run()
 
 
 if __name__ == "__main__":
