@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
+import floats
 import numpy as np
 import pytest
+from test_tracing import allowed_error, assert_f16_as_accurate, assert_rows_sum_to_one  # the trace tests' float bounds
 
 from core import __main__ as cli
 from core import backends
 from core.engine import tokens
 from core.engine.i18n import t
-from core.engine.numbers import human_bytes
+from core.engine.numbers import human_bytes, softmax
 from core.engine.types import ConfigError, kv_bytes
 from core.gen import chat_template, generate, kvcalc
 from core.gen import figures as gen_fig
@@ -84,35 +87,80 @@ def test_cache_size_and_bytes(smol):
     assert k.shape == (3, T + n, 64) and v.shape == (3, T + n, 64)
 
 
-def test_prompt_kv_equal_trace(smol):
+def test_prompt_kv_equal_trace(smol, eager_refs):
+    """The prefill's KV cache is the trace's. A prefill that records no weights runs the trace's own route
+    (SDPA in every layer), so it holds the trace's keys and values bit for bit; one that records them runs
+    eager attention in every layer, HF's eager model's route, so it holds HF's (and its weights are HF's)."""
     ids = _ids(smol, "苹果很好吃。苹果发布了新系统。")
-    st = generate.Stepper(smol, ids, None, max_steps=3)
-    st.prefill()
     tr = backends.trace_ids(smol, ids)
-    lay = backends.stacked_layers(smol, tr, with_pattern=True)
-    for layer in (0, 13, 29):
+    fast = generate.Stepper(smol, ids, None, max_steps=3, record_attention=False)
+    fast.prefill()
+    for layer in range(smol.facts.n_layers):
+        k, v = fast.cache_kv(layer)
+        floats.assert_same(k, tr.k[layer], f"L{layer} keys")
+        floats.assert_same(v, tr.v[layer], f"L{layer} values")
+    for layer in (0, 13, 29):  # a replayed layer projects the same kept resid[l] the same way
+        d = backends.layer_detail(smol, tr, layer)
+        floats.assert_same(d.k, tr.k[layer], f"L{layer} replayed keys")
+        floats.assert_same(d.v, tr.v[layer], f"L{layer} replayed values")
+    st = generate.Stepper(smol, ids, None, max_steps=3)  # records the prefill's weights
+    st.prefill()
+    o32, o64 = (eager_refs["smollm2"].run(ids, dt, output_attentions=True, use_cache=True) for dt in ("float32", "float64"))
+    for layer in range(smol.facts.n_layers):
         k, v = st.cache_kv(layer)
-        np.testing.assert_allclose(k, lay["k"][layer], rtol=1e-5, atol=2e-5)
-        np.testing.assert_allclose(v, lay["v"][layer], rtol=1e-5, atol=2e-5)
-    # the prefill's recorded weights are the trace's attention pattern
-    np.testing.assert_allclose(st.prefill_pattern.astype(np.float32), lay["attn_pattern"].astype(np.float32), atol=1e-3)
+        floats.assert_same(k, o32.cache.layers[layer].keys[0].numpy(), f"L{layer} recorded keys")
+        floats.assert_same(v, o32.cache.layers[layer].values[0].numpy(), f"L{layer} recorded values")
+    a32 = np.stack([a[0].numpy() for a in o32.attentions])
+    floats.assert_same(st.prefill_pattern, a32.astype(np.float16), "the prefill's recorded weights")
+    # … and the trace's attention pattern (derived on the SDPA stream) is those weights, up to float16
+    # storage and float32 rounding no larger than HF's own
+    for layer in range(smol.facts.n_layers):
+        a64 = o64.attentions[layer][0].numpy()
+        assert_f16_as_accurate(tr.attn_pattern[layer], a64, allowed_error(a32[layer], a64), f"L{layer} trace pattern")
 
 
-def test_decode_attention_row_equals_full_forward(smol):
-    """The new token's row over the cache equals the last row of a full forward over the same ids."""
+def _hf_decode_rows(ref, ids, new) -> np.ndarray:
+    """HF eager's own loop with its own cache: a prefill of ``ids``, then ``new`` one token at a time; the
+    last step's attention rows over the cache, [L, H, Tk] float32."""
+    import torch
+
+    model = ref.model("float32")
+    with torch.inference_mode():
+        out = model(torch.tensor([ids]), use_cache=True)
+        for tok in new:
+            out = model(torch.tensor([[tok]]), cache=out.cache, use_cache=True, output_attentions=True)
+    return np.stack([a[0, :, -1].numpy() for a in out.attentions])
+
+
+def test_decode_attention_row_equals_full_forward(smol, eager_refs):
+    """The new token's row over the cache equals the last row of a full forward over the same ids: the
+    stepper's decode row is HF eager's cached decode's bit for bit (the same route), and that row is as
+    close to the full forward's exact (float64) last row as HF's float32 full forward is."""
     ids = _ids(smol)
     st = generate.Stepper(smol, ids, None, max_steps=10)
     st.run(4)  # prefill + 3 decode steps
     rec = st.records[-1]
     fed = st.all_ids[: rec.kv_tokens]
-    tr = backends.trace_ids(smol, fed)
     assert rec.attn.shape == (30, 9, len(fed))
-    last = backends.stacked_layers(smol, tr, with_pattern=True)["attn_pattern"][:, :, -1, :]
-    np.testing.assert_allclose(rec.attn.astype(np.float32), last.astype(np.float32), atol=2e-3)
-    np.testing.assert_allclose(rec.attn.astype(np.float32).sum(-1), 1.0, atol=5e-3)
-    # the chosen token is the argmax of the full forward's last logits (greedy)
-    assert rec.token_id == int(np.argmax(tr.last_logits))
-    np.testing.assert_allclose(rec.top_probs[0], backends.next_tokens(smol, tr, [-1 + tr.n_tokens]).probs()[0, 0], rtol=1e-4)
+    ref = eager_refs["smollm2"]
+    cached = _hf_decode_rows(ref, ids, st.generated[:3])
+    floats.assert_same(rec.attn, cached.astype(np.float16), "decode row vs HF's cached decode")
+    o32, o64 = (ref.run(fed, dt, output_attentions=True) for dt in ("float32", "float64"))
+    for layer in range(30):
+        a32, a64 = o32.attentions[layer][0].numpy(), o64.attentions[layer][0].numpy()
+        # float32's error measured on the whole layer's weights (one row alone can round luckily)
+        floats.assert_within(cached[layer], a64[:, -1], allowed_error(a32, a64), f"L{layer} cached vs full",
+                             "ROUTE_FACTOR × HF float32's own error on this layer's weights")
+    assert_rows_sum_to_one(rec.attn, "decode rows")
+    # the chosen token is the argmax of the full forward's last logits (greedy): logits within the allowed
+    # error of the exact ones prefer no id whose exact logit is short of the maximum by more than twice that
+    l32, l64 = o32.logits[0, -1].numpy(), o64.logits[0, -1].numpy()
+    allowed = allowed_error(l32, l64)
+    assert l64.max() - l64[rec.token_id] <= 2 * allowed
+    # its probability: a logit error ≤ Δ moves a probability p by ≤ p·(e^{2Δ} − 1); stored as float32
+    p64 = softmax(l64)[rec.token_id]
+    floats.assert_within(rec.top_probs[0], p64, p64 * np.expm1(2 * allowed) + floats.U32 * p64, "top probability",
+                         "the logits' allowed error through softmax + float32 storage")
 
 
 def test_with_and_without_cache_same_tokens_smol(smol):
@@ -130,7 +178,7 @@ def test_one_tpot_measurement(smol):
     m = generate.measure_tpot(smol, ids, n_decode=3, reps=2, warmup=1)
     assert m.n_prompt == len(ids) and m.n_decode == 3
     assert m.prefill.n == 2 and m.prefill.warmup == 1 and m.decode.n == 6  # 2 runs × 3 decode steps
-    assert m.tpot == m.decode.median and m.prefill_per_token == pytest.approx(m.prefill.median / len(ids))
+    assert m.tpot == m.decode.median and m.prefill_per_token == m.prefill.median / len(ids)  # the same division
     costs = generate.measure_costs(smol, n_prefill=16, n_decode=2, reps=2)  # the KV page's Section 3: the same method
     assert costs.n_prompt == 16 and costs.decode.n == 4
 
@@ -236,11 +284,17 @@ def test_toy_stepper():
     f = m.facts
     assert last.kv_tokens == len(ids) + 5
     assert last.kv_bytes == 2 * f.n_layers * f.n_kv_heads * f.head_dim * last.kv_tokens * 4
-    probes: dict = {}
+    # the decode row vs a full forward's last row: float16 storage + the route's float32 error, measured
+    # against the toy's float64 twin (the exact answer to float32's eyes)
+    x = torch.tensor([st.all_ids[: last.kv_tokens]])
+    p32: dict = {}
+    p64: dict = {}
     with torch.inference_mode():
-        m.model(torch.tensor([st.all_ids[: last.kv_tokens]]), probes=probes)
-    ref = torch.stack([p["weights"][:, -1, :] for p in probes["layers"]]).numpy()  # [L, H, T]
-    np.testing.assert_allclose(last.attn.astype(np.float32), ref, atol=2e-3)
+        m.model(x, probes=p32)
+        copy.deepcopy(m.model).double()(x, probes=p64)
+    for layer, (a, b) in enumerate(zip(p32["layers"], p64["layers"])):
+        w32, w64 = a["weights"].numpy(), b["weights"].numpy()  # [H, T, T]
+        assert_f16_as_accurate(last.attn[layer], w64[:, -1], allowed_error(w32, w64), f"L{layer}")  # float32's error on the whole layer
 
 
 def test_cli_writes_npz(tiny_dirs, tmp_path):
@@ -279,7 +333,7 @@ def test_kvcalc_by_hand():
     rows = kvcalc.variant_rows(presets["Qwen2.5-7B"], 1, 2)
     assert [(r["kind"], r["kv_heads"], r["bytes_per_token"]) for r in rows] == [
         ("MHA", 28, 2 * 28 * 28 * 128 * 2), ("GQA (4)", 4, 2 * 28 * 4 * 128 * 2), ("MQA", 1, 2 * 28 * 1 * 128 * 2)]
-    assert rows[1]["vs_mha"] == pytest.approx(4 / 28)
+    assert rows[1]["vs_mha"] == 4 / 28  # (4·X) / (28·X) and 4 / 28: both the correctly rounded 1/7
     assert [r["kind"] for r in kvcalc.variant_rows(presets["Llama-2-7B"], 1, 2)] == ["MHA", "MQA"]
     assert human_bytes(131_072) == "128 KiB" and human_bytes(2 * 2**30) == "2 GiB"
 
@@ -300,9 +354,10 @@ def test_kvcalc_from_config(smol):
 def test_simulate_by_hand():
     costs = kvcalc.Costs(prefill_s_per_token=0.001, decode_s_per_token=0.04, kv_bytes_per_token=46_080, weight_bytes=538_060_032)
     rows = {r["key"]: r for r in kvcalc.simulate(kvcalc.SEED_WORKLOADS, costs)}
-    assert rows["long_in"]["ttft_s"] == pytest.approx(8.0) and rows["long_in"]["decode_s"] == pytest.approx(4.0)
+    # 8,000 × 0.001, 100 × 0.04, 2,000 × 0.04: one correctly rounded IEEE multiplication each, exactly these
+    assert rows["long_in"]["ttft_s"] == 8.0 and rows["long_in"]["decode_s"] == 4.0
     assert rows["long_in"]["time_dominant"] == "prefill" and rows["long_in"]["memory_dominant"] == "weights"
-    assert rows["long_out"]["time_dominant"] == "decode" and rows["long_out"]["decode_s"] == pytest.approx(80.0)
+    assert rows["long_out"]["time_dominant"] == "decode" and rows["long_out"]["decode_s"] == 80.0
     assert rows["concurrent"]["kv_bytes"] == 64 * 8100 * 46_080 and rows["concurrent"]["memory_dominant"] == "kv"
 
 
@@ -339,13 +394,13 @@ def test_plot_specs_carry_the_numbers(smol):
     st.run()
     toks, tot, _per = st.kv_arrays()
     fig = gen_fig.kv_growth(toks, tot, "zh")
-    np.testing.assert_allclose(fig.data[0].y, tot / 1024)
+    np.testing.assert_array_equal(fig.data[0].y, tot / 1024)
     assert list(fig.data[1].y) == toks.tolist() and "KV Cache" in fig.layout.title.text
     fig = gen_fig.timings([r.seconds for r in st.records], "en")
-    np.testing.assert_allclose(fig.data[0].y, np.array([r.seconds for r in st.records]) * 1000)
+    np.testing.assert_array_equal(fig.data[0].y, np.array([r.seconds for r in st.records]) * 1000)
     rec = st.records[-1]
     fig = gen_fig.attention_row(rec.attn[5, 2], tokens.readable_tokens(smol.tokenizer, st.all_ids), len(ids), "t", "en")
-    np.testing.assert_allclose(fig.data[0].y, rec.attn[5, 2].astype(np.float32))
+    np.testing.assert_array_equal(fig.data[0].y, rec.attn[5, 2].astype(np.float32))  # float16 → float64: exact
     fig = gen_fig.prefill_matrix(st.prefill_pattern[0, 0], tokens.readable_tokens(smol.tokenizer, ids), "t", "en")
     assert np.asarray(fig.data[0].z).shape == (len(ids), len(ids)) and np.triu(np.asarray(fig.data[0].z), 1).max() == 0
 

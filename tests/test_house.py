@@ -4,9 +4,11 @@ the formulas, and both kinds of model (HF and the toy) for everything that serve
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 
+import floats
 import numpy as np
 import pytest
 import torch
@@ -61,16 +63,30 @@ def test_chips_escape_colour_and_frame():
 # numerics, against torch
 
 
+def _softmax_error64(x: np.ndarray) -> np.ndarray:
+    """How far one float64 softmax of the rows of ``x`` can lie from the exact one, per weight, relative:
+    the subtraction of the row's maximum (r: the row's spread) in the exponent and exp (≤ 2 ulps), in the
+    numerator and in the denominator, then the n-term sum and the division (γ_{n+1})."""
+    spread = x.max(-1, keepdims=True) - x.min(-1, keepdims=True)
+    return 2 * floats.U64 * (spread + 4) + floats.gamma(x.shape[-1] + 1, floats.U64)
+
+
 def test_softmax_top_k_entropy_against_torch():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 50)) * 4
-    np.testing.assert_allclose(numbers.softmax(x), torch.softmax(torch.tensor(x), -1).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(numbers.softmax(x[0], temperature=0.5), torch.softmax(torch.tensor(x[0]) / 0.5, -1).numpy(), rtol=1e-12)
+    for xs, temperature in ((x, 1.0), (x[0], 0.5)):  # ÷ 0.5 is exact: the same scores for both
+        ours, ref = numbers.softmax(xs, temperature=temperature), torch.softmax(torch.tensor(xs) / temperature, -1).numpy()
+        floats.assert_within(ours, ref, 2 * _softmax_error64(xs / temperature) * ref, "softmax", "two float64 routes of one softmax")
     assert numbers.softmax(np.array([-np.inf, -np.inf])).tolist() == [0.0, 0.0]  # nothing visible → nothing read
     assert numbers.top_k(x[0], 5).tolist() == torch.topk(torch.tensor(x[0]), 5).indices.tolist()
     assert numbers.top_k(x[0], 0).size == 0 and numbers.top_k(x[0], 99).size == 50
     p = numbers.softmax(x[1])
-    assert numbers.entropy_bits(p) == pytest.approx(float(torch.distributions.Categorical(probs=torch.tensor(p)).entropy()) / np.log(2))
+    n, plogp = p.size, np.abs(p * np.log(p))
+    # H = −Σ p log p by two float64 routes: torch renormalises p first (each p off by ≤ γ_{n+1} relative, which
+    # moves p·log p by ≤ γ_{n+1}·p(|log p| + 1)); each route's logs, products and n-term sum: γ_{n+3}·Σ|p log p|
+    bound = (floats.gamma(n + 1, floats.U64) * (plogp + p).sum() + 2 * floats.gamma(n + 3, floats.U64) * plogp.sum()) / np.log(2)
+    floats.assert_within(numbers.entropy_bits(p), float(torch.distributions.Categorical(probs=torch.tensor(p)).entropy()) / np.log(2),
+                         bound, "entropy", "two float64 routes of an n-term sum of p·log p")
     assert numbers.human_bytes(1536) == "1.5 KiB" and numbers.human_bytes(512) == "512 B"
 
 
@@ -147,17 +163,25 @@ def test_scoped_hooks_are_thread_local_and_always_removed(toy):
 
 
 @pytest.mark.parametrize("kind", ["hf", "toy"])
-def test_forward_step_matches_the_models_own_forward(kind, smol, toy):
+def test_forward_step_matches_the_models_own_forward(kind, smol, toy, eager_refs):
+    """A forward step is the model's own forward (bit for bit: the same call, the last position's logits
+    asked for alone as generation asks); a prefill then a decode step with the cache gives the full
+    forward's logits, as close to the exact (float64) ones as the model's float32 full forward is."""
     loaded = smol if kind == "hf" else toy
     ids = loaded.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    x = torch.tensor([ids])
     with torch.inference_mode():
-        out = loaded.model(input_ids=torch.tensor([ids])) if kind == "hf" else loaded.model(torch.tensor([ids]))
-    ref = (out.logits if kind == "hf" else out[0])[0, -1].float().numpy()
+        if kind == "hf":
+            own = loaded.model(input_ids=x, logits_to_keep=1).logits[0, -1].numpy()
+            ref32, ref64 = (eager_refs["smollm2"].run(ids, dt).logits[0, -1].numpy() for dt in ("float32", "float64"))
+        else:
+            own = ref32 = loaded.model(x)[0][0, -1].numpy()
+            ref64 = copy.deepcopy(loaded.model).double()(x)[0][0, -1].numpy()  # the toy's float64 twin
     full = backends.forward_step(loaded, ids, use_cache=False)
-    np.testing.assert_allclose(full.last_logits, ref, atol=1e-4)
+    floats.assert_same(full.last_logits, own, "forward step")
     pre = backends.forward_step(loaded, ids[:-1], record_attention=True)  # prefill, then one decode step
     step = backends.forward_step(loaded, ids[-1:], pre.cache, record_attention=True)
-    np.testing.assert_allclose(step.last_logits, ref, atol=1e-3)
+    floats.assert_as_accurate(step.last_logits, ref32, ref64, "prefill + decode step")
     assert step.attn.shape == (loaded.facts.n_layers, loaded.facts.n_heads, 1, len(ids))
     assert backends.is_hf(loaded) == (kind == "hf")
 
@@ -165,6 +189,18 @@ def test_forward_step_matches_the_models_own_forward(kind, smol, toy):
 def test_logit_lens_text_is_the_label_rule(smol):
     tr = backends.trace(smol, PROMPT)
     ids, probs, text = lens.logit_lens_with_text(smol, tr)
-    assert probs.shape == ids.shape and float(probs[-1, -1]) == pytest.approx(float(tr.last_probs().max()), abs=1e-4)  # float32, batched
+    assert probs.shape == ids.shape
+    # the last row is the model's own prediction, by another route: the final norm and the LM head on a batch
+    # (each route's norm within γ_{d+4} of exact, the head's dot products within γ_d: logits within Δ) and a
+    # float32 softmax over V (which moves p by ≤ p·(e^{2Δ}(1 + ε) − 1), ε its own rounding), stored as float32
+    h = tr.final_hidden[-1].astype(np.float64)
+    w = smol.model.lm_head.weight.detach().numpy().astype(np.float64)
+    d, V = h.size, w.shape[0]
+    delta = float((4 * floats.gamma(d + 4) * (np.abs(w) @ np.abs(h))).max())
+    spread = float(tr.last_logits.max() - tr.last_logits.min())
+    p = float(tr.last_probs().max())
+    eps = 2 * floats.U32 * (spread + 4) + floats.gamma(V + 1)
+    floats.assert_within(float(probs[-1, -1]), p, p * np.expm1(2 * delta + np.log1p(eps)) + floats.U32 * p, "lens top probability",
+                         "two routes of the final norm and LM head + a float32 softmax over the vocabulary")
     assert len(text) == ids.size and text[-1] == tokens.visible_tokens(smol.tokenizer, [int(ids[-1, -1])])[0]
     assert int(ids[-1, -1]) == int(np.argmax(tr.last_logits))
