@@ -3,60 +3,159 @@ and looking at another layer reads the cached trace instead of running the model
 
 from __future__ import annotations
 
+import ast
 import html
+import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, app_run
+from conftest import ROOT, all_text, app_run
 from core import backends
 from core.engine import i18n
 from core.web.nav import STEMS
 
 APP = str(ROOT / "app.py")
-
-
-def registered_pages() -> list[str]:
-    """Every page stem the router registers (core.web.nav.PAGES)."""
-    return list(STEMS)
+LANGS = ("en", "zh")
+# Every registered page (core.web.nav.PAGES, the router's own list) in both languages, one test each:
+# ``pytest tests/test_app.py -k heads-zh`` re-runs one.
+PAGE_RUNS = [pytest.param(stem, lang, id=f"{stem}-{lang}") for stem in STEMS for lang in LANGS]
 
 
 def test_every_string_has_both_languages():
     assert not i18n.problems(), i18n.problems()
 
 
+# ---------------------------------------------------------------------------------------------
+# every i18n key the code names exists
+
+CODE = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "core").rglob("*.py"))]
+SECTIONS = {k.split(".")[0] for k in i18n.catalogue()}  # "journey", "sb", "load", … (a key's first part)
+KEY_SHAPE = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_{}]+)+")
+FILE_SUFFIXES = {".safetensors", ".json", ".gguf", ".py", ".txt", ".md", ".png", ".csv"}  # "toy.safetensors" is a file
+T_CALLS = {"t", "_t", "Phrase"}  # ui.t, i18n.t, t, the figures' _t, Phrase: the first argument is a key
+
+
+def _literal_strings(node: ast.AST) -> list[str] | None:
+    """The strings a loop walks, when it walks a literal tuple or list of strings; None otherwise."""
+    if isinstance(node, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return [e.value for e in node.elts]
+    return None
+
+
+def _loop_values(name: str, node: ast.AST, parents: dict[int, ast.AST]) -> list[str] | None:
+    """The values ``name`` takes at ``node``: those of the nearest loop or comprehension binding it, when
+    that loop walks a literal tuple of strings (``for k in ("calc", "scale")``); None when unknown."""
+    while id(node) in parents:
+        node = parents[id(node)]
+        gens = node.generators if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)) else []
+        loops = [(g.target, g.iter) for g in gens] + ([(node.target, node.iter)] if isinstance(node, ast.For) else [])
+        for target, it in loops:
+            if isinstance(target, ast.Name) and target.id == name:
+                return _literal_strings(it)
+    return None
+
+
+def keys_in(path: Path) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """The i18n keys a source file names: (line, key) for every literal key — the first argument of
+    t / ui.t / i18n.t / _t / Phrase, and any other string shaped like a key of a known section (stored
+    in a table, a tuple, a default) — and (line, regex) for every key built at run time: an f-string
+    (f"quiz.{q.id}.q"), a format pattern ("heads.metric_{}") or a prefix ("load.err_"). An f-string whose
+    every placeholder is a loop variable over literal strings is expanded into its keys instead."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    skip: set[int] = set()  # docstrings, the pieces of f-strings, keys already counted
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr):
+            skip.add(id(n.body[0].value))
+        if isinstance(n, ast.JoinedStr):
+            skip.update(id(v) for v in n.values)
+    keys: list[tuple[int, str]] = []
+    patterns: list[tuple[int, str]] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+            first = n.args[0] if n.args else None
+            if name in T_CALLS and isinstance(first, ast.Constant) and isinstance(first.value, str) and "{" not in first.value:
+                keys.append((n.lineno, first.value))  # whatever its shape: a misspelt section is caught too
+                skip.add(id(first))
+        elif isinstance(n, ast.JoinedStr):
+            pieces = [v.value if isinstance(v, ast.Constant) else v for v in n.values]
+            head = pieces[0] if pieces and isinstance(pieces[0], str) else ""
+            if head.split(".")[0] not in SECTIONS or "." not in head:
+                continue  # not a key (a path, a message…)
+            names = [p.value.id if isinstance(p, ast.FormattedValue) and isinstance(p.value, ast.Name) and p.format_spec is None else None
+                     for p in pieces if not isinstance(p, str)]
+            values = [_loop_values(nm, n, parents) if nm else None for nm in names]
+            if all(v is not None for v in values):
+                for combo in itertools.product(*values):
+                    it = iter(combo)
+                    keys.append((n.lineno, "".join(p if isinstance(p, str) else next(it) for p in pieces)))
+            else:
+                patterns.append((n.lineno, "".join(re.escape(p) if isinstance(p, str) else ".+" for p in pieces)))
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip:
+            s = n.value
+            if s.split(".")[0] in SECTIONS and KEY_SHAPE.fullmatch(s) and Path(s).suffix not in FILE_SUFFIXES:
+                if "{" in s or s.endswith("_"):  # ui.fmt("heads.metric_{}"), PREFIX = "load.err_"
+                    patterns.append((n.lineno, re.sub(r"\\\{\w*\\\}", ".+", re.escape(s)) + (".+" if s.endswith("_") else "")))
+                else:
+                    keys.append((n.lineno, s))
+    return keys, patterns
+
+
 def test_every_key_used_in_code_exists():
-    """Literal keys passed to ui.t(...) / t(...) in pages and core all exist in the catalogue."""
-    import re
-
-    known = set(i18n.catalogue())
-    missing = []
-    for f in [ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "core").glob("*.py")]:
-        for key in re.findall(r"""\bt\(\s*["']([a-z_0-9]+\.[a-z_0-9.]+)["']""", f.read_text(encoding="utf-8")):
-            if key not in known:
-                missing.append(f"{f.name}: {key}")
+    """Every key app.py, pages/ and core/ (all of it) name exists in the catalogue (in both languages:
+    test_every_string_has_both_languages); a key built at run time has at least one key it can be."""
+    known = i18n.catalogue()
+    missing, unmatched, n_keys = [], [], 0
+    for f in CODE:
+        keys, patterns = keys_in(f)
+        n_keys += len(keys)
+        where = f.relative_to(ROOT)
+        missing += [f"{where}:{line}: {key}" for line, key in keys if key not in known]
+        unmatched += [f"{where}:{line}: {rx}" for line, rx in patterns if not any(re.fullmatch(rx, k) for k in known)]
     assert not missing, missing
+    assert not unmatched, unmatched
+    assert n_keys > 900, n_keys  # the scan reads every file (app, 24 pages, core's subpackages), not core's top level
 
 
-def test_journey_is_registered():
-    assert "journey" in registered_pages()
+def test_key_scan_sees_every_way_a_key_is_named(tmp_path):
+    """The scan above finds a key however the code names it, and flags none of the look-alikes."""
+    src = tmp_path / "sample.py"
+    src.write_text('''"""A docstring naming ui.fmt and journey.nowhere is no key."""
+ui.t("journey.a")
+i18n.t("nowhere.b", lang)
+_t("maths.c" if x else "maths.d", lang)
+Phrase("load.e", {})
+TABLE = {"x": "kv_cache.f"}
+WEIGHTS = "toy.safetensors"
+PREFIX = "load.err_"
+fmt = ui.fmt("heads.metric_{}")
+cols = [ui.t(f"positions.col_{c}") for c in ("method", "where")]
+ui.t(f"quiz.{q.id}.q")
+path = f"pages/{stem}.py"
+''', encoding="utf-8")
+    keys, patterns = keys_in(src)
+    assert sorted(k for _, k in keys) == sorted(["journey.a", "nowhere.b", "maths.c", "maths.d", "load.e", "kv_cache.f",
+                                                 "positions.col_method", "positions.col_where"])
+    assert sorted(rx for _, rx in patterns) == sorted([r"load\.err_.+", r"heads\.metric_.+", r"quiz\..+\.q"])
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_every_page_runs_without_exception(lang):
-    at = app_run(lang=lang)
-    assert not at.exception, [e.value for e in at.exception]
-    failures = {}
-    for stem in registered_pages():
-        at.switch_page(f"pages/{stem}.py")
-        at.run()
-        if at.exception:
-            failures[stem] = [e.value for e in at.exception][:2]
-        elif stem != "journey":
-            assert at.title or at.header or at.markdown, f"{stem} rendered nothing"
-    assert not failures, failures
+# ---------------------------------------------------------------------------------------------
+# every page runs
+
+
+@pytest.mark.parametrize(("stem", "lang"), PAGE_RUNS)
+def test_page_runs_without_exception(stem, lang):
+    at = app_run(stem, lang=lang)
+    assert not at.exception, (stem, lang, [e.value for e in at.exception][:2])
+    if stem != "journey":
+        assert at.title or at.header or at.markdown, f"{stem} rendered nothing"
+    unknown = sorted(set(re.findall(r"⟦[^⟧]*⟧", all_text(at))))  # i18n.t shows a key it lacks as ⟦key⟧
+    assert not unknown, (stem, lang, unknown)
 
 
 def test_journey_shows_the_real_trace_in_both_languages():

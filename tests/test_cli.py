@@ -66,9 +66,7 @@ def _one_error_line(err: str) -> str:
     (["generate", "hi", "--steps", "many"], "--steps"),
 ])
 def test_bad_argument_is_one_sentence_before_loading(argv, flag, no_model, capsys, tmp_path):
-    t0 = time.perf_counter()
-    rc = cli.main([*argv, "--model", "toy", "-o", str(tmp_path / "x.npz")])
-    assert time.perf_counter() - t0 < 2
+    rc = cli.main([*argv, "--model", "toy", "-o", str(tmp_path / "x.npz")])  # no_model: refused before any load
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 2
     assert flag in line and line.endswith(".") and line.count(flag) == 1, line
@@ -92,9 +90,8 @@ def test_empty_prompt_is_refused_before_loading(no_model, capsys, tmp_path):
 
 
 def _refused_path(out: str, capsys) -> str:
-    t0 = time.perf_counter()
+    """Its callers take no_model: the path is refused before any model loads (how fast: tests/benchmarks/bench_refusals.py)."""
     rc = cli.main(["trace", "hi", "--model", "toy", "-o", out])
-    assert time.perf_counter() - t0 < 2
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 2 and out in line, line
     return line
@@ -298,6 +295,19 @@ def test_patch_writes_the_grids_of_the_core(capsys, tmp_path):
             assert z[site].shape == (2, 12)
             np.testing.assert_array_equal(z[site], patching.sweep(toy, base, site, ans.answer, ans.foil))
         assert z["head_out"].shape == (2, 4)
-        # raw logit differences: copying the one differing position at layer 0 restores the clean run
-        assert z["resid"][0, 6] == pytest.approx(float(z["logit_diff_clean"]), abs=1e-5)
+        # raw logit differences: copying the one differing position at layer 0 restores the clean run, up to
+        # float32 rounding (the sweep runs it in a batch): two float32 routes of a logit difference, each within
+        # twice floats.assert_as_accurate's allowance A, measured on the toy's unpatched runs against its float64 twin
+        import copy
+
+        import floats
+        import torch
+
+        twin = copy.deepcopy(toy.model).eval()
+        with torch.inference_mode():
+            runs = [[m(torch.tensor([list(ids)]))[0][0, -1].double().numpy() for ids in (pt.ids_clean, pt.ids_corrupted)]
+                    for m in (twin, copy.deepcopy(twin).double())]
+        allow = floats.ROUTE_FACTOR * np.abs(np.subtract(*runs)).max() + floats.U32 * np.abs(runs[1]).max()
+        floats.assert_within(z["resid"][0, 6], float(z["logit_diff_clean"]), 4 * allow, what="layer 0, the differing position",
+                             why="two float32 routes of a logit difference")
         assert json.loads(str(z["meta"]))["answer"] == "p"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import core
 from conftest import ROOT
 
 AREAS = ("gen", "maths", "inside", "stream", "learn", "cause")
@@ -173,4 +172,13 @@ def test_app_runs_only_through_main():
 
 
 def test_notebook_api():
-    assert callable(core.load_model) and callable(core.trace)
+    """core/__init__.py's ``__all__`` (the notebook API its docstring shows) names only what that file
+    imports or defines (``from core import *`` would fail on any other), load_model and trace among them."""
+    tree = ast.parse((ROOT / "core" / "__init__.py").read_text(encoding="utf-8"))
+    bound = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    bound |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    exported = [ast.literal_eval(n.value) for n in tree.body
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+    assert len(exported) == 1, exported
+    assert {"load_model", "trace"} <= set(exported[0])
+    assert set(exported[0]) <= bound, set(exported[0]) - bound

@@ -15,7 +15,6 @@ import copy
 import json
 import os
 import pickle
-import string
 from pathlib import Path
 
 import pytest
@@ -90,19 +89,12 @@ def test_every_code_and_piece_has_a_sentence_in_both_languages():
     codes, pieces = _codes_and_pieces()
     assert len(codes) >= 25 and {"not_a_model", "too_big", "coverage", "refused", "toy_broken"} <= codes
     known = i18n.catalogue()
-    fmt = string.Formatter()
-    for key in [*(f"load.err_{c}" for c in codes), *pieces]:
-        assert key in known, key
-        for lang in i18n.LANGS:
-            assert known[key][lang].strip(), (key, lang)
-        assert "⟦" not in known[key]["zh"]
     used = {f"load.err_{c}" for c in codes} | pieces
-    assert {k for k in known if k.startswith("load.")} == used  # no sentence left without a raise site
-    assert not [p for p in i18n.problems() if p.startswith("load.")]
-    for key in used:  # the Chinese sentence is Chinese, with the same placeholders
-        zh = known[key]["zh"]
-        assert any("\u4e00" <= ch <= "\u9fff" for ch in zh), key
-        assert {f for _, f, _, _ in fmt.parse(zh) if f} == {f for _, f, _, _ in fmt.parse(known[key]["en"]) if f}
+    assert sorted(used - set(known)) == []  # every raise site has its sentence …
+    assert {k for k in known if k.startswith("load.")} == used  # … and no sentence is left without a raise site
+    # (both languages, same placeholders: test_app's i18n.problems() check, for every key)
+    for key in used:  # the Chinese sentence is Chinese
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in known[key]["zh"]), key
 
 
 def test_the_error_keeps_its_code_and_says_english_by_default():
@@ -274,4 +266,4 @@ def test_anatomy_config_of_names_no_folder(smol):
 
     cfg = anatomy.config_of(smol)
     assert "_name_or_path" not in cfg and cfg["hidden_size"] == smol.facts.d_model
-    assert "/" not in "".join(str(v) for v in cfg.values() if isinstance(v, str) and v.startswith(("/", "~")))
+    assert not [v for v in cfg.values() if isinstance(v, str) and v.startswith(("/", "~"))]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
@@ -40,12 +39,30 @@ def test_greedy_chat_answer_is_paris(smol):
     assert "Paris" in answer, answer
 
 
-def test_warm_start_is_fast():
-    """The GGUF is converted once; later loads read the cached safetensors."""
-    load_model(None)
-    t = time.perf_counter()
-    load_model(None)
-    assert time.perf_counter() - t < 3.0
+def test_warm_start_reads_the_cached_safetensors(monkeypatch):
+    """The GGUF is converted once; later loads read the cached safetensors and never convert it again
+    (how long a warm start takes: tests/benchmarks/bench_refusals.py)."""
+    from core.engine import hf
+
+    load_model(None)  # converts the GGUF on a fresh machine
+    conv = hf.converted_dir(hf.embedded_gguf_path())
+    written = (conv / "model.safetensors").stat().st_mtime_ns
+    read: list[str] = []
+    real = hf._from_pretrained
+
+    def converting(*a, **kw):
+        raise AssertionError("a warm start converted the GGUF again")
+
+    def reading(path, **kw):
+        read.append(str(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(hf, "_convert_gguf", converting)
+    monkeypatch.setattr(hf, "_from_pretrained", reading)
+    loaded = load_model(None)
+    assert read == [str(conv)]
+    assert loaded.model.num_parameters() == 134_515_008
+    assert (conv / "model.safetensors").stat().st_mtime_ns == written
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):

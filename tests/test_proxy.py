@@ -101,9 +101,11 @@ def test_replica_number_comes_from_the_launcher(monkeypatch):
     assert replica.number() is None
 
 
-def test_default_replicas_is_half_the_cores():
-    assert serve.cores() == len(os.sched_getaffinity(0))
-    assert serve.default_replicas() == max(1, serve.cores() // 2)
+def test_default_replicas_is_half_the_cores(monkeypatch):
+    assert serve.cores() == len(os.sched_getaffinity(0))  # the cores this process may use, not the machine's
+    for cores, replicas in ((1, 1), (2, 1), (3, 1), (4, 2), (5, 2), (16, 8)):
+        monkeypatch.setattr(serve, "cores", lambda n=cores: n)
+        assert serve.default_replicas() == replicas, cores
 
 
 def test_each_replica_gets_its_share_of_the_cores_for_torch(monkeypatch):

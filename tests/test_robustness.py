@@ -7,7 +7,6 @@ passes are counted by wrapping ``core.backends.trace_ids``.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -61,7 +60,6 @@ def test_empty_prompt_gives_hint_and_runs_no_model(forward_count, prompt):
 
 def test_huge_prompt_is_truncated_with_a_notice(forward_count):
     prompt = ("The quick brown fox jumps over the lazy dog. " * 450)[:19_900]  # ≈ 4,400 tokens: over the 4,096 limit
-    assert len(prompt) == 19_900
     at = _tour(prompt)
     assert not at.exception
     assert at.warning and f"{MAX_TOKENS:,}" in at.warning[0].value, _messages(at)  # "4,096", as the metric says it
@@ -169,5 +167,3 @@ def test_trace_cache_stays_bounded_by_bytes_after_50_prompts(tiny_dirs, forward_
         assert forward_count["n"] == 51
     finally:
         cache.store.clear()
-    # the model itself is not re-tokenised by the cache key: the config in the folder is intact
-    assert json.loads((Path(spec) / "config.json").read_text())["model_type"] == "llama"
