@@ -10,7 +10,7 @@ from pathlib import Path
 import floats
 import numpy as np
 import pytest
-from test_tracing import allowed_error, assert_f16_as_accurate, assert_rows_sum_to_one  # the trace tests' float bounds
+from floats import allowed_error, assert_f16_as_accurate, assert_rows_sum_to_one
 
 from core import __main__ as cli
 from core import backends

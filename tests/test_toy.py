@@ -11,7 +11,7 @@ import floats
 import numpy as np
 import pytest
 import torch
-from test_tracing import assert_rows_sum_to_one, attention64, softmax_error  # the trace tests' float bounds
+from floats import assert_rows_sum_to_one, attention64, softmax_error
 
 from core import toy
 from core.engine import i18n

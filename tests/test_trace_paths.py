@@ -14,7 +14,7 @@ import floats
 import numpy as np
 import pytest
 import torch
-from test_tracing import allowed_error, assert_f16_as_accurate, assert_rows_sum_to_one  # the trace tests' float bounds
+from floats import allowed_error, assert_f16_as_accurate, assert_rows_sum_to_one
 
 from conftest import EagerReference
 from core import backends

@@ -18,6 +18,7 @@ import floats
 import numpy as np
 import pytest
 import torch
+from floats import allowed_error, assert_f16_as_accurate, assert_greedy_choice, assert_rows_sum_to_one, attention64, softmax_error
 
 from conftest import ROOT, TINY_ARCHS
 from core import backends
@@ -58,60 +59,6 @@ def _np(x) -> np.ndarray:
 def _lse(logits: np.ndarray) -> np.ndarray:
     m = logits.max(-1, keepdims=True)
     return (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[..., 0]
-
-
-def allowed_error(ref32, ref64) -> float:
-    """What ``floats.assert_as_accurate`` allows a route under test: ROUTE_FACTOR × HF float32's error + a rounding."""
-    return floats.ROUTE_FACTOR * float(np.abs(np.asarray(ref32, np.float64) - ref64).max()) + floats.U32 * float(np.abs(ref64).max())
-
-
-def assert_greedy_choice(ids, ref32, ref64, what: str) -> None:
-    """``ids`` [n] are the argmax of the rows of the exact logits ``ref64`` [n, V] as far as float32 can tell:
-    logits within ``allowed_error`` of the exact ones can only prefer an id whose exact logit is within twice
-    that of the maximum (so, where the top two lie further apart, the very argmax)."""
-    ref64 = np.asarray(ref64, np.float64)
-    short = ref64.max(-1) - np.take_along_axis(ref64, np.asarray(ids)[:, None], -1)[:, 0]
-    assert np.all(short <= 2 * allowed_error(ref32, ref64)), f"{what}: not the argmax (short of it by {short.max():.3g})"
-
-
-def assert_f16_as_accurate(ours16, ref64, allowed: float, what: str) -> None:
-    """Weights stored as float16, from a route other than HF's: within float16's rounding of them plus
-    ``allowed`` (``allowed_error``: what ``floats.assert_as_accurate`` allows) of the exact (float64) weights."""
-    floats.assert_within(ours16, ref64, floats.f16_rounding(ours16) + allowed, what, "float16 storage + ROUTE_FACTOR × float32's own error")
-
-
-def assert_rows_sum_to_one(p16, what: str) -> None:
-    """Softmax rows stored as float16 sum to 1 within each weight's float16 rounding plus float32 softmax's
-    normalisation (a T-term sum and a division: γ_{T+1})."""
-    floats.assert_within(p16.astype(np.float64).sum(-1), 1.0, floats.f16_rounding(p16).sum(-1) + floats.gamma(p16.shape[-1] + 1),
-                         what, "float16 storage of each weight + the softmax's sum and division")
-
-
-def attention64(q, k):
-    """softmax(q·kᵀ/√dh + causal mask) in float64 from traced q [H, T, dh] and k [Hkv, T, dh], query head
-    h reading KV head h // (H/Hkv); with the scores and which of them are live (not masked)."""
-    H, T, dh = q.shape
-    kr = np.repeat(k.astype(np.float64), H // k.shape[0], axis=0)
-    live = np.tril(np.ones((T, T), dtype=bool))
-    s = np.where(live, q.astype(np.float64) @ kr.transpose(0, 2, 1) / np.sqrt(dh), -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    return w / w.sum(-1, keepdims=True), s, live
-
-
-def softmax_error(q, k, w, s, live, routes: int = 1) -> np.ndarray:
-    """How far float32's softmax(fl(q·kᵀ)·scale + mask) can lie from the exact weights ``w`` (scores
-    ``s``), per weight, for each of ``routes`` routes. Each score is one dh-term dot product, scaled: off by
-    Δ ≤ γ_{dh+4}·scale·|q|·|k| (the +4: the scale's rounding and its product, or SDPA scaling q and k by
-    √scale each). Scores off by ≤ Δ move a weight by a factor within e^{±2Δ}; float32's softmax itself adds
-    ε = 2u(r + 4) + γ_{T+1} relative: the subtraction of the row's maximum (r: the live scores' spread)
-    and exp (≤ 2 ulps), in the numerator and in the denominator, then the T-term sum and the division."""
-    H, T, dh = q.shape
-    kr = np.repeat(np.abs(k.astype(np.float64)), H // k.shape[0], axis=0)
-    delta = floats.gamma(dh + 4) / np.sqrt(dh) * (np.abs(q.astype(np.float64)) @ kr.transpose(0, 2, 1))
-    big = np.where(live, delta, 0).max(-1, keepdims=True)
-    spread = np.where(live, s.max(-1, keepdims=True) - np.where(live, s, 0), 0).max(-1, keepdims=True)
-    eps = 2 * floats.U32 * (spread + 4) + floats.gamma(T + 1)
-    return routes * w * np.expm1(2 * big + np.log1p(eps))
 
 
 def _attention_route_error(loaded, lay, layer: int) -> np.ndarray:
