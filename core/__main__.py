@@ -1,6 +1,8 @@
 """Command line: ``python -m core trace "PROMPT" -o out.npz [--model PATH] [--chat] [--max-tokens N]``
 ``python -m core generate "PROMPT" --steps N -o gen.npz [--model PATH] [--chat] [--temperature T …]``
-and ``python -m core patch "CLEAN" "CORRUPTED" --answer " Paris" --foil " Rome" -o patch.npz [--model PATH] [--heads]``.
+and ``python -m core patch "CLEAN" "CORRUPTED" --answer " Paris" --foil " Rome" -o patch.npz [--model PATH] [--heads]``
+and ``python -m core serve-lab WORKLOAD.jsonl -o result.json [--no-prefix-sharing] [--page-size N] [--blocks N] …``
+(``core.gen.serving_cli``).
 
 Every argument is checked before the model loads, and so is the output file: the file written is
 exactly the path given (nothing is appended to it). Errors are one line, ``error: …``, exit code 2.
@@ -28,7 +30,7 @@ from core import backends
 from core.cause import pair, patching
 from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
-from core.gen import generate
+from core.gen import generate, serving_cli
 from core.gen.sampling import SamplingConfig
 
 EXIT_ERROR = 2
@@ -383,9 +385,10 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0 if argv else EXIT_ERROR
     cmd, rest = argv[0], argv[1:]
-    commands = {"trace": trace_main, "generate": generate_main, "patch": patch_main}
+    commands = {"trace": trace_main, "generate": generate_main, "patch": patch_main,
+                "serve-lab": lambda rest: serving_cli.main(rest, sys.modules[__name__])}
     if cmd not in commands:
-        print(f"error: unknown command '{cmd}'; use 'trace', 'generate' or 'patch'.\n{__doc__}", file=sys.stderr)
+        print(f"error: unknown command '{cmd}'; use 'trace', 'generate', 'patch' or 'serve-lab'.\n{__doc__}", file=sys.stderr)
         return EXIT_ERROR
     try:
         return commands[cmd](rest)

@@ -11,7 +11,7 @@ from core.engine.tokens import readable_tokens
 from core.engine.types import ConfigError, EmptyPromptError
 from core.gen import diagnose as dg
 from core.gen import figures as gen_fig
-from core.gen import kvcalc, report
+from core.gen import kvcalc, report, workloads
 from core.web import cache, nav, presenter, ui, widgets
 
 P = "diagnose"
@@ -175,6 +175,8 @@ def _symptom(spec: str, loaded) -> None:
      "temperature": lambda: _temperature(loaded), "attention": lambda: st.markdown(ui.t("diagnose.attention_text"))}[sym]()
     for stem in dg.SEE_ALSO[sym]:
         nav.see_page(stem)
+    if sym in workloads.SYMPTOM_SHAPE:  # the same request shape, run for real on the serving lab
+        nav.serving_link(workloads.SYMPTOM_SHAPE[sym])
 
 
 def _exercise(spec: str, loaded) -> None:

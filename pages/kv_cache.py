@@ -9,8 +9,8 @@ from core.engine import tokens
 from core.engine.numbers import human_bytes
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
-from core.gen import generate, kvcalc, report
-from core.web import cache, presenter, ui, widgets
+from core.gen import generate, kvcalc, report, workloads
+from core.web import cache, nav, presenter, ui, widgets
 
 P = "kv_cache"
 
@@ -118,6 +118,8 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
     st.table(report.workload_table(rows, ui.lang()).style.format(precision=2, thousands=","), hide_index=True)  # every column whole
     presenter.chart(gen_fig.workloads(report.workload_names(rows, ui.lang()), rows, ui.lang()), width="stretch")
     ui.badge("measured", ui.t("kv_cache.simulated"))
+    for shape in workloads.LAB_PART:  # simulated here; run for real, many requests at once, on the serving lab
+        nav.serving_link(shape)
 
 
 def render() -> None:

@@ -230,3 +230,32 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item)
         if not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
+
+
+def plotly_array(v):
+    """An array from a plotly figure spec as the browser gets it: nested lists, or a typed array
+    {dtype, bdata (base64)[, shape]}."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(float)
+        shape = v.get("shape")
+        if shape:
+            a = a.reshape([int(s) for s in str(shape).split(",")] if isinstance(shape, str) else shape)
+        return a
+    if isinstance(v, list) and v and isinstance(v[0], (list, dict)):
+        return np.stack([plotly_array(row) for row in v])
+    return np.asarray(v, dtype=float)
+
+
+def figure_spec(at, title_part: str) -> dict:
+    """The spec (as JSON) of the first plotly chart an AppTest run drew whose spec mentions ``title_part``."""
+    import json
+
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        if title_part in json.dumps(spec, ensure_ascii=False):
+            return spec
+    raise AssertionError(f"no figure mentions {title_part!r}")

@@ -330,3 +330,120 @@ def temperature_bars(tokens: Sequence[str], temps: Sequence[float], question: np
     fig.update_layout(barmode="group")
     fig.update_yaxes(title=t("diagnose.temp_prob", lang), range=[0, 1], row=1, col=1)
     return _layout(fig, t("diagnose.temp_title", lang), height=400)
+
+
+# ---------------------------------------------------------------------------------------------
+# the serving lab (core.gen.serving): a padded batch, and a workload through continuous batching
+
+SERVE = {"wait": "#bdbdbd", "prefill": PALETTE["prefill"], "decode": PALETTE["decode"], "free": "#f4f4f4", "shared": "#000000"}
+
+
+def padded_masks(batches: Sequence[Any], lang: str) -> go.Figure:
+    """Each prompt's attention mask as its layers received it (rows: queries, columns: keys; dark = may
+    read), for each padding side side by side. Pad positions are named on the axes, so the picture does
+    not rest on colour alone."""
+    B = len(batches[0].prompts)
+    titles = [t("serving.mask_title", lang, b=b + 1, side=t(f"serving.side_{pb.side}", lang)) for b in range(B) for pb in batches]
+    fig = make_subplots(rows=B, cols=len(batches), subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.12)
+    for c, pb in enumerate(batches, start=1):
+        T = pb.mask_2d.shape[1]
+        for b in range(B):
+            ticks = [str(i) if pb.mask_2d[b, i] else f"{i} pad" for i in range(T)]
+            fig.add_trace(go.Heatmap(z=pb.mask_4d[b].astype(float), x=ticks, y=ticks, zmin=0, zmax=1, showscale=False,
+                                     colorscale=[[0, "#ffffff"], [1, "#08306b"]], xgap=1, ygap=1,
+                                     hovertemplate=t("serving.mask_hover", lang) + "<extra></extra>"), row=b + 1, col=c)
+            fig.update_yaxes(autorange="reversed", row=b + 1, col=c, showticklabels=T <= 24)
+            fig.update_xaxes(row=b + 1, col=c, showticklabels=T <= 24, tickangle=-90)
+    return _layout(fig, t("serving.masks_fig", lang), height=260 * B + 60)
+
+
+def serving_timeline(steps: Sequence[Any], ids: Sequence[str], lang: str) -> go.Figure:
+    """Every forward step of the engine (x) and what each request (y) did in it: prefill (with how many
+    prompt tokens: a long prompt is cut into chunks), decode (one token), or nothing. The cell text says
+    it too (P n / D), so the picture does not rest on colour alone."""
+    code = {rid: i for i, rid in enumerate(ids)}
+    z = np.full((len(ids), len(steps)), np.nan)
+    text = [["" for _ in steps] for _ in ids]
+    for j, s in enumerate(steps):
+        for rid, n in s.prefill.items():
+            z[code[rid], j], text[code[rid]][j] = 2, f"P{n}"
+        for rid in s.decode:
+            z[code[rid], j], text[code[rid]][j] = 1, "D"
+    x = list(range(len(steps)))
+    fig = go.Figure(go.Heatmap(
+        z=z, x=x, y=list(ids), text=text, texttemplate="%{text}" if len(steps) <= 40 else None, xgap=1, ygap=2, zmin=1, zmax=2,
+        colorscale=[[0, SERVE["decode"]], [0.5, SERVE["decode"]], [0.5, SERVE["prefill"]], [1, SERVE["prefill"]]], showscale=False,
+        customdata=[[f"{s.t_s:.3f}" for s in steps] for _ in ids],
+        hovertemplate=t("serving.timeline_hover", lang) + "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title=t("serving.request", lang), type="category")
+    fig.update_xaxes(title=t("serving.step", lang))
+    _pass_axis(fig, len(steps))
+    return _layout(fig, t("serving.timeline_fig", lang), height=120 + 34 * len(ids))
+
+
+def serving_gantt(requests: Sequence[Any], lang: str) -> go.Figure:
+    """Each request from its arrival: waiting in the queue, prefill until its first token (TTFT), then
+    decoding until it ends, on the engine's clock (seconds from the first arrival)."""
+    fig = go.Figure()
+    parts = (("wait", "arrival_s", "first_scheduled_s"), ("prefill", "first_scheduled_s", "first_token_s"),
+             ("decode", "first_token_s", "finish_s"))
+    for name, a, b in parts:
+        rows = [r for r in requests if getattr(r, a) is not None and getattr(r, b) is not None]
+        fig.add_trace(go.Bar(y=[r.id for r in rows], x=[max(0.0, getattr(r, b) - getattr(r, a)) for r in rows],
+                             base=[getattr(r, a) for r in rows], orientation="h", name=t(f"serving.phase_{name}", lang),
+                             marker_color=SERVE[name], marker_pattern_shape={"wait": ".", "prefill": "/", "decode": ""}[name],
+                             hovertemplate="%{y}: %{base:.2f} → %{x:.2f} s<extra>" + t(f"serving.phase_{name}", lang) + "</extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(title=t("serving.seconds", lang))
+    _layout(fig, t("serving.gantt_fig", lang), height=200 + 34 * len(requests))
+    fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=-0.45, yanchor="top"), margin=dict(b=80))
+    return fig
+
+
+def serving_blocks(steps: Sequence[Any], ids: Sequence[str], num_blocks: int, lang: str) -> go.Figure:
+    """The paged KV cache over the run: one column per block, one row per step; a cell is the request
+    holding that block (its number in the cell), "S" where two or more requests share it (a common
+    prefix), empty where the block is free."""
+    code = {rid: i for i, rid in enumerate(ids)}
+    z = np.full((len(steps), num_blocks), np.nan)
+    text = [["" for _ in range(num_blocks)] for _ in steps]
+    who = [["" for _ in range(num_blocks)] for _ in steps]
+    for j, s in enumerate(steps):
+        owners: dict[int, list[str]] = {}
+        for rid, blocks in s.blocks.items():
+            for blk in blocks:
+                if 0 <= blk < num_blocks:
+                    owners.setdefault(blk, []).append(rid)
+        for blk, rids in owners.items():
+            shared = len(rids) > 1
+            z[j, blk] = -1 if shared else code[rids[0]]
+            text[j][blk] = "S" if shared else str(code[rids[0]] + 1)
+            who[j][blk] = ", ".join(rids)
+    n = max(1, len(ids))
+    scale = [[0, SERVE["shared"]], [0.5 / (n + 1), SERVE["shared"]]]
+    qual = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#9d755d", "#bab0ac", "#ff9da6"]
+    for i in range(n):
+        lo, hi = (i + 0.5) / (n + 1), (i + 1.5) / (n + 1)
+        scale += [[lo, qual[i % len(qual)]], [hi, qual[i % len(qual)]]]
+    scale[-1][0] = 1.0
+    show_text = num_blocks * len(steps) <= 1600
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}" if show_text else None, customdata=who, zmin=-1.5, zmax=n - 0.5,
+                               colorscale=scale, showscale=False, xgap=1, ygap=1,
+                               hovertemplate=t("serving.blocks_hover", lang) + "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title=t("serving.step", lang))
+    fig.update_xaxes(title=t("serving.block", lang))
+    return _layout(fig, t("serving.blocks_fig", lang), height=min(700, 140 + 14 * len(steps)))
+
+
+def serving_memory(memory: dict[str, Any], lang: str) -> go.Figure:
+    """The block pool against what the requests needed at their longest, the peak the engine held, and a
+    contiguous cache of the model's whole context for every request."""
+    keys = ("peak_bytes_used", "needed_bytes", "pool_bytes_data", "contiguous_max_length_bytes")
+    vals = [float(memory.get(k) or 0) / 2**20 for k in keys]
+    fig = go.Figure(go.Bar(x=[t(f"serving.mem_{k}", lang) for k in keys], y=vals, marker_color=[SERVE["prefill"], "#7f7f7f", PALETTE["kv"], PALETTE["without"]],
+                           text=[f"{v:,.1f} MiB" for v in vals], textposition="outside", hovertemplate="%{x}: %{y:,.2f} MiB<extra></extra>"))
+    pos = [v for v in vals if v > 0]
+    if pos and max(pos) > 30 * min(pos):  # a contiguous cache of the whole context dwarfs the rest: powers of ten
+        fig.update_yaxes(type="log", dtick=1, tickformat=",~g")
+    fig.update_yaxes(title="MiB")
+    return _layout(fig, t("serving.memory_fig", lang), height=340)

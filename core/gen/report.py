@@ -5,6 +5,7 @@ Streamlit, so every number a page prints can be checked without running the app.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -360,3 +361,98 @@ def stream_text(run: dg.DecodeRun, lang: str) -> str:
     """The request's timeline in words: first token, last token, and the first token's share of the wait."""
     return t("diagnose.stream_text", lang, first=timing.ms(run.first_token), total=timing.ms(run.total), n=run.n_decode + 1,
              share=f"{100 * run.first_token / max(run.total, 1e-12):.0f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The serving lab (core.gen.serving)
+
+
+def _named(df: pd.DataFrame, lang: str) -> pd.DataFrame:
+    return df.rename(columns=lambda c: t(c, lang))
+
+
+def _s(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def padded_table(batches: Sequence[Any], lang: str) -> pd.DataFrame:
+    """Per padding side and prompt: its real tokens, and how far the batched logits at its real positions
+    lie from the prompt run alone — as the batch ran, without the padding mask, without the shifted positions."""
+    rows = []
+    for pb in batches:
+        for b in range(len(pb.prompts)):
+            alone = pb.alone[b].astype("float64")
+            rows.append({"serving.col_side": t(f"serving.side_{pb.side}", lang), "serving.col_prompt": b + 1,
+                         "serving.col_tokens": pb.lengths[b],
+                         "serving.col_err": float(abs(pb.logits[b] - alone).max()),
+                         "serving.col_err_nomask": float(abs(pb.logits_without_mask[b] - alone).max()),
+                         "serving.col_err_nopos": float(abs(pb.logits_without_positions[b] - alone).max()),
+                         "serving.col_next_nomask": int((pb.logits_without_mask[b].argmax(-1) != alone.argmax(-1)).sum())})
+    return _named(pd.DataFrame(rows), lang)
+
+
+def positions_table(pb: Any, lang: str) -> pd.DataFrame:
+    """The batch as the model received it: per prompt, each slot's token (or pad), mask bit and position id."""
+    cols = {}
+    for b in range(len(pb.prompts)):
+        cols[t("serving.col_prompt", lang) + f" {b + 1}"] = [
+            f"{int(pb.position_ids[b, i])}" if pb.mask_2d[b, i] else f"pad ({int(pb.position_ids[b, i])})" for i in range(pb.mask_2d.shape[1])]
+    return pd.DataFrame(cols).T
+
+
+def requests_table(res: Any, lang: str) -> pd.DataFrame:
+    """Per request, from the engine's own clock: queueing, TTFT, TPOT, end to end, the prompt tokens it
+    computed and reused, and whether its tokens equal the same request generated alone (✓)."""
+    rows = [{"serving.col_id": r.id, "serving.col_prompt_tokens": r.prompt_tokens, "serving.col_reused": r.reused_prompt_tokens,
+             "serving.col_computed": r.computed_prompt_tokens, "serving.col_new": len(r.token_ids),
+             "serving.col_queue": _s(r.queue_s), "serving.col_ttft": _s(r.ttft_s),
+             "serving.col_tpot": _s(None if r.tpot_s is None else r.tpot_s * 1000, 1), "serving.col_e2e": _s(r.e2e_s),
+             "serving.col_preempt": r.preemptions, "serving.col_solo": {True: "✓", False: "✗", None: "—"}[r.equals_solo],
+             "serving.col_text": visible(r.text) if r.outcome == "finished" else t(f"serving.outcome_{r.outcome}", lang)}
+            for r in res.requests]
+    return _named(pd.DataFrame(rows), lang)
+
+
+def throughput_text(res: Any, lang: str) -> str:
+    """Tokens per second through the engine against the same requests one after another with
+    ``generate`` (measured in the same run), and whether every request matched itself alone."""
+    n_ok = sum(bool(r.equals_solo) for r in res.requests)
+    ratio = (res.tokens_per_s / res.sequential_tokens_per_s) if res.sequential_tokens_per_s else None
+    return t("serving.throughput", lang, cb=f"{res.tokens_per_s:,.1f}", seq=_s(res.sequential_tokens_per_s, 1),
+             ratio="—" if ratio is None else f"{ratio:.2f}", ok=n_ok, n=len(res.requests), steps=len(res.steps))
+
+
+def sharing_table(summary: dict[str, Any], lang: str) -> pd.DataFrame:
+    rows = [{"serving.col_id": r["id"], "serving.col_ttft_on": _s(r["ttft_shared_s"]), "serving.col_ttft_off": _s(r["ttft_unshared_s"]),
+             "serving.col_reused": r["reused_prompt_tokens"], "serving.col_computed_on": r["computed_shared"],
+             "serving.col_computed_off": r["computed_unshared"]} for r in summary["requests"]]
+    return _named(pd.DataFrame(rows), lang)
+
+
+def sharing_text(on: Sequence[Any], off: Sequence[Any], lang: str) -> str:
+    """The TTFT of the requests after the first, with sharing on and off, over repeated runs of each:
+    a saving is called one only when every run with sharing beat every run without it."""
+    def ttfts(res: Any) -> list[float]:
+        first = min(res.requests, key=lambda r: (r.arrival_s, r.id))
+        return [r.ttft_s for r in res.requests if r is not first and r.ttft_s is not None]
+    med_on = [statistics.median(ttfts(r)) for r in on if ttfts(r)]
+    med_off = [statistics.median(ttfts(r)) for r in off if ttfts(r)]
+    if not med_on or not med_off:
+        return t("serving.sharing_none", lang)
+    key = "serving.sharing_saves" if max(med_on) < min(med_off) else "serving.sharing_noise"
+    return t(key, lang, on=f"{statistics.median(med_on):.3f}", off=f"{statistics.median(med_off):.3f}",
+             lo_on=f"{min(med_on):.3f}", hi_on=f"{max(med_on):.3f}", lo_off=f"{min(med_off):.3f}", hi_off=f"{max(med_off):.3f}",
+             runs=len(med_on))
+
+
+def pool_text(res: Any, lang: str) -> str:
+    """The pool by the KV page's rule beside the bytes the engine allocated, and what it did when short."""
+    m = res.memory
+    pre = sum(r.preemptions for r in res.requests)
+    refused = [r.id for r in res.requests if r.outcome != "finished"]
+    waited = max((r.queue_s or 0.0) for r in res.requests)
+    return t("serving.pool", lang, blocks=res.settings["num_blocks"], page=res.settings["page_size"],
+             per_block=human_bytes(m["bytes_per_block"]), formula=human_bytes(m["pool_bytes_formula"]),
+             measured=human_bytes(m["pool_bytes_data"]), needed=human_bytes(m["needed_bytes"]), peak=m["peak_blocks_used"],
+             preempted=pre, refused=", ".join(refused) or "—", waited=f"{waited:.2f}", layers=m["layers"], kv=m["kv_heads"],
+             dh=m["head_dim"], bpv=m["bytes_per_value"])

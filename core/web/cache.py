@@ -23,7 +23,7 @@ from core.engine import budget, tokens
 from core.engine.memo import ByteLRU
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
-from core.gen import diagnose, generate
+from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
 from core.learn.journey import MAX_NEW, greedy_continuation
@@ -381,3 +381,36 @@ def _diagnose_bar(label: Any) -> tuple[Any, Any]:
     def update(done: int, total: int, n: int) -> None:
         bar.progress(min(1.0, done / max(1, total)), text=label(done, total, n) if label else None)
     return bar, update
+
+
+# the serving lab: a plain copy of the model for transformers' continuous batching (it refuses the
+# traced "xray" attention); it shares the traced model's weight tensors, so it costs no weight memory, and
+# never replaces the traced model. Each run's block pool is bounded (serving.MAX_POOL_BYTES) and freed
+# when the run ends; a run holds the copy's own lock, so one student's workload never blocks a trace.
+@st.cache_resource(show_spinner=False, max_entries=2)
+def serving_model(spec: str) -> LoadedModel:
+    return serving.plain_model(get_model(spec))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def serving_padded(spec: str, prompts: tuple[str, ...], side: str) -> serving.PaddedBatch:
+    return serving.padded_batch(serving_model(spec), list(prompts), side)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def serving_run(spec: str, workload: str, page_size: int, num_blocks: int | None, max_batch_tokens: int, sharing: bool,
+                solo: bool = True, run: int = 0, _label: Any = None) -> serving.ServeResult:
+    """One workload through the engine (``core.gen.serving.run_workload``), with a progress bar in words
+    (``_label(fraction)``) while it runs; ``run`` measures again."""
+    bar = st.progress(0.0, text=_label(0.0) if _label else None)
+
+    def update(frac: float, _words: str) -> None:
+        f = min(1.0, max(0.0, frac))
+        bar.progress(f, text=_label(f) if _label else None)
+
+    try:
+        return serving.run_workload(serving_model(spec), serving.parse_workload(workload), page_size=page_size,
+                                    num_blocks=num_blocks, max_batch_tokens=max_batch_tokens, prefix_sharing=sharing,
+                                    solo=solo, progress=update)
+    finally:
+        bar.empty()

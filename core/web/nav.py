@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from core.gen import workloads
 from core.web import ui
 
 # (section key, page file stem, icon), in the order of the sidebar
@@ -33,6 +34,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("nav.maths", "toy", "🧪"),
     ("nav.generation", "generation", "⏭️"),
     ("nav.generation", "kv_cache", "🗄️"),
+    ("nav.generation", "serving", "🚦"),
     ("nav.generation", "chat", "💬"),
     ("nav.generation", "diagnose", "🩺"),
     ("nav.learn", "quiz", "✅"),
@@ -87,13 +89,22 @@ def label_document(page: Any) -> None:
     st.sidebar.html(f"<script>document.documentElement.lang = {json.dumps(lang)};</script>", unsafe_allow_javascript=True)
 
 
-def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", where: Any = None) -> None:
-    """A link to a registered page (``where``: a container; the main area by default)."""
+def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", where: Any = None,
+              query: dict[str, str] | None = None) -> None:
+    """A link to a registered page (``where``: a container; the main area by default; ``query``: view
+    settings the link opens, e.g. one part of a page), keeping the language."""
     if stem not in STEMS:
         raise KeyError(f"no page '{stem}' is registered in core.web.nav.PAGES")
-    (where or st).page_link(f"pages/{stem}.py", label=label or ui.t(f"page.{stem}"), icon=icon)
+    (where or st).page_link(f"pages/{stem}.py", label=label or ui.t(f"page.{stem}"), icon=icon,
+                            query_params={"lang": ui.lang(), **query} if query else None)
 
 
 def see_page(stem: str, *, where: Any = None) -> None:
     """The "See the page: …" link under a stage or an answer."""
     page_link(stem, label=ui.t("ui.see_page", page=ui.t(f"page.{stem}")), where=where)
+
+
+def serving_link(shape: str, *, where: Any = None) -> None:
+    """A link to the part of the serving lab that runs the request shape ``shape`` (``workloads.LAB_PART``)."""
+    part, preset = workloads.LAB_PART[shape]
+    page_link("serving", label=ui.t(f"serving.link_{shape}"), icon="🚦", where=where, query={"part": part, "workload": preset})

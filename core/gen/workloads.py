@@ -1,0 +1,47 @@
+"""The serving lab's workloads: the three request shapes of the tutorials (seed 003 §8.4) as JSONL files in
+``assets/serving/``, and a table's rows back to JSONL. What a workload may hold is checked in one place,
+``core.gen.serving.parse_workload``, whatever it came from (a preset, the page's editor, a file)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from core.gen import serving
+
+DIR = Path(__file__).resolve().parents[2] / "assets" / "serving"
+# a chat service whose requests share a long system prompt (reuse the prefix); RAG, long inputs and
+# short answers (prefill dominates); short questions with long answers (decode dominates: batch them)
+PRESETS = ("chat", "rag", "long_answers")
+
+
+def preset_text(name: str) -> str:
+    if name not in PRESETS:
+        raise KeyError(f"no workload preset {name!r}; they are {', '.join(PRESETS)}")
+    return (DIR / f"{name}.jsonl").read_text(encoding="utf-8")
+
+
+def rows_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """JSONL of a table's rows, as typed (the checks are parse_workload's)."""
+    return "".join(json.dumps(dict(r), ensure_ascii=False, default=str) + "\n" for r in rows)
+
+
+# Where the serving lab runs each of the tutorials' three request shapes (kvcalc.SEED_WORKLOADS' names,
+# and the diagnose page's symptoms that stand for them): (part of the page, workload preset).
+LAB_PART: dict[str, tuple[str, str]] = {
+    "long_in": ("prefix", "chat"),  # long input, short output: reuse a stable prefix
+    "long_out": ("batching", "long_answers"),  # short input, long output: batch the decode steps
+    "concurrent": ("blocks", "rag"),  # long input, high concurrency: a paged cache, and what happens when it runs out
+}
+SYMPTOM_SHAPE = {"slow_first": "long_in", "slow_answer": "long_out", "oom": "concurrent"}
+
+
+def smallest_pool(tokenizer: Any, text: str, page_size: int, max_positions: int | None) -> int:
+    """The fewest blocks in which the workload's largest request fits alone (its prompt and every new
+    token), plus one: the others must then wait their turn or be preempted, but none is refused."""
+    reqs = serving.parse_workload(text)
+    ids = serving.encode_workload(tokenizer, reqs, max_positions)
+    return max(math.ceil((len(p) + r.max_new_tokens) / page_size) for p, r in zip(ids, reqs)) + 1
