@@ -74,12 +74,12 @@ def scratch(tmp_path_factory, tiny_dirs):
         p = subprocess.run(line, shell=True, cwd=d, env=env, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, f"README line failed (exit {p.returncode}): {line}\n{p.stderr[-3000:]}"
         ran.append(line)
-    assert len(ran) >= 4, ran  # trace ×2, generate, patch
+    assert len(ran) >= 5, ran  # trace ×2, generate, patch, serve-lab
     return d
 
 
 def test_command_lines_write_what_they_say(scratch):
-    for name in ("trace.npz", "t.npz", "gen.npz", "patch.npz"):
+    for name in ("trace.npz", "t.npz", "gen.npz", "patch.npz", "serving.json"):
         assert (scratch / name).stat().st_size > 0, name
 
 
