@@ -251,7 +251,10 @@ def test_proxy_answers_a_health_probe(hall):
             answered_by = r.headers.get("X-Replica")
     except urllib.error.HTTPError as e:
         answered_by = e.headers.get("X-Replica")
-    assert answered_by in hall.replicas, answered_by
+    # X-Replica is nginx's $upstream_addr: "a, b" when the first replica did not accept within the connect
+    # timeout (a loaded machine) and nginx passed the request on, as it is set to. Either way a replica answered.
+    tried = [a.strip() for a in (answered_by or "").split(",")]
+    assert tried and all(a in hall.replicas for a in tried), answered_by
     log = hall.text()  # the launcher's active check: one line per replica before nginx started
     assert all(f"http://{a}" in log and "healthy" in log for a in hall.replicas)
     assert log.index("replica 2/2") < log.index("serve: nginx")
