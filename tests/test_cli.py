@@ -307,7 +307,6 @@ def test_patch_writes_the_grids_of_the_core(capsys, tmp_path):
         with torch.inference_mode():
             runs = [[m(torch.tensor([list(ids)]))[0][0, -1].double().numpy() for ids in (pt.ids_clean, pt.ids_corrupted)]
                     for m in (twin, copy.deepcopy(twin).double())]
-        allow = floats.ROUTE_FACTOR * np.abs(np.subtract(*runs)).max() + floats.U32 * np.abs(runs[1]).max()
-        floats.assert_within(z["resid"][0, 6], float(z["logit_diff_clean"]), 4 * allow, what="layer 0, the differing position",
+        floats.assert_within(z["resid"][0, 6], float(z["logit_diff_clean"]), 4 * floats.allowed_error(*map(np.array, runs)), what="layer 0, the differing position",
                              why="two float32 routes of a logit difference")
         assert json.loads(str(z["meta"]))["answer"] == "p"

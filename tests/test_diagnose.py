@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import floats
 import numpy as np
 import pytest
 import torch
@@ -23,14 +24,29 @@ from core.gen import report
 APP = str(ROOT / "app.py")
 
 
+def _ls_bounds(n: np.ndarray, t: np.ndarray, coef: np.ndarray) -> tuple[float, float]:
+    """float64 least squares of the weighted columns A = [1, n, n²] / t against 1 (``fit_prefill``'s): LAPACK's
+    solution is exact for A + ΔA, ‖ΔA‖ ≤ γ_{3m}‖A‖ (backward stable), and each t carries three roundings of
+    its closed form. So (relative miss at a point, ≤ ‖ΔA‖‖x‖ + the data's and the prediction's few roundings;
+    error of a coefficient, ≤ κ(A) × that relative to ‖x‖)."""
+    A = np.stack([np.ones_like(n), n, n * n][: len(coef)], axis=1) / t[:, None]
+    x = np.linalg.norm(coef)
+    back = floats.gamma(3 * len(n) + 6, floats.U64) * np.linalg.norm(A, 2) * x
+    return float(back + floats.gamma(6, floats.U64)), float(np.linalg.cond(A) * back)
+
+
 def test_fit_recovers_an_exact_curve_and_refuses_negative_terms():
     n = np.array([64, 128, 256, 512, 1024, 2048], dtype=float)
     t = 0.01 + 2e-4 * n + 3e-8 * n * n
     f = dg.fit_prefill(n, t)
-    assert f.max_rel_error < 1e-9
-    assert math.isclose(f.a, 0.01, rel_tol=1e-6) and math.isclose(f.b, 2e-4, rel_tol=1e-6) and math.isclose(f.c, 3e-8, rel_tol=1e-6)
+    miss, coef = _ls_bounds(n, t, np.array([0.01, 2e-4, 3e-8]))
+    floats.assert_within(f.max_rel_error, 0.0, miss, what="relative miss", why="float64 least squares (backward error)")
+    floats.assert_within([f.a, f.b], [0.01, 2e-4], coef, what="a, b", why="float64 least squares (κ(A) × backward error)")
+    # c is ~10⁻⁵ of ‖x‖: the normwise bound above does not reach it; float64 gets it to ~1e-12 of itself here,
+    # and rel 1e-6 is ~10⁶ above that
+    assert math.isclose(f.c, 3e-8, rel_tol=1e-6)
     parts = f.parts(2048)
-    assert math.isclose(sum(parts.values()), float(f.predict(2048)), rel_tol=1e-12)
+    assert sum(parts.values()) == float(f.predict(2048))  # the same three terms, added in the same order
     concave = 0.5 * np.sqrt(n)  # a curve bending down: the n² term would be negative, so it is left out
     g = dg.fit_prefill(n, concave)
     assert g.a >= 0 and g.b >= 0 and g.c >= 0
@@ -38,9 +54,13 @@ def test_fit_recovers_an_exact_curve_and_refuses_negative_terms():
 
 def test_tpot_line_recovers_an_exact_line_and_never_slopes_down():
     n = np.array([64, 256, 1024, 2048], dtype=float)
-    f = dg.fit_prefill(n, 0.02 + 3e-6 * n, degree=1)
-    assert f.c == 0 and f.max_rel_error < 1e-9
-    assert math.isclose(f.a, 0.02, rel_tol=1e-6) and math.isclose(f.b, 3e-6, rel_tol=1e-6)
+    t = 0.02 + 3e-6 * n
+    f = dg.fit_prefill(n, t, degree=1)
+    miss, coef = _ls_bounds(n, t, np.array([0.02, 3e-6]))
+    assert f.c == 0
+    floats.assert_within(f.max_rel_error, 0.0, miss, what="relative miss", why="float64 least squares (backward error)")
+    floats.assert_within(f.a, 0.02, coef, what="a", why="float64 least squares (κ(A) × backward error)")
+    assert math.isclose(f.b, 3e-6, rel_tol=1e-6)  # b is ~10⁻⁴ of ‖x‖: as c above, rel 1e-6 is ~10⁶ above float64's error here
     g = dg.fit_prefill(n, 0.03 - 1e-6 * n, degree=1)  # noise sloping down: the slope is kept at 0
     assert g.b == 0 and g.c == 0 and g.a > 0
     with pytest.raises(ValueError):
@@ -53,12 +73,14 @@ def test_measured_curve_reproduces_its_points_within_its_stated_error(smol):
     assert all(p.prefill.n == 2 and p.tokenise.n >= 5 for p in pts)
     assert all(p.decode is not None and p.decode.n == 2 * 2 for p in pts)  # 2 steps × 2 timed runs
     f = dg.fit_points(pts)
+    # max_rel_error is max |pred − t| / t of these very predictions: reading it back as |pred − t| ≤ it × t
+    # costs its own division and this product (≤ 3u)
     for p in pts:
-        assert abs(float(f.predict(p.n_tokens)) - p.prefill.median) <= (f.max_rel_error + 1e-9) * p.prefill.median
+        assert abs(float(f.predict(p.n_tokens)) - p.prefill.median) <= f.max_rel_error * p.prefill.median * (1 + 3 * floats.U64)
     line = dg.fit_tpot(pts)
     assert line is not None and line.n_points == 3 and line.c == 0 and line.b >= 0
     for p in pts:
-        assert abs(float(line.predict(p.n_tokens)) - p.decode.median) <= (line.max_rel_error + 1e-9) * p.decode.median
+        assert abs(float(line.predict(p.n_tokens)) - p.decode.median) <= line.max_rel_error * p.decode.median * (1 + 3 * floats.U64)
     assert dg.fit_tpot([dg.PrefillPoint(8, p.tokenise, p.prefill) for p in pts]) is None  # no decode steps: no line
 
 
@@ -92,7 +114,7 @@ def test_one_tpot_measured_one_way(smol, monkeypatch):
 def test_extrapolation_is_labelled_and_states_its_assumptions(smol):
     f = dg.Fit(0.01, 1e-4, 1e-8, 0.05, 5)
     e = dg.extrapolate(f, dg.EXERCISE_TO, 2048, smol.facts.max_positions)
-    assert e.is_extrapolation and e.factor == pytest.approx(20_000 / 2048)
+    assert e.is_extrapolation and e.factor == pytest.approx(20_000 / 2048)  # float64: rel 1e-6 ≫ a division's rounding
     assert e.beyond_context  # SmolLM2 has 8,192 positions: 20K is a what-if
     assert not dg.extrapolate(f, 1024, 2048, smol.facts.max_positions).is_extrapolation
     assert e.assumptions == dg.ASSUMPTIONS and len(e.assumptions) >= 4
@@ -146,8 +168,12 @@ def test_temperature_demo_is_exactly_softmax_of_logits_over_t(smol):
     demo = dg.temperature_demo(q.last_logits, e.last_logits)
     for i, T in enumerate(demo.temperatures):
         for logits, got in ((q.last_logits, demo.question[i]), (e.last_logits, demo.evidence[i])):
-            ref = torch.softmax(torch.tensor(logits, dtype=torch.float64) / T, dim=-1).numpy()[demo.ids]
-            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-15)
+            z = logits.astype(np.float64) / T
+            ref = torch.softmax(torch.tensor(z), dim=-1).numpy()[demo.ids]
+            # two float64 softmaxes over V terms: each rounds its V-term sum of positive terms (γ_V), each
+            # exponent's argument (≤ u × the spread), each exp and the division
+            rel = 2 * (floats.gamma(len(z), floats.U64) + (z.max() - z.min() + 3) * floats.U64)
+            floats.assert_within(got, ref, rel * np.maximum(got, ref), what=f"T = {T}", why="two float64 softmaxes")
         # dividing by T never reorders: the question's top candidate is the same at every temperature
         assert demo.ids[int(np.argmax(demo.question[i]))] == demo.top_question
     assert demo.top_question != demo.top_evidence  # the evidence, not the temperature, moves the answer
@@ -205,6 +231,7 @@ def test_exercise_reads_both_curves_at_2k_and_20k():
     pts = _curve([64, 256, 1024])
     ex = dg.exercise(pts, 8192)
     f = lambda n: 0.01 + 2e-4 * n + 3e-8 * n * n  # noqa: E731
+    # float64 closed forms against the fit of exact points: pytest.approx's rel 1e-6 is ~10⁶ above the fit's error
     assert ex.small.seconds == pytest.approx(f(2000)) and ex.large.seconds == pytest.approx(f(20000))
     assert ex.ratio == pytest.approx(f(20000) / f(2000)) and ex.quadratic_share == pytest.approx(100 * 3e-8 * 20000**2 / f(20000))
     assert ex.small.is_extrapolation and ex.large.beyond_context and ex.tpot_up_to == 1024
@@ -236,7 +263,7 @@ class _Facts:
 
 def test_request_and_streaming_sentences_from_one_run():
     d = _run()
-    first = 0.001 + 0.11
+    first = 0.001 + 0.11  # float64 medians and sums: pytest.approx's rel 1e-6 ≫ their rounding
     assert d.first_token == pytest.approx(first) and d.total == pytest.approx(first + 0.075)
     assert d.cumulative()[0] == pytest.approx(first)
     text = report.decode_text(d, "en")

@@ -10,6 +10,7 @@ import json
 import threading
 from pathlib import Path
 
+import floats
 import numpy as np
 import pytest
 import torch
@@ -25,6 +26,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------------------------------------
 # embeddings
+
+
+def _cos_bound(d: int) -> float:
+    """How far two float64 routes of the cosine of two d-vectors can lie apart: the dot product is off
+    by ≤ γ_d Σ|a·b| ≤ γ_d ‖a‖‖b‖ (Cauchy–Schwarz), each norm by ≤ γ_d/2 + u relative (a sum of d squares,
+    a square root), then a product and a division: ≤ γ_{2d+4} on a cosine, per route."""
+    return float(floats.sum_bound(1.0, 2 * d + 4, u=floats.U64))
+
+
+def _pearson_bound(x: np.ndarray, y: np.ndarray, dy: float) -> float:
+    """How far two float64 routes of Pearson's r of (x, y) can lie apart when their y differ by ≤ dy
+    each. Moving every y by ≤ dy moves the centred y by ≤ 2dy, so S_xy by ≤ 2dy Σ|x−x̄| and S_yy by
+    ≤ 4dy Σ|y−ȳ| (first order); each route rounds its centred sums by ≤ γ_n relative to Σ|x−x̄||y−ȳ|
+    ≤ √(S_xx S_yy) and to S_xx, S_yy, and its means by ≤ γ_n mean|x|, which the centring turns into
+    ≤ γ_n mean|x| / std(x) of r (same for y)."""
+    xc, yc = x - x.mean(), y - y.mean()
+    sxx, syy = (xc**2).sum(), (yc**2).sum()
+    r = abs((xc * yc).sum()) / np.sqrt(sxx * syy)
+    moved = 2 * dy * np.abs(xc).sum() / np.sqrt(sxx * syy) + r * 2 * dy * np.abs(yc).sum() / syy
+    cond = 1 + np.abs(x).mean() / x.std() + np.abs(y).mean() / y.std()
+    return float(moved + floats.sum_bound((1 + r) * cond, len(x) + 4, u=floats.U64))
 
 
 def test_lookup_is_a_row_of_the_weight_matrix(smol):
@@ -43,15 +65,18 @@ def test_id_distance_study_matches_torch(smol):
     s = embeddings.id_distance_study(E, n_pairs=500, seed=3)
     Et = torch.from_numpy(E).double()
     cos = torch.nn.functional.cosine_similarity(Et[s.id_a], Et[s.id_b], dim=1).numpy()
-    np.testing.assert_allclose(s.cosine, cos, atol=1e-10)
+    d_model = E.shape[1]
+    floats.assert_within(s.cosine, cos, _cos_bound(d_model), what="cosines", why="two float64 routes of a cosine")
     assert np.all(s.id_a != s.id_b)
     np.testing.assert_array_equal(s.distance, np.abs(s.id_a - s.id_b))
     d = torch.tensor(s.distance, dtype=torch.float64)
     c = torch.tensor(cos)
     r = ((d - d.mean()) * (c - c.mean())).sum() / torch.sqrt(((d - d.mean()) ** 2).sum() * ((c - c.mean()) ** 2).sum())
-    assert s.pearson == pytest.approx(float(r), abs=1e-9)
+    floats.assert_within(s.pearson, float(r), _pearson_bound(d.numpy(), cos, _cos_bound(d_model)), what="Pearson's r",
+                         why="two float64 routes, on cosines that differ by two float64 routes")
     ex = torch.nn.functional.cosine_similarity(Et[1023], Et[1024], dim=0).item()
-    assert s.example[:2] == (1023, 1024) and s.example[2] == pytest.approx(ex, abs=1e-10)
+    assert s.example[:2] == (1023, 1024)
+    floats.assert_within(s.example[2], ex, _cos_bound(d_model), what="the example's cosine", why="two float64 routes of a cosine")
     # the tutorial's claim, measured: adjacent IDs are not meaningfully more alike than random ones
     assert abs(s.mean_adjacent - s.mean_random) < 0.05
     assert s.example[2] < s.mean_random
@@ -64,10 +89,22 @@ def test_pca_matches_torch_svd():
     Xc = torch.from_numpy(X - X.mean(0))
     _U, S, Vh = torch.linalg.svd(Xc, full_matrices=False)
     ref = (Xc @ Vh[:2].T).numpy()
+    # Two float64 SVDs (numpy's, torch's LAPACK): each is backward stable, the exact SVD of Xc + Δ with
+    # ‖Δ‖ ≤ p(m, n)·u·‖Xc‖ (LAPACK's "modest function", taken here as m·n: γ_mn). Then each singular value
+    # moves by ≤ ‖Δ‖ (Weyl), a leading singular vector by ≤ 2‖Δ‖ / gap (Wedin's sin θ), a coordinate Xc·v
+    # by ‖Xc‖ times that plus its dot product's γ_n ‖Xc‖; a share S_i² / F (F = Σ S²) by ≤ 2 S_0 ‖Δ‖ / F +
+    # 2√r ‖Δ‖ / √F (F itself moves by ≤ 2‖Δ‖ Σ S ≤ 2‖Δ‖ √(rF)), + a few roundings of the shares themselves.
+    m, n = X.shape
+    s = S.numpy()
+    delta = floats.sum_bound(s[0], m * n, u=floats.U64)  # both routes' ‖Δ‖ together
+    gap, F = min(s[0] - s[1], s[1] - s[2]), (s**2).sum()
     for j in range(2):  # principal axes are defined up to sign
         sign = np.sign(ref[:, j] @ p.coords[:, j])
-        np.testing.assert_allclose(p.coords[:, j], sign * ref[:, j], atol=1e-9)
-    np.testing.assert_allclose(p.explained, (S[:2] ** 2 / (S**2).sum()).numpy(), atol=1e-12)
+        floats.assert_within(p.coords[:, j], sign * ref[:, j], 2 * s[0] * delta / gap + floats.sum_bound(s[0], n, u=floats.U64),
+                             what=f"PCA coordinates {j}", why="two backward-stable float64 SVDs (Wedin)")
+    floats.assert_within(p.explained, (S[:2] ** 2 / (S**2).sum()).numpy(),
+                         2 * s[0] * delta / F + 2 * np.sqrt(len(s)) * delta / np.sqrt(F) + floats.sum_bound(1.0, len(s) + 2, u=floats.U64),
+                         what="explained variance", why="two backward-stable float64 SVDs (Weyl)")
     assert p.coords.shape == (12, 2) and p.explained[0] >= p.explained[1]
 
 
@@ -77,9 +114,9 @@ def test_word_vectors_and_parse(smol):
     E = embeddings.embedding_matrix(smol)
     vecs = embeddings.word_vectors(smol, E, words)
     assert len(vecs[0].ids) == 1 and vecs[0].ids == tuple(embeddings.word_ids(smol.tokenizer, " cat"))
-    np.testing.assert_allclose(vecs[0].vector, E[vecs[0].ids[0]])
+    floats.assert_same(vecs[0].vector, E[vecs[0].ids[0]], "a one-token word's vector: its row")
     assert len(vecs[2].ids) == 4  # 苹 is three byte tokens, 果 one
-    np.testing.assert_allclose(vecs[2].vector, E[list(vecs[2].ids)].astype(np.float64).mean(0))
+    floats.assert_same(vecs[2].vector, E[list(vecs[2].ids)].astype(np.float64).mean(0), "a word's vector: the mean of its rows")
 
 
 def test_token_sources_chat(smol):
@@ -111,25 +148,54 @@ def test_context_similarity_apple(smol):
     assert ta.token_ids[ia] == tb.token_ids[ib] == 43774 and ta.tokens[ia] == "果"
     sim = embeddings.context_similarity(ta.resid, ia, tb.resid, ib)
     assert sim.shape == (31,)
-    assert sim[0] == 1.0  # same ID → same row of E, exactly
+    # same ID → same row of E: the cosine of a vector with itself, Σx² / (√Σx²)², is 1 up to the square
+    # root's and the product's rounding (not always exactly: fl(√s)² need not be s)
+    self_cos = floats.sum_bound(1.0, 2 * ta.resid.shape[-1] + 4, u=floats.U64, routes=1)
+    floats.assert_within(sim[0], 1.0, self_cos, what="layer 0 (the embedding rows)", why="a float64 cosine of a vector with itself")
     ref = torch.nn.functional.cosine_similarity(torch.from_numpy(ta.resid[:, ia]).double(), torch.from_numpy(tb.resid[:, ib]).double(), dim=1)
-    np.testing.assert_allclose(sim, ref.numpy(), atol=1e-12)
+    floats.assert_within(sim, ref.numpy(), _cos_bound(ta.resid.shape[-1]), what="cosines", why="two float64 routes of a cosine")
     assert sim[-1] < 0.99 and sim[1:].max() < 1.0
 
     one = backends.trace(smol, embeddings.CONTEXT_PAIRS["zh_one"][0])  # the tutorial's sentence, its two 苹果
     i, j = embeddings.default_positions(one.token_ids, one.token_ids, embeddings.word_ids(smol.tokenizer, "苹果"))
     assert (i, j) == (3, 14)
     s2 = embeddings.context_similarity(one.resid, i, one.resid, j)
-    assert s2[0] == 1.0 and s2[-1] < 0.99
+    floats.assert_within(s2[0], 1.0, self_cos, what="layer 0 (the embedding rows)", why="a float64 cosine of a vector with itself")
+    assert s2[-1] < 0.99
 
 
-def test_context_identical_prefix_stays_identical(smol):
+def _eager_stream(ref, ids, dtype: str) -> np.ndarray:
+    """HF eager's residual stream of ``ids`` at every block boundary, [L+1, T, d] float64: its
+    hidden_states before the final norm, and the final norm's input."""
+    seen = {}
+    norm = roles.find_sites(ref.model(dtype)).require_final_norm()
+    h = norm.register_forward_pre_hook(lambda _m, args: seen.setdefault("x", args[0]))
+    try:
+        out = ref.run(ids, dtype, output_hidden_states=True)
+    finally:
+        h.remove()
+    return np.stack([*(x[0].double().numpy() for x in out.hidden_states[:-1]), seen["x"][0].double().numpy()])
+
+
+def test_context_identical_prefix_stays_identical(smol, eager_refs):
     a, b, word = embeddings.CONTEXT_PAIRS["zh_start"]
     ta, tb = backends.trace(smol, a), backends.trace(smol, b)
     ia, ib = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(smol.tokenizer, word))
     assert embeddings.same_prefix(ta.token_ids, ia, tb.token_ids, ib)
+    # causal: 果 has not read 好吃 / 发布 yet: in both traces its stream is that of the shared prefix alone
+    # (two traces of different lengths: other matrix shapes, so equal up to float32 rounding)
+    ref32, ref64 = (_eager_stream(eager_refs["smollm2"], ta.token_ids[: ia + 1], dt)[:, -1] for dt in ("float32", "float64"))
+    for tr, i in ((ta, ia), (tb, ib)):
+        floats.assert_as_accurate(tr.resid[:, i], ref32, ref64, what="the stream at the end of the shared prefix")
+    # so their cosine is 1 up to that: each vector within the allowance A per entry of the exact x, so
+    # ‖x_a − x_b‖ ≤ 2A√d, and 1 − cos ≤ 2‖x_a − x_b‖² / (‖x‖ − A√d)² (‖x/‖x‖ − y/‖y‖‖ ≤ 2‖x − y‖/‖x‖),
+    # + the float64 cosine's own rounding
     sim = embeddings.context_similarity(ta.resid, ia, tb.resid, ib)
-    np.testing.assert_allclose(sim, 1.0, atol=1e-5)  # causal: 果 has not read 好吃 / 发布 yet
+    d = ref64.shape[-1]
+    A = floats.allowed_error(ref32, ref64)
+    norm = np.linalg.norm(ref64, axis=-1) - A * np.sqrt(d)
+    floats.assert_within(sim, 1.0, 2 * (2 * A * np.sqrt(d)) ** 2 / norm**2 + _cos_bound(d), what="cosine over the shared prefix",
+                         why="two float32 routes of one vector, each as accurate as HF's float32 eager route")
     base = embeddings.context_baseline(ta.resid, ia, tb.resid, ib)
     assert base[-1] < sim[-1]
 
@@ -145,6 +211,7 @@ def _hand_pattern() -> np.ndarray:
 
 def test_head_atlas_by_hand():
     at = heads.head_atlas(_hand_pattern())
+    # float64 arithmetic on a few fractions both ways: pytest.approx's rel 1e-6 is ~10⁹ × float64's error
     h2 = -(0.2 * np.log2(0.2) + 0.3 * np.log2(0.3) + 0.5 * np.log2(0.5))
     assert at.entropy[0, 0] == pytest.approx((1.0 + h2) / 2)
     assert at.prev_token[0, 0] == pytest.approx((0.5 + 0.3) / 2)
@@ -155,6 +222,7 @@ def test_head_atlas_by_hand():
 def test_drop_first_key_renormalises():
     w = heads.drop_first_key(_hand_pattern()[0, 0])
     assert np.isnan(w[:, 0]).all() and np.isnan(w[0]).all()
+    # float64: 0.3 / 0.8 and 0.5 / 0.8 are off by a few roundings; assert_allclose's rtol 1e-7 is ~10⁹ × that
     np.testing.assert_allclose(w[1, 1:], [1.0, 0.0])
     np.testing.assert_allclose(w[2, 1:], [0.375, 0.625])
 
@@ -164,12 +232,13 @@ def test_head_atlas_on_real_trace(smol):
     w = backends.stacked_layers(smol, tr, with_pattern=True)["attn_pattern"].astype(np.float64)
     at = heads.head_atlas(w)
     streamed = heads.head_atlas_of(backends.layer_detail(smol, tr, i).weights for i in range(tr.n_layers))
-    np.testing.assert_allclose(streamed.entropy, at.entropy, atol=1e-3)
+    for name in ("entropy", "prev_token", "first_token", "max_weight"):  # the same weights through the same per-layer code
+        floats.assert_same(getattr(streamed, name), getattr(at, name), f"the streamed atlas's {name}")
     l, h, T = 5, 4, tr.n_tokens
-    assert at.prev_token[l, h] == pytest.approx(np.mean([w[l, h, i, i - 1] for i in range(1, T)]))
-    assert at.first_token[l, h] == pytest.approx(w[l, h, 1:, 0].mean())
+    assert at.prev_token[l, h] == np.mean([w[l, h, i, i - 1] for i in range(1, T)])  # the same numbers, the same mean
+    assert at.first_token[l, h] == w[l, h, 1:, 0].mean()
     assert at.entropy.shape == (30, 9) and (at.entropy >= 0).all()
-    assert heads.top_heads(at.prev_token, 1)[0][2] == pytest.approx(at.prev_token.max())
+    assert heads.top_heads(at.prev_token, 1)[0][2] == at.prev_token.max()  # the value itself, read back
     assert at.first_token.max() > 0.5  # SmolLM2 has strong first-token sinks
 
 
@@ -185,6 +254,24 @@ def _plain_probs(model, ids):
 
 def _no_hooks(model) -> bool:
     return all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+
+
+def _logit_allowance(ref, ids) -> float:
+    """How far a float32 route may lie from the exact next-token logits of ``ids``: ``floats.assert_as_accurate``'s
+    allowance (ROUTE_FACTOR × HF's float32 eager route's distance from its float64 twin + one float32
+    rounding of the largest logit), measured on the unablated run: an ablated run is the same network
+    with one head's output zeroed."""
+    z32, z64 = (ref.run(ids, dt).logits[0, -1].double().numpy() for dt in ("float32", "float64"))
+    return floats.allowed_error(z32, z64)
+
+
+def _kl_rounding(p: np.ndarray, q: np.ndarray) -> float:
+    """One float64 route's rounding of KL(p ‖ q) = Σ p (log p − log q) over V terms: each log off by
+    ≤ 2u |log| (libm's ulp), the subtraction and product by u each, the sum by γ_V Σ |term|."""
+    m = p > 0
+    lp, lq = np.log(p[m]), np.log(np.maximum(q[m], 1e-300))
+    terms = np.abs(p[m] * (lp - lq))
+    return float(2 * floats.U64 * (p[m] * (np.abs(lp) + np.abs(lq))).sum() + floats.sum_bound(terms.sum(), m.sum() + 2, u=floats.U64, routes=1))
 
 
 def test_ablating_nothing_changes_nothing(smol):
@@ -228,7 +315,10 @@ def test_ablated_head_slice_is_zero_and_others_untouched(smol):
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_ablation_equals_model_with_zeroed_output_columns(tiny_loaded, arch):
-    """Independent recomputation: a copy of the model whose output projection ignores the head."""
+    """Independent recomputation: a copy of the model whose output projection ignores the head. The
+    same route: zeroing the head's slice of the projection's input or its columns of the weight puts
+    exact zeros in the same products of the same sums (0·w = x·0 = 0, and adding 0 is exact), so the
+    same bits."""
     loaded = tiny_loaded[arch]
     ids = tokens.encode(loaded.tokenizer, "I ate an apple pie.").ids
     layer, head, dh = 1, 2, loaded.facts.head_dim
@@ -240,30 +330,38 @@ def test_ablation_equals_model_with_zeroed_output_columns(tiny_loaded, arch):
             proj.weight[head * dh : (head + 1) * dh, :] = 0
         else:  # Linear: weight [out, in]
             proj.weight[:, head * dh : (head + 1) * dh] = 0
-    np.testing.assert_allclose(got, _plain_probs(twin, ids), atol=1e-7)
-    assert not np.allclose(got, _plain_probs(loaded.model, ids), atol=1e-6)  # the head did something
+    floats.assert_same(got, _plain_probs(twin, ids), "one head ablated vs its columns zeroed")
+    # the head did something: the unablated run is the same route but for the ablation, and the change
+    # is ≥ 0.1 % of the largest probability (float32 rounding of the logits moves it by ~10⁻⁶ of itself)
+    plain = _plain_probs(loaded.model, ids)
+    assert np.abs(got - plain).max() > 1e-3 * plain.max()
     # the whole layer: every column zeroed (GPT-2's c_proj bias stays, as documented)
     whole = ablation.next_token_probs(loaded, ids, [(layer, None)])
     with torch.no_grad():
         proj.weight.zero_()
-    np.testing.assert_allclose(whole, _plain_probs(twin, ids), atol=1e-7)
+    floats.assert_same(whole, _plain_probs(twin, ids), "a layer ablated vs its columns zeroed")
     assert _no_hooks(loaded.model)
 
 
-def test_sweep_equals_single_ablations_and_effect(tiny_loaded):
+def test_sweep_equals_single_ablations_and_effect(tiny_loaded, eager_refs):
     loaded = tiny_loaded["llama"]
     ids = tokens.encode(loaded.tokenizer, "The cat sat on the mat.").ids
     sw = ablation.sweep_heads(loaded, ids, [0, 2], chunk=5)  # chunk 5 splits a layer: rows must still line up
     assert sw.shape == (2, loaded.facts.n_heads, loaded.facts.vocab_size)
+    # batched vs one at a time: two float32 routes of the logits, each within the allowance A of the exact
+    # ones, so ≤ 2A apart; a softmax moves log p by ≤ twice that (+ its own float64 rounding)
+    moved = np.expm1(2 * 2 * _logit_allowance(eager_refs["llama"], ids)) + 2 * floats.gamma(loaded.facts.vocab_size + 4, floats.U64)
     for li, layer in enumerate([0, 2]):
         for h in range(loaded.facts.n_heads):
-            np.testing.assert_allclose(sw[li, h], ablation.next_token_probs(loaded, ids, [(layer, h)]), atol=1e-6)
+            single = ablation.next_token_probs(loaded, ids, [(layer, h)])
+            floats.assert_within(sw[li, h], single, np.maximum(sw[li, h], single) * moved, what=f"head {layer}.{h} swept vs alone",
+                                 why="softmax of two float32 routes of the logits")
     before = ablation.next_token_probs(loaded, ids)
     after = sw[1, 3]
     e = ablation.effect(before, after)
     kl = torch.nn.functional.kl_div(torch.tensor(after).log(), torch.tensor(before), reduction="sum").item()
-    assert e.kl == pytest.approx(kl, rel=1e-9)
-    assert e.top_id == int(before.argmax()) and e.delta == pytest.approx(after[e.top_id] - before[e.top_id])
+    floats.assert_within(e.kl, kl, 2 * _kl_rounding(before, after), what="KL", why="two float64 routes of the KL sum")
+    assert e.top_id == int(before.argmax()) and e.delta == after[e.top_id] - before[e.top_id]  # the same subtraction
     assert _no_hooks(loaded.model)
 
 
@@ -332,7 +430,9 @@ def test_context_page_numbers(smol):
     assert all(len(m.value.split(".")[-1]) == 3 for m in at.metric)
     fig = _figs(at)[0]
     y = _arr(fig["data"][0]["y"])
-    assert y[0] == 1.0 and y.min() < 0.99 and len(y) == 31
+    floats.assert_within(y[0], 1.0, floats.sum_bound(1.0, 2 * smol.facts.d_model + 4, u=floats.U64, routes=1), what="layer 0",
+                         why="a float64 cosine of a vector with itself")
+    assert y.min() < 0.99 and len(y) == 31
 
 
 def test_heads_page_grid_and_jump(smol):
@@ -346,14 +446,19 @@ def test_heads_page_grid_and_jump(smol):
     assert (at.slider(key="heads_layer").value, at.slider(key="heads_head").value) == (pick[0], pick[1])
 
 
-def test_ablation_page_sweep_matches_core(smol):
+def test_ablation_page_sweep_matches_core(smol, eager_refs):
     at = _app("ablation", "en")
     fig = _figs(at)[1]
     kl_page = _arr(fig["data"][0]["y"])
     ids = tokens.encode(smol.tokenizer, "What is the capital of France?", chat=True).ids  # the chat template is on by default
     before = ablation.next_token_probs(smol, ids)
     after = ablation.next_token_probs(smol, ids, [(0, 5)])
-    assert kl_page[5] == pytest.approx(ablation.kl_divergence(before, after), rel=1e-4, abs=1e-9)
+    # the page ablates the layer's heads in one batch, this run alone: two float32 routes of the logits,
+    # ≤ 2A apart, so log(after) moves by ≤ 4A and KL(before ‖ after) = Σ before·(log before − log after)
+    # by ≤ 4A (Σ before = 1); the page's "before" is this very computation; + each KL's float64 rounding
+    bound = 4 * _logit_allowance(eager_refs["smollm2"], ids) + 2 * _kl_rounding(before, after)
+    floats.assert_within(kl_page[5], ablation.kl_divergence(before, after), bound, what="the page's KL of head 0.5",
+                         why="two float32 routes of the ablated logits")
 
 
 def test_pages_on_a_tiny_local_model_with_full_sweep(tiny_dirs, monkeypatch):
@@ -467,9 +572,11 @@ def test_context_follows_every_token_of_the_word(smol):
     assert [d["name"] for d in curves] == ["0·苹‹E8› | 11·苹‹E8›", "1·苹‹8B› | 12·苹‹8B›", "2·苹‹B9› | 13·苹‹B9›", "3·果 | 14·果"]
     one = backends.trace(smol, embeddings.CONTEXT_PAIRS["zh_one"][0])
     for (i, j), d in zip(embeddings.follow_pairs(3, 14, 4), curves):
-        np.testing.assert_allclose(_arr(d["y"]), embeddings.context_similarity(one.resid, i, one.resid, j), atol=1e-9)
+        floats.assert_same(_arr(d["y"]), embeddings.context_similarity(one.resid, i, one.resid, j), "a followed token's curve")
     table = at.dataframe[0].value  # the table of every followed token comes first
-    assert len(table) == 4 and np.allclose(table.iloc[:, 2], 1.0, atol=1e-12)  # same ids → same embedding rows
+    assert len(table) == 4  # same ids → same embedding rows: each cosine 1 up to a float64 cosine's rounding
+    floats.assert_within(table.iloc[:, 2].to_numpy(dtype=float), 1.0, floats.sum_bound(1.0, 2 * smol.facts.d_model + 4, u=floats.U64, routes=1),
+                         what="layer 0 of each followed token", why="a float64 cosine of a vector with itself")
     assert embeddings.follow_pairs(1, 5, 4) == [(0, 4), (1, 5)]  # shortened where a prompt has fewer tokens before
 
 
@@ -515,14 +622,14 @@ def test_overview_maps_stretch_their_colours_and_say_so():
     g = heads.head_grid([w, w * 0 + np.eye(T)], ["a", "b"])
     assert not g.view.exact
     fig = inside_fig.fig_head_grid(g.maps, g.titles, [str(i) for i in range(T)], "en", g.cols, g.view)
-    assert fig.layout.coloraxis.cmax == pytest.approx(float(g.maps.max())) and g.maps.max() < 0.5
+    assert fig.layout.coloraxis.cmax == float(g.maps.max()) and g.maps.max() < 0.5  # the largest cell itself
     note = inside_fig.map_note(g.view, "zh", g.maps)
     assert f"{float(g.maps.max()):.3f}" in note and "1" in note
     exact = attnview.view(w[:20, :20], None)
     assert exact.exact and inside_fig.fig_head_grid(exact.z[None], ["a"], ["x"] * 20, "en", 1, exact).layout.coloraxis.cmax == 1
     assert inside_fig.map_note(exact, "en") == ""
     single = inside_fig.fig_single_map(g.maps[0], [str(i) for i in range(T)], "t", "en", g.view)
-    assert single.data[0].zmax == pytest.approx(float(g.maps[0].max())) and "mean" in single.data[0].colorbar.title.text
+    assert single.data[0].zmax == float(g.maps[0].max()) and "mean" in single.data[0].colorbar.title.text
 
 
 def test_rms_numbers_read_alike_in_metrics_and_figure():

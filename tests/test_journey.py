@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+import floats
 import numpy as np
 import torch
 
@@ -36,14 +37,33 @@ def test_greedy_loop_continues_from_a_given_prefill(smol):
     assert backends.cache_layers(first.cache)[0][0].shape[-2] == len(ids) + len(ref) - 1  # extended in place
 
 
+def _head_allowance(loaded, h) -> float:
+    """How far a float32 route of the LM head's logits on the final hidden vector ``h`` [d] may lie from
+    the exact ones: ``floats.assert_as_accurate``'s allowance for the head's product alone (ROUTE_FACTOR ×
+    its float32 error here, against the same product in float64, + one float32 rounding of the largest logit)."""
+    W = loaded.model.get_output_embeddings().weight.detach()
+    x = torch.from_numpy(np.array(h))
+    with torch.inference_mode():
+        z32, z64 = (W @ x).double().numpy(), (W.double() @ x.double()).numpy()
+    return floats.allowed_error(z32, z64)
+
+
 def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
     tr = backends.trace(smol, "The capital of France is")
     with smol.lock, torch.inference_mode():
-        logits = smol.model(torch.from_numpy(tr.token_ids)[None]).logits[0, -1].double()
+        out = smol.model(torch.from_numpy(tr.token_ids)[None], output_hidden_states=True)
+    logits = out.logits[0, -1].double()
     p = torch.softmax(logits, -1)
     rows = journey.top_next_tokens(tr, smol.tokenizer, k=5)
     assert [r[1] for r in rows] == torch.topk(logits, 5).indices.tolist()
-    np.testing.assert_allclose([r[3] for r in rows], p[[r[1] for r in rows]].numpy(), rtol=1e-5)
+    # the trace asked for the last position's logits only, this forward for all of them: the same final
+    # hidden vector through the LM head's product in other shapes, two float32 routes each within the
+    # head's allowance A of the exact logits; a softmax moves log p by ≤ twice their 2A (+ its float64 rounding)
+    floats.assert_same(tr.final_hidden[-1], out.hidden_states[-1][0, -1].numpy(), "the final hidden vector")
+    got, want = np.array([r[3] for r in rows]), p[[r[1] for r in rows]].numpy()
+    moved = np.expm1(2 * 2 * _head_allowance(smol, tr.final_hidden[-1])) + 2 * floats.gamma(len(p) + 4, floats.U64)
+    floats.assert_within(got, want, np.maximum(got, want) * moved, what="top-5 probabilities",
+                         why="softmax of two float32 routes of the LM head's product")
     assert rows[0][0] == " Paris"
 
 
@@ -51,8 +71,11 @@ def test_norms_are_of_hf_hidden_states(smol):
     tr = backends.trace(smol, "苹果很好吃。")
     with smol.lock, torch.inference_mode():
         hs = smol.model(torch.from_numpy(tr.token_ids)[None], output_hidden_states=True).hidden_states
-    ref = [float(h[0, -1].norm()) for h in hs[:-1]]  # hs[-1] is after the final norm
-    np.testing.assert_allclose(journey.last_token_norms(tr)[:-1], ref, rtol=1e-5)
+    # the trace's stream IS HF's hidden states (the same forward pass, bit for bit), so their norms are the
+    # same computation on the same numbers (hs[-1] is after the final norm)
+    hf = np.stack([h[0, -1].numpy() for h in hs[:-1]])
+    floats.assert_same(tr.resid[:-1, -1], hf, "the last token's stream")
+    floats.assert_same(journey.last_token_norms(tr)[:-1], np.linalg.norm(hf.astype(np.float64), axis=-1), "its norms")
 
 
 def test_chips_escape_text_and_mark_specials():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import floats
 import numpy as np
 import pytest
 
@@ -39,6 +40,31 @@ def _decode(loaded):
 def _num(shown: str) -> float:
     """A number as the tour shows it (thousands separated: "1,121.32") read back as a float."""
     return float(shown.replace(",", ""))
+
+
+def _shown(decimals: int, value) -> np.ndarray:
+    """How far a number shown to ``decimals`` decimals (correctly rounded, then read back as a float64)
+    lies from its value: half a unit of the last decimal, + the float64 reading's rounding."""
+    return 0.5 * 10.0**-decimals + 2 * floats.U64 * np.abs(np.asarray(value, dtype=np.float64))
+
+
+def _head_allowance(loaded, h) -> float:
+    """How far a float32 route of the LM head's logits on the final hidden vector ``h`` [d] may lie from
+    the exact ones: ``floats.assert_as_accurate``'s allowance for the head's product alone (ROUTE_FACTOR ×
+    its float32 error here, against the same product in float64, + one float32 rounding of the largest logit)."""
+    import torch
+
+    W = loaded.model.get_output_embeddings().weight.detach()
+    x = torch.from_numpy(np.array(h))
+    with torch.inference_mode():
+        z32, z64 = (W @ x).double().numpy(), (W.double() @ x.double()).numpy()
+    return floats.allowed_error(z32, z64)
+
+
+def _softmax_moved(p, dz: float, V: int) -> np.ndarray:
+    """How far probabilities ``p`` move when every logit moves by ≤ dz: log p by ≤ 2dz; and two float64
+    softmaxes of V terms round by ≤ γ_{V+4} each."""
+    return np.asarray(p, dtype=np.float64) * (np.expm1(2 * dz) + 2 * floats.gamma(V + 4, floats.U64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +113,7 @@ def test_quiz_scoring_by_hand():
     s = quiz.score({a.id: a.correct, b.id: (b.correct + 1) % 3, d.id: 7, "nope": 0})
     assert s.correct == 1 and s.answered == 3
     assert s.verdicts[a.id] is True and s.verdicts[b.id] is False and s.verdicts[c.id] is None and s.verdicts[d.id] is False
-    assert s.percent == pytest.approx(100 / len(qs))
+    assert s.percent == pytest.approx(100 / len(qs))  # float64: rel 1e-6 is ~10⁹ × a division's rounding
     with pytest.raises(ValueError):
         quiz.Question("bad", 3, 3, "tour", "attention")
 
@@ -146,29 +172,41 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     # embeddings: the last token's row of the embedding matrix
     v = tour.stage_view("embeddings", tr, dec)
     row = smol.model.get_input_embeddings().weight[int(tr.token_ids[-1])].detach().numpy()
-    np.testing.assert_allclose(v.table["tour.col.value"], np.round(row[:8], 5), atol=1e-5)
-    assert _num(dict(v.metrics)["tour.m.emb_norm"]) == pytest.approx(np.linalg.norm(row), abs=1e-3)
-    # blocks: HF hidden_states[l] is the stream entering block l (for l < L)
+    floats.assert_within(v.table["tour.col.value"], row[:8], _shown(5, row[:8]), what="the row's first values", why="shown to 5 decimals")
+    norm = np.linalg.norm(row.astype(np.float64))
+    floats.assert_within(_num(dict(v.metrics)["tour.m.emb_norm"]), norm, _shown(4, norm), what="‖row‖", why="shown to 4 decimals")
+    # blocks: HF hidden_states[l] is the stream entering block l (for l < L): the same forward pass, bit for bit
     v = tour.stage_view("blocks", tr, dec, layer=5)
     hs = out.hidden_states
-    assert _num(dict(v.metrics)["tour.m.resid_in"]) == pytest.approx(hs[5][0, -1].norm().item(), abs=0.01)
-    assert _num(dict(v.metrics)["tour.m.resid_out"]) == pytest.approx(hs[6][0, -1].norm().item(), abs=0.01)
+    for key, layer in (("tour.m.resid_in", 5), ("tour.m.resid_out", 6)):
+        floats.assert_same(tr.resid[layer, -1], hs[layer][0, -1].numpy(), f"the stream entering block {layer}")
+        norm = np.linalg.norm(hs[layer][0, -1].numpy().astype(np.float64))
+        floats.assert_within(_num(dict(v.metrics)[key]), norm, _shown(2, norm), what=key, why="shown to 2 decimals")
     assert len(v.chart["norms"]) == L + 1 and v.chart["layer"] == 5
     # hidden: HF's last hidden_states entry is after the final norm
     v = tour.stage_view("hidden", tr, dec)
-    assert _num(dict(v.metrics)["tour.m.final_norm"]) == pytest.approx(hs[-1][0, -1].norm().item(), abs=0.01)
-    # logits: top-5 of softmax(HF logits)
-    probs = torch.softmax(out.logits[0, -1].double(), -1)
+    floats.assert_same(tr.final_hidden[-1], hs[-1][0, -1].numpy(), "the final norm's output")
+    norm = np.linalg.norm(hs[-1][0, -1].numpy().astype(np.float64))
+    floats.assert_within(_num(dict(v.metrics)["tour.m.final_norm"]), norm, _shown(2, norm), what="‖final hidden‖", why="shown to 2 decimals")
+    # logits: top-5 of softmax(HF logits). The trace asked for the last position's logits only, HF's
+    # forward for all of them: the same final hidden vector (above) through the LM head's product in
+    # other shapes, so two float32 routes of that product, each within the head's allowance A of the exact
+    z = out.logits[0, -1].double()
+    moved = 2 * _head_allowance(smol, tr.final_hidden[-1])
+    probs = torch.softmax(z, -1)
     ref_p, ref_i = probs.topk(5)
     ids, pieces, _, p = tour.top_next(tr, dec)
     assert ids == ref_i.tolist()
-    np.testing.assert_allclose(p, ref_p.numpy(), atol=1e-5)
+    floats.assert_within(p, ref_p.numpy(), _softmax_moved(np.maximum(p, ref_p.numpy()), moved, len(z)), what="top-5 probabilities",
+                         why="softmax of two float32 routes of the LM head's product")
     assert pieces[0] == visible(smol.tokenizer.decode([ids[0]]))
-    # sampling: temperature 0.5 sharpens, 1.5 flattens — checked against softmax(logits / T)
+    # sampling: temperature 0.5 sharpens, 1.5 flattens — checked against softmax(logits / T), shown to 4 decimals
     v = tour.stage_view("sampling", tr, dec)
     p_t = v.table["tour.col.p_top"]
     for temp, got in zip(tour.TEMPERATURES, p_t):
-        assert got == pytest.approx(torch.softmax(out.logits[0, -1].double() / temp, -1).max().item(), abs=1e-4)
+        want = torch.softmax(z / temp, -1).max().item()
+        floats.assert_within(got, want, _shown(4, want) + _softmax_moved(want, moved / temp, len(z)), what=f"p at T = {temp}",
+                             why="shown to 4 decimals; two float32 routes of the logits")
     assert p_t[0] > p_t[1] > p_t[2]
     # KV cache: the formula equals the bytes of HF's own cache (float32) and of the traced k/v
     hf_bytes = sum(lay.keys.numel() * 4 + lay.values.numel() * 4 for lay in out.past_key_values.layers)

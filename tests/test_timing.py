@@ -13,6 +13,7 @@ from core.engine.timing import Timing
 
 def test_median_quartiles_and_spread_by_hand():
     t = Timing((0.010, 0.012, 0.011, 0.013, 0.030))
+    # float64 on a handful of made-up samples: pytest.approx's rel 1e-6 is ~10⁹ × their rounding
     assert t.n == 5 and t.median == pytest.approx(0.012)
     assert t.q1 == pytest.approx(0.011) and t.q3 == pytest.approx(0.013)  # numpy's linear quantiles
     assert t.lo == 0.010 and t.hi == 0.030
@@ -58,6 +59,7 @@ def test_gather_concatenates_the_samples_each_call_measures():
 ])
 def test_compare_is_the_right_way_round(a, b, faster, ratio):
     c = timing.compare(Timing(a), Timing(b))
+    # a float64 ratio of two made-up times: pytest.approx's rel 1e-6 ≫ a division's rounding
     assert c.faster == faster and c.ratio == pytest.approx(ratio) and c.ratio >= 1.0
 
 
