@@ -260,8 +260,9 @@ def find_subsequence(ids: list[int] | np.ndarray, sub: list[int]) -> list[int]:
 def context_similarity(resid_a: np.ndarray, pos_a: int, resid_b: np.ndarray, pos_b: int) -> np.ndarray:
     """Cosine similarity, layer by layer, of one position's residual stream in two traces.
 
-    resid_* : [L+1, T, d] → [L+1]. Entry 0 compares the embedding rows: exactly 1.0 when the two
-    positions hold the same token ID (same row of E, and RoPE adds nothing to the stream).
+    resid_* : [L+1, T, d] → [L+1]. Entry 0 compares the embedding rows: 1 when the two
+    positions hold the same token ID (the same row of E, and RoPE adds nothing to the stream), up to the
+    float64 rounding of the dot product and the square roots (a few units in the 16th digit).
     """
     x = resid_a[:, pos_a, :].astype(np.float64)  # [L+1, d]
     y = resid_b[:, pos_b, :].astype(np.float64)  # [L+1, d]
