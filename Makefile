@@ -61,6 +61,7 @@ bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --solo 24
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --site head --long 6 --by-layer
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --long 6 --by-layer
+	PYTHONPATH=. $(VPY) tests/benchmarks/bench_serving.py
 
 toy: install
 	$(VPY) -m core.toy.train
