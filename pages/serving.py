@@ -42,7 +42,7 @@ def _padded(spec: str, lang: str) -> None:
 def _workload(lang: str) -> str | None:
     """The workload: a preset, editable in a table; returned as JSONL once it passes the lab's checks."""
     preset = widgets.radio_url(ui.t("serving.preset"), workloads.PRESETS, "chat", key=f"{P}_preset", param="workload", horizontal=True,
-                               format_func=lambda p: ui.t(f"serving.preset_{p}"))
+                               format_func=ui.fmt("serving.preset_{}"))
     st.caption(ui.t(f"serving.preset_{preset}_why"))
     reqs = serving.parse_workload(workloads.preset_text(preset))
     rows = st.data_editor([r.to_json() for r in reqs], num_rows="dynamic", key=f"{P}_edit_{preset}", width="stretch")
@@ -101,7 +101,7 @@ def render() -> None:
         return
     spec, lang = ui.model_spec(), ui.lang()
     part = widgets.radio_url(ui.t("serving.part"), PARTS, "batching", key=f"{P}_part", param="part", horizontal=True,
-                             format_func=lambda p: ui.t(f"serving.part_{p}"))
+                             format_func=ui.fmt("serving.part_{}"))
     st.markdown(ui.t(f"serving.part_{part}_intro"))
     try:
         if part == "padded":

@@ -45,13 +45,13 @@ def test_a_workload_runs_and_every_request_equals_itself_alone(smol):
 
 
 def test_a_pool_too_small_queues_requests_instead_of_failing(smol):
-    at = app_run("serving", part="blocks", workload="rag", lang="en")  # (AppTest re-reads a radio's label in English)
+    at = app_run("serving", part="blocks", workload="rag", lang="zh")
     at.button(key="serving_go_blocks").click().run(timeout=900)
     assert not at.exception and not at.error
-    reqs = next(d.value for d in at.dataframe if "TTFT (s)" in d.value.columns)
-    queued = [float(q) for q in reqs["queue (s)"]]
+    reqs = next(d.value for d in at.dataframe if "TTFT（秒）" in d.value.columns)
+    queued = [float(q) for q in reqs["排队（秒）"]]
     assert sorted(queued)[-1] > 0.1  # a request waited for blocks to be freed
-    assert set(reqs["= alone"]) == {"✓"}  # and still produced exactly its solo tokens
+    assert set(reqs["= 单独生成"]) == {"✓"}  # and still produced exactly its solo tokens
 
 
 def test_prefix_reuse_computes_only_what_differs(smol):

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from core import backends
+import core.backends as backends
 from core.engine.types import TOY_ID
 from core.gen import serving
 
