@@ -150,6 +150,6 @@ def apply_css() -> None:
 
 def sources(concept: str) -> None:
     """A "Sources" expander with the references of ``concept`` (see core.learn.references.cite)."""
-    with st.expander(f"📚 {ui.t('present.sources')}: {ui.t(f'references.c.{concept}')}"):
+    with st.expander(f"📚 {ui.t('present.sources_of', concept=ui.t(f'references.c.{concept}'))}"):  # a full-width colon in Chinese
         for r in references.cite(concept):
             st.markdown(f"- [{r.label()}]({r.url})")
