@@ -154,3 +154,16 @@ def softmax_error(q, k, w, s, live, routes: int = 1) -> np.ndarray:
     spread = np.where(live, s.max(-1, keepdims=True) - np.where(live, s, 0), 0).max(-1, keepdims=True)
     eps = 2 * U32 * (spread + 4) + gamma(T + 1)
     return routes * w * np.expm1(2 * big + np.log1p(eps))
+
+
+def head_allowance(loaded, h) -> float:
+    """How far a float32 route of the LM head's logits on the final hidden vector ``h`` [d] may lie from
+    the exact ones: ``assert_as_accurate``'s allowance for the head's product alone (ROUTE_FACTOR × its
+    float32 error here, against the same product in float64, + one float32 rounding of the largest logit)."""
+    import torch  # the rest of this module is numpy only
+
+    W = loaded.model.get_output_embeddings().weight.detach()
+    x = torch.from_numpy(np.array(h))
+    with torch.inference_mode():
+        z32, z64 = (W @ x).double().numpy(), (W.double() @ x.double()).numpy()
+    return allowed_error(z32, z64)

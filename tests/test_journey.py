@@ -37,16 +37,6 @@ def test_greedy_loop_continues_from_a_given_prefill(smol):
     assert backends.cache_layers(first.cache)[0][0].shape[-2] == len(ids) + len(ref) - 1  # extended in place
 
 
-def _head_allowance(loaded, h) -> float:
-    """How far a float32 route of the LM head's logits on the final hidden vector ``h`` [d] may lie from
-    the exact ones: ``floats.assert_as_accurate``'s allowance for the head's product alone (ROUTE_FACTOR ×
-    its float32 error here, against the same product in float64, + one float32 rounding of the largest logit)."""
-    W = loaded.model.get_output_embeddings().weight.detach()
-    x = torch.from_numpy(np.array(h))
-    with torch.inference_mode():
-        z32, z64 = (W @ x).double().numpy(), (W.double() @ x.double()).numpy()
-    return floats.allowed_error(z32, z64)
-
 
 def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
     tr = backends.trace(smol, "The capital of France is")
@@ -61,7 +51,7 @@ def test_top_next_tokens_are_the_softmax_of_the_real_logits(smol):
     # head's allowance A of the exact logits; a softmax moves log p by ≤ twice their 2A (+ its float64 rounding)
     floats.assert_same(tr.final_hidden[-1], out.hidden_states[-1][0, -1].numpy(), "the final hidden vector")
     got, want = np.array([r[3] for r in rows]), p[[r[1] for r in rows]].numpy()
-    moved = np.expm1(2 * 2 * _head_allowance(smol, tr.final_hidden[-1])) + 2 * floats.gamma(len(p) + 4, floats.U64)
+    moved = np.expm1(2 * 2 * floats.head_allowance(smol, tr.final_hidden[-1])) + 2 * floats.gamma(len(p) + 4, floats.U64)
     floats.assert_within(got, want, np.maximum(got, want) * moved, what="top-5 probabilities",
                          why="softmax of two float32 routes of the LM head's product")
     assert rows[0][0] == " Paris"

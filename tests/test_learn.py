@@ -48,18 +48,6 @@ def _shown(decimals: int, value) -> np.ndarray:
     return 0.5 * 10.0**-decimals + 2 * floats.U64 * np.abs(np.asarray(value, dtype=np.float64))
 
 
-def _head_allowance(loaded, h) -> float:
-    """How far a float32 route of the LM head's logits on the final hidden vector ``h`` [d] may lie from
-    the exact ones: ``floats.assert_as_accurate``'s allowance for the head's product alone (ROUTE_FACTOR ×
-    its float32 error here, against the same product in float64, + one float32 rounding of the largest logit)."""
-    import torch
-
-    W = loaded.model.get_output_embeddings().weight.detach()
-    x = torch.from_numpy(np.array(h))
-    with torch.inference_mode():
-        z32, z64 = (W @ x).double().numpy(), (W.double() @ x.double()).numpy()
-    return floats.allowed_error(z32, z64)
-
 
 def _softmax_moved(p, dz: float, V: int) -> np.ndarray:
     """How far probabilities ``p`` move when every logit moves by ≤ dz: log p by ≤ 2dz; and two float64
@@ -192,7 +180,7 @@ def test_tour_numbers_match_hf(smol, smol_ref):
     # forward for all of them: the same final hidden vector (above) through the LM head's product in
     # other shapes, so two float32 routes of that product, each within the head's allowance A of the exact
     z = out.logits[0, -1].double()
-    moved = 2 * _head_allowance(smol, tr.final_hidden[-1])
+    moved = 2 * floats.head_allowance(smol, tr.final_hidden[-1])
     probs = torch.softmax(z, -1)
     ref_p, ref_i = probs.topk(5)
     ids, pieces, _, p = tour.top_next(tr, dec)
