@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, plotly_array
 from core import backends
 from core.cause import attribution, pair, patching
 from core.engine import i18n, roles, tokens
@@ -679,16 +679,6 @@ def _app(stem: str, lang: str = "en", **params):
     return at
 
 
-def _arr(v) -> np.ndarray:
-    """A plotly array from a figure spec: nested lists, or a typed array {dtype, bdata (base64), shape}."""
-    if isinstance(v, dict) and "bdata" in v:
-        import base64
-
-        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"])).astype(float)
-        return a.reshape([int(n) for n in str(v["shape"]).split(",")]) if "shape" in v else a
-    if isinstance(v, list) and v and isinstance(v[0], (list, dict)):
-        return np.stack([_arr(row) for row in v])
-    return np.asarray(v, dtype=float)
 
 
 def _figs(at) -> list[dict]:
@@ -712,7 +702,7 @@ def test_pages_render_the_cores_numbers(smol, lang):
     at = _app("cause_patching", lang, layer="4", pos="2")  # a link that names a cell
     assert not at.exception and not at.error, [e.value for e in at.exception]
     fig = _figs(at)[0]
-    z = _arr(fig["data"][0]["z"])
+    z = plotly_array(fig["data"][0]["z"])
     grid = patching.sweep(smol, base, "resid", ans.answer, ans.foil)
     floats.assert_same(z, patching.normalise(grid, c, r), "the page's grid (the same sweep)")
     assert (at.slider(key="cpatch_layer").value, at.slider(key="cpatch_col_resid").value) == (4, 2)
@@ -727,7 +717,7 @@ def test_pages_render_the_cores_numbers(smol, lang):
     assert not at.exception and not at.error, [e.value for e in at.exception]
     fig = _figs(at)[0]
     ig = attribution.integrated_gradients(smol, pt.ids_clean, ans.answer, ans.foil, 16)
-    floats.assert_same(_arr(fig["data"][1]["y"]), ig.scores, "the page's scores (the same computation)")
+    floats.assert_same(plotly_array(fig["data"][1]["y"]), ig.scores, "the page's scores (the same computation)")
     assert "⟦" not in _text(at) and ("16" in _text(at))
 
 
@@ -748,7 +738,7 @@ def test_toy_pages_and_site_from_the_link():
     assert not at.exception and not at.error, [e.value for e in at.exception]
     assert at.radio(key="cpatch_site").value == "head"
     fig = _figs(at)[0]
-    assert _arr(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
+    assert plotly_array(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
     # the caption says how the head runs were made: two heads of layer 0 give the same output at the last
     # position in both runs (those runs are the corrupted run, not computed); the other 6 go in one pass
     # feeding only the last of the 12 positions (<bos> + 11 letters) through both blocks:
