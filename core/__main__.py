@@ -5,7 +5,10 @@ and ``python -m core serve-lab WORKLOAD.jsonl -o result.json [--no-prefix-sharin
 (``core.gen.serving_cli``).
 
 Every argument is checked before the model loads, and so is the output file: the file written is
-exactly the path given (nothing is appended to it). Errors are one line, ``error: …``, exit code 2.
+exactly the path given (nothing is appended to it; a path naming a folder, ``out/``, is refused), and it is
+written atomically (a temporary file beside it, renamed onto it: a failed write leaves an old file whole).
+Errors are one line, ``error: …``, exit code 2. A reader that goes away (``… | head -c 10``) costs only the
+lines it did not read: the file is still written and the exit code stays the command's own.
 ``generate`` reports its progress on stderr; Ctrl-C saves the tokens generated so far (exit 130).
 ``patch`` refuses prompts whose token counts differ and answers that are not one token, saying why."""
 
@@ -17,7 +20,9 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -111,8 +116,9 @@ def check_output(raw: str, flag: str, example: str) -> str:
     if not raw.strip():
         raise CliError(f"{flag} needs a file name, such as {example}.")
     p = Path(raw)
-    if p.is_dir():
+    if p.is_dir() or raw.endswith(("/", os.sep)):  # Path("out/") is "out": the slash says a folder was meant
         raise CliError(f"{raw} is a folder; give {flag} a file name, such as {p / example}.")
+    _check_text(raw, flag)
     parent = p.parent
     if not parent.exists():
         raise CliError(f"Cannot write {raw}: the folder {parent} does not exist.")
@@ -143,17 +149,52 @@ def _no_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
+def _atomic_target(p: Path) -> Path | None:
+    """Where the temporary file goes beside, and is renamed onto: the regular file ``p`` names (a symlink
+    followed), or ``p`` when nothing is there yet; None for a device, a FIFO … (written in place: a rename
+    would replace ``/dev/null`` itself)."""
+    real = Path(os.path.realpath(p))
+    if not os.path.lexists(real) or real.is_file():
+        return real
+    return None
+
+
 def write_output(raw: str, write: Callable[[BinaryIO], Any]) -> None:
-    """``write(file)`` into exactly ``raw``; a failed write (disk full …) becomes a CliError, and a
-    file this call created is removed again rather than left half-written."""
+    """``write(file)`` into exactly ``raw``, atomically: into a temporary file beside it, renamed onto it
+    once complete, so a failed write (disk full …) leaves an existing file as it was and no half-written
+    file behind. A failed write becomes a CliError. A device or a FIFO (``/dev/stdout``) is written in place."""
     p = Path(raw)
-    existed = os.path.lexists(p)
+    target = _atomic_target(p)
     try:
-        with _no_interrupt(), open(p, "wb") as f:
-            write(f)
+        with _no_interrupt():
+            if target is None:
+                with open(p, "wb") as f:
+                    write(f)
+                return
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            except PermissionError:  # a writable file in a folder we may not add to: written in place
+                with open(p, "wb") as f:
+                    write(f)
+                return
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    write(f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    mode = stat.S_IMODE(target.stat().st_mode)  # an existing file keeps its permissions
+                except FileNotFoundError:
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    mode = 0o666 & ~umask  # what open() would have made
+                os.chmod(tmp, mode)
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
     except OSError as e:
-        if not existed and p.is_file():
-            p.unlink(missing_ok=True)
         raise CliError(f"Could not write {raw}: {e.strerror or e}.") from None
 
 
@@ -166,7 +207,18 @@ def _model_error(e: Exception) -> str:
 MODEL_ERRORS = (ModelLoadError, EmptyPromptError, UnsupportedArchitectureError, ValueError)
 
 
+def _check_text(text: str, what: str) -> None:
+    """Refuse text that is not Unicode: bytes of the command line that are not UTF-8 reach Python as lone
+    surrogates (``\\udcff``), which no tokenizer or file name takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise CliError(f"{what} is not valid UTF-8 text (character {e.start + 1} is the undecodable byte or lone "
+                       f"surrogate {text[e.start]!a}); check the terminal's encoding.") from None
+
+
 def _prompt(a: argparse.Namespace) -> None:
+    _check_text(a.prompt, "The prompt")
     if not a.prompt.strip():
         raise CliError("The prompt is empty.")
 
@@ -291,7 +343,10 @@ def generate_main(argv: list[str]) -> int:
         return rec
 
     def report(a: argparse.Namespace, rec: dict) -> int:
-        stop = json.loads(str(rec["meta"]))["stop_reason"]
+        meta = json.loads(str(rec["meta"]))
+        stop = meta["stop_reason"]
+        for note in meta.get("notes", []):  # the prompt cut at the trace limit or the model's positions …
+            print(f"note: {note}", file=sys.stderr)
         n = len(rec["token_ids"])
         if not n:  # Ctrl-C during the prefill
             print("interrupted before the first token: nothing was saved.", file=sys.stderr)
@@ -328,6 +383,9 @@ def _patch_progress(site: str) -> Callable[[int, int], None]:
 
 
 def _patch_args(a: argparse.Namespace) -> None:
+    for text, what in ((a.clean, "The clean prompt"), (a.corrupted, "The corrupted prompt"), (a.answer, "--answer"),
+                       (a.foil, "--foil")):
+        _check_text(text, what)
     for text, what in ((a.clean, "clean"), (a.corrupted, "corrupted")):
         if not text.strip():
             raise CliError(f"The {what} prompt is empty.")
@@ -353,7 +411,7 @@ def patch_main(argv: list[str]) -> int:
 
     def work(a: argparse.Namespace) -> dict[str, np.ndarray]:
         loaded = backends.load_model(a.model)
-        pt = pair.encode_pair(loaded.tokenizer, a.clean, a.corrupted)
+        pt = pair.encode_pair(loaded.tokenizer, a.clean, a.corrupted, max_positions=loaded.facts.max_positions)
         pt.require_same_length()
         ans = pair.answers(loaded.tokenizer, a.answer, a.foil)
         base = patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
@@ -379,7 +437,62 @@ def patch_main(argv: list[str]) -> int:
     return _run(p, argv, _patch_args, work, report)
 
 
+class _ClosedPipeSafe:
+    """A text stream (stdout or stderr) that outlives its reader: ``… | head -c 10`` closes the pipe, and the
+    next write raises BrokenPipeError. Then, as Python's documentation advises (library/signal, "Note on
+    SIGPIPE"), devnull takes the stream's file descriptor, so what is still printed (and the flush at exit)
+    goes nowhere, and the command carries on: its file is written and its exit code is its own. Text the
+    stream's encoding cannot take (a lone surrogate) is written with backslash escapes, not raised."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._closed = False
+
+    def _lost(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if self._closed:
+            return len(text)
+        try:
+            try:
+                return self._stream.write(text)
+            except UnicodeEncodeError:
+                enc = getattr(self._stream, "encoding", None) or "utf-8"
+                return self._stream.write(text.encode(enc, "backslashreplace").decode(enc))
+        except BrokenPipeError:
+            self._lost()
+            return len(text)
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._lost()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ClosedPipeSafe(out), _ClosedPipeSafe(err)
+    try:
+        return _main(argv)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

