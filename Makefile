@@ -1,5 +1,5 @@
 # Transformer X-Ray: two commands for a fresh machine.
-#   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501)
+#   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501, this machine only)
 #   make test  — install everything (browser included), then lint (ruff) and run the whole test suite
 #   make test-fast — the unit tier only (pure numpy, AST, the toy, tiny configs): a couple of minutes
 #   make serve — a lecture hall: REPLICAS app processes behind nginx on PORT (see README "Serving a lecture hall")
@@ -30,9 +30,10 @@ browser:
 
 # make run MODELS='qwen=/models/Qwen2.5-0.5B-Instruct,Qwen/Qwen2.5-0.5B-Instruct' ALLOW_LOCAL=1
 # (→ XRAY_MODELS, XRAY_ALLOW_LOCAL; see "Serving a class" in the README). The setting is checked first.
+# It listens on 127.0.0.1 (this machine only: core/web/server.py's default); HOST=0.0.0.0 opens it to the network.
 run: install
 	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
-	  sh -c '$(VPY) -m core.engine.offer && exec $(VPY) -m core.web.server --server.port $(PORT)'
+	  sh -c '$(VPY) -m core.engine.offer && exec $(VPY) -m core.web.server --server.port $(PORT) $(if $(HOST),--server.address $(HOST))'
 
 # nginx for `make serve` and its tests, from Debian's packages like Chromium (/usr/sbin is not on a normal user's PATH).
 nginx:

@@ -22,7 +22,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from core.engine import hf, hf_trace, xray
-from core.engine.tokens import encode
+from core.engine.tokens import Encoded, encode
 from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, LayerDetail, NextTokens, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
 from core.toy import run as toy_run
@@ -68,14 +68,28 @@ def _count() -> None:
     FORWARD_PASSES += 1
 
 
+def encode_prompt(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Encoded:
+    """``prompt`` as ``loaded``'s ids, cut at the app's ``max_tokens`` or at the model's own positions when
+    it has fewer (GPT-2: 1,024): the one way every prompt meets a model (trace, generation, pairs, CLI)."""
+    return encode(loaded.tokenizer, prompt, chat=chat, max_tokens=max_tokens, max_positions=loaded.facts.max_positions)
+
+
+def cut_record(tr: Trace, enc: Encoded) -> Trace:
+    """``tr`` told whose limit cut its prompt (``meta["cut_by"]``, ``meta["kept_tail"]``: ``tokens.cut_notice``)."""
+    if enc.truncated_from:
+        tr.meta.update(cut_by=enc.cut_by, kept_tail=enc.kept_tail)
+    return tr
+
+
 def trace(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Trace:
-    """One forward pass of ``loaded`` on ``prompt``, recorded. See ``core.engine.trace.Trace``."""
+    """One forward pass of ``loaded`` on ``prompt``, recorded. See ``core.engine.trace.Trace``. A prompt
+    longer than ``max_tokens`` or than the model's positions is cut (``tr.truncated_from``, ``tr.notes``)."""
     if loaded.is_toy:
         _count()
         return _knowing(loaded, toy_run.trace_toy(loaded, prompt, chat=chat, max_tokens=max_tokens))
-    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=max_tokens)
-    return trace_ids(loaded, enc.ids, prompt=prompt, text=enc.text, chat=chat, truncated_from=enc.truncated_from,
-                     notes=list(enc.notes))
+    enc = encode_prompt(loaded, prompt, chat=chat, max_tokens=max_tokens)
+    return cut_record(trace_ids(loaded, enc.ids, prompt=prompt, text=enc.text, chat=chat, truncated_from=enc.truncated_from,
+                                notes=list(enc.notes)), enc)
 
 
 def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:

@@ -40,7 +40,7 @@ def _sites_section(lang: str) -> None:
     if tr is None:
         return _trace_problem(err)
     if tr.truncated_from:
-        st.warning(ui.t("warn.truncated", n=tr.truncated_from, k=tr.n_tokens))
+        ui.warn_cut(tr.truncated_from, tr.n_tokens, tr.meta.get("cut_by"), bool(tr.meta.get("kept_tail")))
     st.caption(ui.t("toy.sites_caption", n=tr.n_tokens))
     layer, head = widgets.layer_head_pickers("toy", tr.n_layers, tr.n_heads)
     start, hi = 0, tr.n_tokens - attnview.CELLS

@@ -180,3 +180,61 @@ def test_undecodable_bytes_on_the_command_line(tmp_path):
     err = p.stderr.decode("utf-8", "replace")
     assert p.returncode == 2 and "not valid UTF-8" in _one_error_line(err), err
     assert not (tmp_path / "x.npz").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# item 13: `make run` is this machine's only, unless HOST says otherwise
+
+
+def test_the_server_defaults_to_this_machine(monkeypatch):
+    from core.web import server
+
+    monkeypatch.delenv("STREAMLIT_SERVER_ADDRESS", raising=False)
+    assert server.with_address(["--server.port", "8501"]) == ["--server.address", "127.0.0.1", "--server.port", "8501"]
+    assert server.with_address(["--server.address", "0.0.0.0"]) == ["--server.address", "0.0.0.0"]
+    assert server.with_address(["--server.address=::"]) == ["--server.address=::"]
+    monkeypatch.setenv("STREAMLIT_SERVER_ADDRESS", "0.0.0.0")
+    assert server.with_address([]) == []
+
+
+def _make_run_line(*args: str) -> str:
+    out = subprocess.run(["make", "-n", "run", *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k not in ("HOST", "MAKEFLAGS")})
+    assert out.returncode == 0, out.stderr
+    return next(ln for ln in out.stdout.splitlines() if "core.web.server" in ln)
+
+
+@pytest.mark.skipif(subprocess.run(["which", "make"], capture_output=True).returncode != 0, reason="needs make")
+def test_make_run_passes_host_only_when_asked():
+    assert "--server.address" not in _make_run_line()  # the server's own default: 127.0.0.1
+    assert "--server.address 0.0.0.0" in _make_run_line("HOST=0.0.0.0")
+
+
+def test_the_server_listens_on_127_0_0_1_only(tmp_path):
+    """``python -m core.web.server`` without an address (what ``make run`` starts): every socket it listens
+    on is bound to 127.0.0.1, none to 0.0.0.0 or another interface."""
+    import time
+
+    import psutil
+
+    from deploy import serve
+
+    port = next(p for p in range(8720, 8800) if serve.port_free("0.0.0.0", p))
+    env = {k: v for k, v in ENV.items() if k != "STREAMLIT_SERVER_ADDRESS"}
+    proc = subprocess.Popen([PY, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not serve.health_ok(f"http://127.0.0.1:{port}", timeout=2):
+            assert proc.poll() is None and time.time() < deadline, "the server did not start"
+            time.sleep(0.5)
+        listening = {c.laddr.ip for c in psutil.Process(proc.pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        assert listening == {"127.0.0.1"}, listening
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

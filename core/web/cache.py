@@ -161,8 +161,9 @@ def pca_words(spec: str, words: tuple[str, ...]) -> tuple[list[str], list[str], 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def sources(spec: str, prompt: str, chat: bool) -> list[str]:
-    tok = get_model(spec).tokenizer
-    enc = tokens.encode(tok, prompt, chat=chat)
+    loaded = get_model(spec)
+    tok = loaded.tokenizer
+    enc = tokens.encode(tok, prompt, chat=chat, max_positions=loaded.facts.max_positions)  # the trace's ids
     return embeddings.token_sources(tok, enc.text, prompt, enc.ids, chat)
 
 

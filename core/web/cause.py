@@ -120,7 +120,7 @@ def encoded(loaded: LoadedModel, text: pair.PairText) -> pair.PairTokens | None:
     p = pair.preset(_preset_of(text))
     if p is not None and not pair.fits(loaded.tokenizer, p):  # say first that the example, not the learner, is at fault
         st.info(ui.t("cause.preset_unfit", model=ui.model_label()))
-    return _or_warning(pair.encode_pair, loaded.tokenizer, text.clean, text.corrupted)
+    return _or_warning(pair.encode_pair, loaded.tokenizer, text.clean, text.corrupted, pair.MAX_TOKENS, loaded.facts.max_positions)
 
 
 def answers(loaded: LoadedModel, text: pair.PairText) -> pair.Answers | None:

@@ -10,6 +10,7 @@ a teacher shares) would get that page's script alone, without the router and its
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,10 @@ from streamlit.web import cli
 from core.engine import offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
+# The address the server listens on unless told otherwise: this machine only. Streamlit's own default is every
+# interface, which with XRAY_ALLOW_LOCAL=1 would hand the local-folder box to anyone on the same network;
+# `make run HOST=0.0.0.0` (``--server.address``) opens it on purpose.
+DEFAULT_ADDRESS = "127.0.0.1"
 
 
 def give_back_freed_memory() -> bool:
@@ -35,6 +40,15 @@ def give_back_freed_memory() -> bool:
         return False
 
 
+def with_address(args: list[str]) -> list[str]:
+    """Streamlit's options with ``--server.address 127.0.0.1`` first, unless they (or the environment's
+    ``STREAMLIT_SERVER_ADDRESS``) name an address."""
+    named = any(a == "--server.address" or a.startswith("--server.address=") for a in args)
+    if named or os.environ.get("STREAMLIT_SERVER_ADDRESS"):
+        return list(args)
+    return ["--server.address", DEFAULT_ADDRESS, *args]
+
+
 def main(argv: list[str] | None = None) -> int:
     try:  # a malformed XRAY_MODELS / XRAY_ALLOW_LOCAL stops the launch with the reason, before serving anyone
         offer.from_env()
@@ -44,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     give_back_freed_memory()
     PagesManager.uses_pages_directory = False
     app = str(Path(__file__).resolve().parents[2] / "app.py")
-    sys.argv = ["streamlit", "run", app, *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["streamlit", "run", app, *with_address(sys.argv[1:] if argv is None else argv)]
     try:
         cli.main()
     except SystemExit as e:

@@ -16,7 +16,7 @@ import streamlit as st
 from core.engine import i18n
 from core.engine.hf import hide_paths
 from core.engine.offer import LOCAL_ID, Offer, from_env
-from core.engine.tokens import Encoded, encode, has_chat_template
+from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache
@@ -178,8 +178,13 @@ def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = No
         st.error(t("err.trace", msg=f"{type(e).__name__}: {e}"))
         return None
     if tr.truncated_from:
-        st.warning(t("warn.truncated", n=f"{tr.truncated_from:,}", k=f"{tr.n_tokens:,}"))
+        warn_cut(tr.truncated_from, tr.n_tokens, tr.meta.get("cut_by"), bool(tr.meta.get("kept_tail")))
     return tr
+
+
+def warn_cut(truncated_from: int, kept: int, cut_by: str | None = None, kept_tail: bool = False) -> None:
+    """The one notice that a prompt was cut, saying whose limit (the app's or the model's positions) cut it."""
+    st.warning(" ".join(t(key, **args) for key, args in cut_notice(truncated_from, kept, cut_by, kept_tail)))
 
 
 def model_and_trace() -> tuple[LoadedModel, Trace] | None:
@@ -209,12 +214,12 @@ def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
 def encoded_prompt(loaded: LoadedModel, max_tokens: int) -> Encoded | None:
     """The shared prompt as ids (None, with a hint, when it is empty); warns when it was cut."""
     try:
-        enc = encode(loaded.tokenizer, prompt(), chat=chat(), max_tokens=max_tokens)
+        enc = encode(loaded.tokenizer, prompt(), chat=chat(), max_tokens=max_tokens, max_positions=loaded.facts.max_positions)
     except EmptyPromptError:
         st.info(t("hint.empty_prompt"))
         return None
     if enc.truncated_from:
-        st.warning(t("warn.truncated", n=f"{enc.truncated_from:,}", k=f"{len(enc.ids):,}"))
+        warn_cut(enc.truncated_from, len(enc.ids), enc.cut_by, enc.kept_tail)
     return enc
 
 
