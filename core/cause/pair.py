@@ -108,24 +108,27 @@ class PairTokens:
             raise PairError("counts", n_clean=len(self.ids_clean), n_corrupted=len(self.ids_corrupted))
 
 
-def _prompt_ids(tokenizer: Any, text: str, which: str, max_tokens: int) -> list[int]:
+def _prompt_ids(tokenizer: Any, text: str, which: str, max_tokens: int, max_positions: int | None = None) -> list[int]:
     if text is None or not text.strip():
         raise PairError(f"empty_{which}")
     if len(text) > MAX_CHARS:
         raise PairError("too_many_chars", which=which, n=len(text), k=MAX_CHARS)
     try:
-        enc = tokens.encode(tokenizer, text, chat=False, max_tokens=max_tokens)
+        enc = tokens.encode(tokenizer, text, chat=False, max_tokens=max_tokens, max_positions=max_positions)
     except EmptyPromptError:
         raise PairError(f"empty_{which}") from None
-    if enc.truncated_from:
-        raise PairError("too_long", which=which, n=enc.truncated_from, k=max_tokens)
+    if enc.truncated_from:  # a pair is refused, never cut: the patched position must be the same token in both
+        code = "too_long_model" if enc.cut_by == tokens.CUT_MODEL else "too_long"
+        raise PairError(code, which=which, n=enc.truncated_from, k=len(enc.ids))
     return enc.ids
 
 
-def encode_pair(tokenizer: Any, clean: str, corrupted: str, max_tokens: int = MAX_TOKENS) -> PairTokens:
-    """Both prompts as plain text (no chat template), each at most ``max_tokens`` tokens."""
-    a = _prompt_ids(tokenizer, clean, "clean", max_tokens)
-    b = _prompt_ids(tokenizer, corrupted, "corrupted", max_tokens)
+def encode_pair(tokenizer: Any, clean: str, corrupted: str, max_tokens: int = MAX_TOKENS,
+                max_positions: int | None = None) -> PairTokens:
+    """Both prompts as plain text (no chat template), each at most ``max_tokens`` tokens, and at most the
+    model's own ``max_positions`` when it has fewer (refused with ``too_long_model``)."""
+    a = _prompt_ids(tokenizer, clean, "clean", max_tokens, max_positions)
+    b = _prompt_ids(tokenizer, corrupted, "corrupted", max_tokens, max_positions)
     return PairTokens(tuple(a), tuple(b), tuple(tokens.readable_tokens(tokenizer, a)),
                       tuple(tokens.readable_tokens(tokenizer, b)))
 

@@ -277,6 +277,11 @@ class Encoded:
     ids: list[int]
     truncated_from: int | None  # the length before the limit cut it, if it did
     notes: tuple[str, ...] = ()
+    cut_by: str | None = None  # which limit cut it: "app" (the trace limit) or "model" (its own positions)
+    kept_tail: bool = False  # a chat-templated prompt was cut inside the user's text, keeping the template's end
+
+
+CUT_APP, CUT_MODEL = "app", "model"
 
 
 def has_chat_template(tokenizer: Any) -> bool:
@@ -293,25 +298,90 @@ def chat_text(tokenizer: Any, prompt: str) -> str:
 NOTE_NO_TEMPLATE = "This tokenizer has no chat template: the prompt is used as plain text."  # a page shows i18n "toy.note_no_template"
 
 
-def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Encoded:
-    """The prompt's ids, cut at ``max_tokens`` (with a note saying so)."""
+def prompt_limit(max_tokens: int = MAX_TOKENS, max_positions: int | None = None) -> tuple[int, str]:
+    """The most tokens a prompt may have, and whose limit that is: the app's ``max_tokens``, or the
+    model's own positions (config ``max_position_embeddings`` / ``n_positions``) when they are fewer.
+    A model that states no positions (0 or None) has no limit of its own."""
+    if max_positions and 0 < int(max_positions) < int(max_tokens):
+        return int(max_positions), CUT_MODEL
+    return int(max_tokens), CUT_APP
+
+
+def cut_notice(truncated_from: int, kept: int, cut_by: str | None, kept_tail: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """The sentences (i18n key, arguments) that say a prompt was cut, and by whose limit:
+    ``warn.truncated`` (the app's trace limit) or ``warn.truncated_model`` (the model's own positions),
+    then ``warn.truncated_tail`` when the chat template's end was kept after the user's cut text."""
+    args: dict[str, Any] = {"n": f"{int(truncated_from):,}", "k": f"{int(kept):,}"}
+    out = [("warn.truncated_model" if cut_by == CUT_MODEL else "warn.truncated", args)]
+    if kept_tail:
+        out.append(("warn.truncated_tail", {}))
+    return out
+
+
+def _ids(tokenizer: Any, text: str, special: bool) -> list[int]:
+    ids = tokenizer(text, add_special_tokens=special)["input_ids"]
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+_SLOT = "\ue000xray-user-text\ue000"  # a private-use marker no prompt contains: where the user's text goes
+
+
+def _template_parts(tokenizer: Any) -> tuple[str, str] | None:
+    """The chat template's text before and after the user's message (system turn and user header; the
+    user's end and the assistant header), or None when the template does not place the message once."""
+    try:
+        parts = chat_text(tokenizer, _SLOT).split(_SLOT)
+    except Exception:  # a template that refuses the marker: cut the plain way
+        return None
+    return (parts[0], parts[1]) if len(parts) == 2 else None
+
+
+def _cut_keeping_tail(tokenizer: Any, prompt: str, limit: int) -> tuple[str, list[int]] | None:
+    """A chat-templated prompt cut inside the user's text, so that the template's end (``<|im_end|>`` and
+    the assistant header: what makes the next token an assistant's answer) is kept; None when the
+    template's own tokens leave no room for any of the user's text."""
+    parts = _template_parts(tokenizer)
+    if parts is None:
+        return None
+    head, tail = (_ids(tokenizer, p, False) for p in parts)
+    room = limit - len(head) - len(tail)
+    if room < 1:
+        return None
+    user = _ids(tokenizer, prompt, False)[:room]
+    return parts[0] + tokenizer.decode(user) + parts[1], head + user + tail
+
+
+def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS,
+           max_positions: int | None = None) -> Encoded:
+    """The prompt's ids, cut at ``max_tokens`` or at the model's own ``max_positions`` when fewer (with a
+    note saying so, and ``cut_by`` saying whose limit it was). With the chat template a long prompt is cut
+    inside the user's text: the template's end (the assistant header) stays, so the next token is still
+    the assistant's first."""
     if prompt is None or not prompt.strip():
         raise EmptyPromptError("The prompt is empty.")
     notes: list[str] = []
     text = prompt
-    if chat:
-        if has_chat_template(tokenizer):
-            text = chat_text(tokenizer, prompt)
-        else:
-            notes.append(NOTE_NO_TEMPLATE)
-    ids = tokenizer(text, add_special_tokens=not chat)["input_ids"]
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
+    templated = chat and has_chat_template(tokenizer)
+    if templated:
+        text = chat_text(tokenizer, prompt)
+    elif chat:
+        notes.append(NOTE_NO_TEMPLATE)
+    ids = _ids(tokenizer, text, not chat)
     if not ids:
         raise EmptyPromptError("The prompt produced no tokens.")
-    truncated_from = None
-    if len(ids) > max_tokens:
-        truncated_from = len(ids)
-        ids = ids[:max_tokens]
-        notes.append(f"The prompt is {truncated_from} tokens long; only the first {max_tokens} are traced.")
-    return Encoded(text, [int(i) for i in ids], truncated_from, tuple(notes))
+    limit, by = prompt_limit(max_tokens, max_positions)
+    if len(ids) <= limit:
+        return Encoded(text, ids, None, tuple(notes))
+    truncated_from, kept_tail = len(ids), False
+    cut = _cut_keeping_tail(tokenizer, prompt, limit) if templated else None
+    if cut is not None:
+        text, ids = cut
+        kept_tail = True
+    else:
+        ids = ids[:limit]
+    whose = f"the model reads at most {limit} positions" if by == CUT_MODEL else f"the trace limit is {limit} tokens"
+    notes.append(f"The prompt is {truncated_from} tokens long ({whose}); only the first {len(ids)} are traced"
+                 + ("; the chat template's end is kept." if kept_tail else "."))
+    return Encoded(text, ids, truncated_from, tuple(notes), by, kept_tail)

@@ -295,7 +295,8 @@ def measure_decode(loaded: LoadedModel, prompt: str, chat: bool, n_decode: int =
     """The prompt tokenised and generated ``n_decode`` + 1 tokens by ``generate.measure_tpot`` (end token
     ignored: a step's cost does not depend on which token it is), ``reps`` timed runs after ``warmup``.
     Raises EmptyPromptError on an empty prompt."""
-    tok_t, enc = timing.repeat(lambda: encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS),
+    tok_t, enc = timing.repeat(lambda: encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS,
+                                                      max_positions=loaded.facts.max_positions),
                                reps=max(reps, 5), warmup=1)
     ids = list(enc.ids)
     step = None if progress is None else (lambda done, total: progress(done, total, len(ids)))

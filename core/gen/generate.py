@@ -118,6 +118,8 @@ class Stepper:
         self.prefill_pattern: np.ndarray | None = None  # [L, H, T, T] float16
         self.stop_reason: str | None = None  # None while running | "eos" | "max_steps" | "context" | "interrupted"
         self.max_positions = backends.context_room(loaded)
+        if len(ids) > self.max_positions:  # encode_prompt cuts a prompt there; ids from elsewhere are refused, never crash
+            raise ValueError(f"The prompt has {len(ids)} tokens; this model has only {self.max_positions} positions.")
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -355,7 +357,7 @@ def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingC
     the record holds the tokens so far and ``meta["stop_reason"] == "interrupted"`` (it may hold
     no token at all if the prefill itself was interrupted).
     """
-    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=MAX_PROMPT_TOKENS)
+    enc = backends.encode_prompt(loaded, prompt, chat=chat, max_tokens=MAX_PROMPT_TOKENS)
     if warmup:
         warm_up(loaded)
     st = Stepper(loaded, enc.ids, cfg, max_steps=steps, record_attention=False)

@@ -89,8 +89,7 @@ def _np(t: torch.Tensor, dtype: Any = np.float32) -> np.ndarray:
 def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Trace:
     """One forward pass of the toy on ``prompt``, every site recorded (same meaning as the real tracer)."""
     model: ToyTransformer = loaded.model
-    limit = min(max_tokens, model.cfg.max_positions)
-    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=limit)
+    enc = encode(loaded.tokenizer, prompt, chat=chat, max_tokens=max_tokens, max_positions=model.cfg.max_positions)
     ids = enc.ids
     probes: dict[str, Any] = {}
     with loaded.lock, torch.inference_mode():
@@ -118,6 +117,8 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
     attn_out, mlp_out, q = stack("attn_out"), stack("down"), stack("q")  # [L, T, d], [L, T, d], [L, H, T, dh]
     meta = {"model": loaded.facts.name, "model_kind": "toy", "source": loaded.source, "facts": loaded.facts.to_dict(),
             "chat": chat, "toy_config": model.cfg.to_dict()}
+    if enc.truncated_from:
+        meta.update(cut_by=enc.cut_by, kept_tail=enc.kept_tail)
     return Trace(
         prompt=prompt, text=enc.text, chat=chat,
         tokens=np.asarray(readable_tokens(loaded.tokenizer, ids), dtype=object),

@@ -1,0 +1,159 @@
+"""Any model the operator offers, honestly (issue 30): a prompt is cut at the model's own positions, not
+only at the app's 4,096-token limit, wherever it enters (trace, generation, the pairs, the command line,
+the pages), and said so; a chat-templated prompt keeps the template's end when cut (issue 29 item 9)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, _smol_tokenizer
+from core import __main__ as cli
+from core import backends
+from core.cause import pair
+from core.engine import tokens
+from core.engine.i18n import t
+from core.engine.trace import MAX_TOKENS
+from core.gen import generate
+
+N_POS = 64  # the tiny GPT-2's positions: far under the app's 4,096
+LONG = "The quick brown fox jumps over the lazy dog. " * 40  # ~400 tokens
+
+
+@pytest.fixture(scope="module")
+def short_gpt2(tmp_path_factory):
+    """A tiny random GPT-2 with only 64 learned positions (SmolLM2's tokenizer), saved as safetensors."""
+    import torch
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    tok = _smol_tokenizer()
+    folder = tmp_path_factory.mktemp("gpt2_64")
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=N_POS, vocab_size=len(tok), bos_token_id=1, eos_token_id=2,
+                     architectures=["GPT2LMHeadModel"])
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder), safe_serialization=True)
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def short_loaded(short_gpt2):
+    return backends.load_model(str(short_gpt2))
+
+
+# ---------------------------------------------------------------------------------------------
+# the one rule
+
+
+def test_prompt_limit_is_the_smaller_of_the_app_and_the_model():
+    assert tokens.prompt_limit(MAX_TOKENS, 1024) == (1024, tokens.CUT_MODEL)
+    assert tokens.prompt_limit(MAX_TOKENS, 8192) == (MAX_TOKENS, tokens.CUT_APP)
+    assert tokens.prompt_limit(MAX_TOKENS, MAX_TOKENS) == (MAX_TOKENS, tokens.CUT_APP)
+    assert tokens.prompt_limit(MAX_TOKENS, 0) == (MAX_TOKENS, tokens.CUT_APP)  # a model that states none
+    assert tokens.prompt_limit(MAX_TOKENS, None) == (MAX_TOKENS, tokens.CUT_APP)
+
+
+def test_cut_notice_names_whose_limit_in_both_languages():
+    (key, args), = tokens.cut_notice(2819, 1024, tokens.CUT_MODEL)
+    assert key == "warn.truncated_model"
+    assert "1,024 positions" in t(key, "en", **args) and "2,819" in t(key, "en", **args)
+    assert "1,024 个位置" in t(key, "zh", **args)
+    (key, _), = tokens.cut_notice(5000, 4096, tokens.CUT_APP)
+    assert key == "warn.truncated"
+    assert [k for k, _ in tokens.cut_notice(5000, 4096, tokens.CUT_APP, kept_tail=True)] == ["warn.truncated", "warn.truncated_tail"]
+
+
+def test_encode_cuts_at_the_models_positions():
+    tok = _smol_tokenizer()
+    enc = tokens.encode(tok, LONG, max_positions=N_POS)
+    assert len(enc.ids) == N_POS and enc.truncated_from > N_POS and enc.cut_by == tokens.CUT_MODEL
+    assert "at most 64 positions" in enc.notes[-1]
+    assert enc.ids == tokens.encode(tok, LONG, max_tokens=10**6).ids[:N_POS]  # the same first tokens
+    short = tokens.encode(tok, "Hello there", max_positions=N_POS)
+    assert short.truncated_from is None and short.cut_by is None and not short.notes
+
+
+def test_chat_prompt_cut_keeps_the_templates_end():
+    """Issue 29 item 9: cut at the limit, a chat prompt kept <|im_end|> and the assistant header off the end,
+    so the "next token" was no longer an assistant's answer. The cut now falls inside the user's text."""
+    tok = _smol_tokenizer()
+    whole = tokens.encode(tok, LONG, chat=True, max_tokens=10**6)
+    tail = tokens.encode(tok, "x", chat=True).ids[-5:]  # <|im_end|> ⏎ <|im_start|> assistant ⏎
+    assert tok.decode(tail).strip().endswith("assistant")
+    enc = tokens.encode(tok, LONG, chat=True, max_tokens=100)
+    assert len(enc.ids) == 100 and enc.truncated_from == len(whole.ids)
+    assert enc.ids[-5:] == tail and enc.kept_tail
+    assert enc.ids[:20] == whole.ids[:20]  # the system turn and the user header, then the user's text
+    assert enc.text.endswith("<|im_start|>assistant\n") and "chat template's end is kept" in enc.notes[-1]
+    # a limit the template alone does not fit in: the plain cut, said so without the tail sentence
+    tiny = tokens.encode(tok, LONG, chat=True, max_tokens=10)
+    assert len(tiny.ids) == 10 and not tiny.kept_tail
+
+
+# ---------------------------------------------------------------------------------------------
+# everywhere a prompt enters
+
+
+def test_trace_of_a_prompt_longer_than_the_models_positions(short_loaded):
+    """GPT-2 with 64 positions and a ~400-token prompt: before, IndexError in the position embedding."""
+    assert short_loaded.facts.max_positions == N_POS
+    tr = backends.trace(short_loaded, LONG)
+    assert tr.n_tokens == N_POS and tr.truncated_from > N_POS
+    assert tr.meta["cut_by"] == tokens.CUT_MODEL and not tr.meta["kept_tail"]
+    assert any("64 positions" in n for n in tr.notes)
+    assert np.isfinite(tr.last_logits).all()
+
+
+def test_generation_stops_before_the_models_positions(short_loaded):
+    rec = generate.generate_record(short_loaded, LONG, 20, None, warmup=False)
+    meta = json.loads(str(rec["meta"]))
+    assert len(rec["prompt_ids"]) == N_POS and meta["stop_reason"] == "context" and len(rec["token_ids"]) == 1
+    assert any("64 positions" in n for n in meta["notes"])
+    st = generate.Stepper(short_loaded, rec["prompt_ids"][:N_POS - 3].tolist(), max_steps=50)
+    st.run()
+    assert st.stop_reason == "context" and len(st.all_ids) == N_POS  # every fed token had a position
+    with pytest.raises(ValueError, match="64 positions"):  # ids from elsewhere: refused, not an IndexError
+        generate.Stepper(short_loaded, list(range(N_POS + 1)), max_steps=5)
+
+
+def test_pair_longer_than_the_models_positions_is_refused_with_its_reason():
+    tok = _smol_tokenizer()
+    with pytest.raises(pair.PairError) as e:
+        pair.encode_pair(tok, "one two three four five six", "one two three four five six", max_positions=4)
+    assert e.value.code == "too_long_model" and e.value.known
+    assert "4 positions" in e.value.text("en") and "4 个位置" in e.value.text("zh")
+    with pytest.raises(pair.PairError) as e:
+        pair.encode_pair(tok, LONG, LONG)  # the section's own limit keeps its own reason
+    assert e.value.code == "too_long"
+
+
+def test_cli_trace_and_generate_cut_at_the_models_positions(short_gpt2, capsys, tmp_path):
+    """`python -m core trace <long text> --model <gpt2>` printed a 77-line traceback."""
+    out = tmp_path / "t.npz"
+    assert cli.main(["trace", LONG, "--model", str(short_gpt2), "-o", str(out)]) == 0
+    io = capsys.readouterr()
+    assert "Traceback" not in io.err + io.out and "at most 64 positions" in io.err
+    with np.load(out, allow_pickle=False) as z:
+        assert z["token_ids"].shape == (N_POS,)
+    assert cli.main(["generate", LONG, "--steps", "5", "--model", str(short_gpt2), "-o", str(tmp_path / "g.npz")]) == 0
+    io = capsys.readouterr()
+    assert "Traceback" not in io.err + io.out and "at most 64 positions" in io.err and "stop: context" in io.out
+
+
+@pytest.mark.parametrize("stem", ["residual", "generation"])
+def test_pages_say_the_model_cut_the_prompt(short_gpt2, monkeypatch, stem):
+    """The page view that failed with "The forward pass failed: IndexError": now the notice, in the reader's language."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("XRAY_MODELS", f"gpt2-64={short_gpt2}")
+    for lang, sentence in (("en", "this model has only 64 positions"), ("zh", "这个模型只有 64 个位置")):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+        at.query_params["model"] = "gpt2-64"
+        at.session_state["lang"] = lang
+        at.session_state["prompt"] = LONG
+        at.switch_page(f"pages/{stem}.py")
+        at.run()
+        assert not at.exception and not at.error, (stem, at.exception, [e.value for e in at.error])
+        assert any(sentence in w.value for w in at.warning), [w.value for w in at.warning]
