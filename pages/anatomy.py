@@ -27,11 +27,8 @@ def _params(loaded, lang: str) -> None:
     st.subheader(ui.t("anatomy.h_params"))
     parts = cache.get_breakdown(ui.model_spec())
     presenter.chart(ps.fig_params(parts, lang), width="stretch")
-    ok, kw = anatomy.breakdown_check(parts, loaded.facts.n_params)
-    if ok:
-        st.success(ui.t("anatomy.sum_ok", **kw))
-    else:
-        st.warning(ui.t("anatomy.sum_bad", **kw))
+    key, kw = anatomy.breakdown_note(parts, loaded.facts.n_params, loaded.facts.tied_embeddings)  # this model's own head
+    (st.warning if key == "anatomy.sum_bad" else st.success)(ui.t(key, **kw))
     ui.badge("model")
 
 

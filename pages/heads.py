@@ -35,7 +35,8 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
     presenter.chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols, g.view), width="stretch")
     if note := inside_fig.map_note(g.view, lang, g.maps):
         st.caption(note)
-    st.caption(ui.t("heads.gqa_note", **heads.gqa_args(tr.n_heads, tr.n_kv_heads)))
+    key, args = heads.sharing_note(tr.n_heads, tr.n_kv_heads)  # worded from this model's own counts
+    st.caption(ui.t(key, **args))
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
     return hide
 

@@ -38,7 +38,8 @@ def render() -> None:
     stage(3, "journey.s3.body", "tokens", ids=str(tr.token_ids[:12].tolist())[:-1] + (", …]" if T > 12 else "]"), T=T)
     box = stage(4, "journey.s4.body", "tokens", V=V, d=d, T=T)
     box.code(f"E[{int(tr.token_ids[-1])}] = {journey.vector_preview(tr.embeddings[-1], lang=ui.lang())}", language=None)
-    box.caption(ui.t("journey.s4.pos", pos=f.position_type))
+    key, args = journey.position_note(f.position_type)  # from this model's own facts (GPT-2: learned, no RoPE)
+    box.caption(ui.t(key, **args))
     box = stage(5, "journey.s5.body", "residual", L=L, T=T, d=d, H=f.n_heads, Hkv=f.n_kv_heads)
     layer = box.slider(ui.t("ui.layer"), 0, L, ui.qp_int("layer", L // 2, 0, L), key="journey_layer")
     ui.set_qp(layer=layer)  # a link reopens this boundary

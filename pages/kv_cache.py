@@ -15,14 +15,19 @@ from core.web import cache, nav, presenter, ui, widgets
 P = "kv_cache"
 
 
-def _shape() -> tuple[HeadGeometry | None, int, int, int]:
-    """The calculator's inputs: a preset or a pasted config.json, bytes/value, tokens, requests."""
-    presets = {p.name: p for p in kvcalc.load_presets()}
+def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
+    """The calculator's inputs: the current model (first), a preset or a pasted config.json, bytes/value, tokens, requests."""
+    current = ui.t("kv_cache.current", name=facts.name)
+    presets = {current: kvcalc.current_shape(facts), **{p.name: p for p in kvcalc.load_presets()}}
     c = st.columns(4)
     name = c[0].selectbox(ui.t("kv_cache.model"), [*presets, ui.t("kv_cache.paste")], key=f"{P}_preset")
     bpv = kvcalc.BYTES_PER_VALUE[c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=1, key=f"{P}_bpv")]
     tokens = int(c[2].number_input(ui.t("kv_cache.tokens"), 1, 10_000_000, 4096, key=f"{P}_tokens"))
     reqs = int(c[3].number_input(ui.t("kv_cache.requests"), 1, 100_000, 1, key=f"{P}_reqs"))
+    if name == current:
+        g = presets[name]
+        st.caption(ui.t("kv_cache.current_source", L=g.n_layers, H=g.n_heads, Hkv=g.n_kv_heads, dh=g.dh))
+        return g, bpv, tokens, reqs
     if name in presets:
         st.caption(ui.t("kv_cache.source", src=presets[name].source))
         return presets[name], bpv, tokens, reqs
@@ -82,10 +87,10 @@ def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
         st.info(ui.t("kv_cache.press_measure", reps=generate.TPOT_REPS))
 
 
-def _calculator() -> None:
-    """Section 2: the cache's bytes by formula, for any model shape, as MHA / GQA / MQA."""
+def _calculator(facts: ModelFacts) -> None:
+    """Section 2: the cache's bytes by formula, for the current model or any model shape, as MHA / GQA / MQA."""
     st.subheader(ui.t("kv_cache.s2"))
-    shape, bpv, tokens, reqs = _shape()
+    shape, bpv, tokens, reqs = _shape(facts)
     if shape is None:
         return
     terms = kvcalc.formula_terms(shape, tokens, bpv, reqs)
@@ -129,7 +134,7 @@ def render() -> None:
         return
     spec = ui.model_spec()
     _with_and_without(spec, ui.prompt(), ui.chat())
-    _calculator()
+    _calculator(loaded.facts)
     _workloads(spec, loaded.facts)
 
 

@@ -157,3 +157,119 @@ def test_pages_say_the_model_cut_the_prompt(short_gpt2, monkeypatch, stem):
         at.run()
         assert not at.exception and not at.error, (stem, at.exception, [e.value for e in at.error])
         assert any(sentence in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+# ---------------------------------------------------------------------------------------------
+# every sentence about a model from that model's own facts (issue 30 item 2)
+
+FAMILIES = ("llama_gqa_untied", "qwen2_mha_tied_bias", "mistral_mqa", "gpt2_learned")
+
+
+def _family_config(name: str, vocab: int):
+    from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
+
+    if name == "llama_gqa_untied":
+        return LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+                           vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
+    if name == "qwen2_mha_tied_bias":  # Qwen2's q/k/v projections carry biases
+        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                           vocab_size=vocab, max_position_embeddings=256, tie_word_embeddings=True, architectures=["Qwen2ForCausalLM"])
+    if name == "mistral_mqa":
+        return MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                             vocab_size=vocab, max_position_embeddings=256, sliding_window=None, tie_word_embeddings=False,
+                             architectures=["MistralForCausalLM"])
+    return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=256, vocab_size=vocab, bos_token_id=1, eos_token_id=2,
+                      architectures=["GPT2LMHeadModel"])
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory):
+    """{name: (folder, config as saved)} for the four tiny families the issue tried."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tok, out = _smol_tokenizer(), {}
+    for name in FAMILIES:
+        folder = tmp_path_factory.mktemp(name)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(_family_config(name, len(tok)))
+        model.save_pretrained(str(folder), safe_serialization=True)
+        tok.save_pretrained(str(folder))
+        out[name] = (folder, json.loads((folder / "config.json").read_text()))
+    return out
+
+
+def _cfg(c: dict, *names: str):
+    return next(c[n] for n in names if n in c)
+
+
+def _facts_of(c: dict) -> dict:
+    """The numbers the sentences must carry, read off config.json itself (not through the app's reader)."""
+    H = _cfg(c, "num_attention_heads", "n_head")
+    d = _cfg(c, "hidden_size", "n_embd")
+    return {"L": _cfg(c, "num_hidden_layers", "n_layer"), "H": H, "Hkv": c.get("num_key_value_heads", H), "d": d, "dh": d // H,
+            "V": c["vocab_size"], "tied": c.get("tie_word_embeddings", True), "gpt2": c["model_type"] == "gpt2"}
+
+
+def _page(folder, stem: str, lang: str):
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["XRAY_MODELS"] = f"fam={folder}"
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+        at.query_params["model"] = "fam"
+        at.session_state["lang"] = lang
+        at.switch_page(f"pages/{stem}.py")
+        at.run()
+    finally:
+        os.environ.pop("XRAY_MODELS", None)
+    assert not at.exception and not at.error, (stem, at.exception, [e.value for e in at.error])
+    return at
+
+
+def _texts(at) -> list[str]:
+    return [e.value for kind in ("markdown", "caption", "success", "warning", "info") for e in getattr(at, kind)]
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_sentences_about_the_model_come_from_its_config(families, fam):
+    folder, c = families[fam]
+    f = _facts_of(c)
+    lang = "zh" if fam in ("qwen2_mha_tied_bias", "gpt2_learned") else "en"
+    kind = "mha" if f["Hkv"] == f["H"] else "mqa" if f["Hkv"] == 1 else "gqa"
+
+    # the heads page: MHA / MQA / GQA worded from n_heads and n_kv_heads, never SmolLM2's 9 and 3
+    texts = _texts(_page(folder, "heads", lang))
+    want = t(f"heads.share_{kind}", lang, H=f["H"], Hkv=f["Hkv"], g=f["H"] // f["Hkv"])
+    assert want in texts, (want, texts)
+    assert not any("SmolLM2" in s or "9 query heads" in s or "9 个 Query" in s for s in texts)
+    if kind != "gqa":
+        assert not any("GQA" in s or "consecutive" in s or "相邻" in s for s in texts)
+
+    # the journey: RoPE only where the model rotates; GPT-2's learned positions said as such
+    texts = _texts(_page(folder, "journey", lang))
+    pos = [s for s in texts if s.startswith(("Position information", "本模型的位置信息"))]
+    assert len(pos) == 1
+    if f["gpt2"]:
+        assert "RoPE" not in pos[0] and ("learned positions" in pos[0] or "可学习的位置向量" in pos[0])
+    else:
+        assert "RoPE" in pos[0]
+
+    # anatomy: a tied head "adds nothing" only when tied; an untied head is counted with its own size
+    at = _page(folder, "anatomy", lang)
+    ok = " ".join(e.value for e in at.success)
+    if f["tied"]:
+        assert "adds nothing" in ok or "不另计" in ok
+    else:
+        lm = f"{f['V'] * f['d']:,}"  # the head's [V, d] matrix, no bias
+        assert lm in ok and ("untied" in ok or "未与 Embedding 共享" in ok) and "adds nothing" not in ok and "不另计" not in ok
+
+    # the KV calculator sizes the current model by default, from its own shape
+    at = _page(folder, "kv_cache", lang)
+    assert at.selectbox(key="kv_cache_preset").value == t("kv_cache.current", lang, name=folder.name)
+    src = t("kv_cache.current_source", lang, L=f["L"], H=f["H"], Hkv=f["Hkv"], dh=f["dh"])
+    assert src in [e.value for e in at.caption]
+    total = 2 * f["L"] * f["Hkv"] * f["dh"] * 2 * 4096  # fp16 values, 4,096 tokens, one request
+    assert f"{total:,} B" in [e.value for e in at.caption]

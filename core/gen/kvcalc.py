@@ -71,6 +71,12 @@ def from_config(cfg: dict[str, Any] | str, name: str | None = None) -> HeadGeome
     return cfgread.geometry(cfg, name, source="pasted config.json")
 
 
+def current_shape(facts: ModelFacts) -> HeadGeometry:
+    """The model in use as the calculator's shape: its own layers, query and KV heads, head_dim and
+    positions, read off its loaded config (``ModelFacts``), so the cache is sized for what is loaded."""
+    return replace(facts.geometry, source=f"{facts.name} config ({facts.model_type})")
+
+
 def load_presets(path: Path | None = None) -> list[HeadGeometry]:
     """The published shapes in assets/model_presets.json."""
     data = json.loads((path or PRESETS_PATH).read_text(encoding="utf-8"))

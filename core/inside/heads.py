@@ -15,6 +15,7 @@ import numpy as np
 
 from core.engine import attnview
 from core.engine.attnview import MapView
+from core.engine.types import attention_kind
 
 ATLAS_EAGER = 512  # up to this many tokens the atlas (every layer derived) is computed with the page; beyond, on request
 METRICS = ("prev_token", "first_token", "entropy", "max_weight")  # the atlas's metrics, as HeadAtlas names them
@@ -123,8 +124,16 @@ def head_titles(n_layers: int) -> list[str]:
 
 
 def gqa_args(n_heads: int, n_kv_heads: int) -> dict[str, int]:
-    """The fields of heads.gqa_note: query heads, KV heads, and query heads per KV head."""
+    """The fields of the sharing note: query heads, KV heads, and query heads per KV head."""
     return {"H": n_heads, "Hkv": n_kv_heads, "g": n_heads // n_kv_heads}
+
+
+def sharing_note(n_heads: int, n_kv_heads: int) -> tuple[str, dict[str, int]]:
+    """How this model's query heads share keys and values, worded from its own counts: the i18n key
+    (``heads.share_mha``: one KV head each; ``heads.share_mqa``: one KV head for all; ``heads.share_gqa``:
+    groups of g) and its fields."""
+    kind = attention_kind(int(n_heads), int(n_kv_heads))
+    return f"heads.share_{kind.lower()}", gqa_args(int(n_heads), int(n_kv_heads))
 
 
 def query_row(weights: np.ndarray, query: int, hide_first: bool = False) -> np.ndarray:

@@ -27,6 +27,16 @@ def vector_preview(x: np.ndarray, n: int = 6, lang: str = "en") -> str:
     return f"[{head}, …]  ({size}, ‖x‖ = {float(np.linalg.norm(x)):.3f})"
 
 
+POSITION_NOTES = {"RoPE": "journey.s4.pos", "learned": "journey.s4.pos_learned", "sinusoidal": "journey.s4.pos_sinusoidal"}
+
+
+def position_note(position_type: str) -> tuple[str, dict[str, str]]:
+    """The i18n key and fields of the sentence on how this model knows positions, from its own fact
+    (``ModelFacts.position_type``): RoPE rotates q and k inside attention; learned or sinusoidal
+    positions add a vector to the embedding here; no position information at all otherwise."""
+    return POSITION_NOTES.get(str(position_type), "journey.s4.pos_none"), {"pos": str(position_type)}
+
+
 def last_token_norms(tr: Trace) -> np.ndarray:
     """‖resid[l, −1]‖ for l = 0 … L: how the last position's vector grows through the blocks."""
     return np.linalg.norm(tr.resid[:, -1, :].astype(np.float64), axis=-1)

@@ -116,6 +116,20 @@ def breakdown_check(parts: dict[str, int], n_params: int) -> tuple[bool, dict[st
     return n == n_params, {"parts": f"{n:,}", "total": f"{n_params:,}"}
 
 
+def breakdown_note(parts: dict[str, int], n_params: int, tied: bool) -> tuple[str, dict[str, str]]:
+    """The sentence under the parameter breakdown, from this model's own facts: the sum check, and what
+    the LM head costs. ``tied`` (``ModelFacts.tied_embeddings``: the config's tie_word_embeddings, or the
+    head's weight being the embedding's very tensor) and an ``lm_head`` part of its own say the same thing
+    for a sound model; the parts decide, since they are what was counted."""
+    ok, kw = breakdown_check(parts, n_params)
+    if not ok:
+        return "anatomy.sum_bad", kw
+    lm = int(parts.get("lm_head", 0))
+    if lm:  # untied: the head is a matrix of its own, counted beside the embedding
+        return "anatomy.sum_ok_untied", {**kw, "lm": f"{lm:,}", "share": f"{lm / max(1, n_params):.1%}"}
+    return ("anatomy.sum_ok" if tied else "anatomy.sum_ok_nohead"), kw
+
+
 def first_block_text(model: Any) -> str:
     """Block 0 as PyTorch prints it (its module tree); UnsupportedArchitectureError where no block list is found."""
     return str(find_sites(model).blocks[0])
