@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -135,8 +135,10 @@ def export_npz(loaded: LoadedModel, tr: Trace, path: str | Path | BinaryIO) -> N
     tr.to_npz(path, logits=full_logits(loaded, tr), layers=stacked_layers(loaded, tr))
 
 
-def export_npz_bytes(loaded: LoadedModel, tr: Trace) -> bytes:
-    return tr.to_npz_bytes(logits=full_logits(loaded, tr), layers=stacked_layers(loaded, tr))
+def export_npz_bytes(loaded: LoadedModel, tr: Trace, detail: Callable[[int], LayerDetail] | None = None) -> bytes:
+    """The .npz file in memory; ``detail(layer)`` supplies each layer (default ``layer_detail``: a
+    caller that caches derived layers passes its own, so they are not derived twice)."""
+    return tr.to_npz_bytes(logits=full_logits(loaded, tr), layers=stacked_layers(loaded, tr, detail=detail))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +164,8 @@ def attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray:
     return layer_detail(loaded, tr, layer).weights.astype(np.float32)
 
 
-def stacked_layers(loaded: LoadedModel, tr: Trace, with_pattern: bool | None = None) -> dict[str, np.ndarray]:
+def stacked_layers(loaded: LoadedModel, tr: Trace, with_pattern: bool | None = None,
+                   detail: Callable[[int], LayerDetail] | None = None) -> dict[str, np.ndarray]:
     """Every layer's details stacked [L, …] under the contract's keys (the .npz export). The weights
     are included up to ``PATTERN_EXPORT_MAX`` tokens unless ``with_pattern`` says otherwise."""
     if with_pattern is None:
@@ -171,7 +174,7 @@ def stacked_layers(loaded: LoadedModel, tr: Trace, with_pattern: bool | None = N
     if with_pattern:
         parts["attn_pattern"] = []
     for layer in range(tr.n_layers):
-        d = layer_detail(loaded, tr, layer)
+        d = layer_detail(loaded, tr, layer) if detail is None else detail(layer)
         for k in parts:
             parts[k].append(d.weights if k == "attn_pattern" else getattr(d, k))
     return {k: np.stack(v) for k, v in parts.items()}

@@ -12,7 +12,7 @@ from core.engine.types import ConfigError, EmptyPromptError
 from core.gen import diagnose as dg
 from core.gen import figures as gen_fig
 from core.gen import kvcalc, report, workloads
-from core.web import cache, nav, presenter, ui, widgets
+from core.web import cache, measure, nav, presenter, ui, widgets
 
 P = "diagnose"
 LONGEST = (256, 512, 1024, 2048, 4096)
@@ -25,7 +25,10 @@ def _machine() -> str:
 
 def _bump(name: str, want: tuple) -> None:
     """Button callback. The first press asks for run 0, shared by every visitor of this server (the cache
-    keys on it); pressing again asks for a run number no one has used, so it measures afresh."""
+    keys on it); pressing again asks for a run number no one has used, so it measures afresh — but not
+    while this session's measurement still runs (a second press then waits for the first)."""
+    if measure.busy():
+        return
     done = st.session_state.get(f"{P}_{name}")
     again = done is not None and tuple(done[: len(want)]) == want
     st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
@@ -35,26 +38,28 @@ def _label(key: str):
     return lambda done, total, n: ui.t(key, done=done, total=total, n=n)
 
 
-def _points(spec: str) -> list[dg.PrefillPoint] | None:
+def _points(spec: str, quiet: bool = True) -> list[dg.PrefillPoint] | None:
+    """The prefill curve asked for (measured in a server thread: a rerun waits for it, never restarts it);
+    ``quiet=False`` where it was asked for, which says so when the server refuses a fresh one."""
     got = st.session_state.get(f"{P}_prefill")
     if not got or got[0] != spec:
         return None
-    return cache.diagnose_prefill(spec, got[1], got[2], _label=_label("diagnose.progress_prefill"))
+    return measure.show(cache.diagnose_prefill(spec, got[1], got[2]), _label("diagnose.progress_prefill"), quiet)
 
 
-def _decode(spec: str) -> dg.DecodeRun | None:
+def _decode(spec: str, quiet: bool = True) -> dg.DecodeRun | None:
     got = st.session_state.get(f"{P}_decode")
     if not got or got[:4] != (spec, ui.prompt(), ui.chat(), got[3]) or not ui.prompt().strip():
         return None
     try:
-        return cache.diagnose_decode(spec, got[1], got[2], got[3], got[4], _label=_label("diagnose.progress_decode"))
+        return measure.show(cache.diagnose_decode(spec, got[1], got[2], got[3], got[4]), _label("diagnose.progress_decode"), quiet)
     except EmptyPromptError:
         return None
 
 
 def _controls(spec: str, max_pos: int) -> None:
     """The two measurements, each on a button press (cached per server process; press again to re-measure)."""
-    st.subheader(ui.t("diagnose.s_measure"))
+    st.header(ui.t("diagnose.s_measure"))
     st.caption(ui.t("diagnose.measured_on", machine=_machine()))
     c1, c2 = st.columns(2)
     longest = c1.select_slider(ui.t("diagnose.longest"), LONGEST, 2048, key=f"{P}_longest", help=ui.t("diagnose.longest_help"))
@@ -72,8 +77,8 @@ def _controls(spec: str, max_pos: int) -> None:
         c2.info(ui.t("hint.empty_prompt"))
     if done and done[:4] != want:  # the prompt or the length changed since: measure what is asked now
         st.session_state.pop(f"{P}_decode")
-    _points(spec)  # a measurement just asked for runs here, its progress bar under its button; later calls read the cache
-    _decode(spec)
+    _points(spec, quiet=False)  # a measurement just asked for runs here, its progress bar under its button; later calls read the cache
+    _decode(spec, quiet=False)
 
 
 def _slow_first(spec: str) -> None:

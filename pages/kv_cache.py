@@ -10,7 +10,7 @@ from core.engine.numbers import human_bytes
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report, workloads
-from core.web import cache, nav, presenter, ui, widgets
+from core.web import cache, measure, nav, presenter, ui, widgets
 
 P = "kv_cache"
 
@@ -41,7 +41,9 @@ def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
 
 def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int, run: int) -> None:
     loaded = cache.get_model(spec)
-    c = cache.compare_cache(spec, prompt, chat, n, min_len, run)
+    c = measure.show(cache.compare_cache(spec, prompt, chat, n, min_len, run))  # in a server thread: a rerun waits for it
+    if c is None:  # refused: said why and when to retry
+        return
     st.caption(ui.t("kv_cache.prompt_len", t=c.n_prompt) + " " + ui.t("kv_cache.reps_note", reps=c.with_total.n))
     stop = report.compare_stop(c, tokens.readable_tokens(loaded.tokenizer, c.with_ids[-1:])[0] if c.with_ids else "", ui.lang())
     if stop:
@@ -59,7 +61,10 @@ def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int, run: int)
 
 
 def _measure(want: tuple) -> None:
-    """Button callback: every press measures afresh (a new run number for the cache)."""
+    """Button callback: every press measures afresh (a new run number for the cache) — except a press while
+    this session's measurement still runs, which waits for that one instead of queueing another."""
+    if measure.busy():
+        return
     st.session_state[f"{P}_run"] = st.session_state.get(f"{P}_run", 0) + 1
     st.session_state[f"{P}_cmp"] = (*want, st.session_state[f"{P}_run"])
 
@@ -78,11 +83,10 @@ def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
     if not prompt.strip():
         st.info(ui.t("hint.empty_prompt"))
     elif shown:
-        with st.spinner(ui.t("kv_cache.measuring")):
-            try:
-                _compare(spec, prompt, chat, n, min_len, done[5])
-            except EmptyPromptError:
-                st.info(ui.t("hint.empty_prompt"))
+        try:
+            _compare(spec, prompt, chat, n, min_len, done[5])
+        except EmptyPromptError:
+            st.info(ui.t("hint.empty_prompt"))
     else:
         st.info(ui.t("kv_cache.press_measure", reps=generate.TPOT_REPS))
 

@@ -22,7 +22,7 @@ from core.cause import attribution, patching
 from core.engine import budget, tokens
 from core.engine.memo import ByteLRU
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
-from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel
+from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, say
 from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
@@ -30,14 +30,16 @@ from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
 from core.toy import load_loss_curve, word_order_demo
+from core.web import jobs
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def get_model(spec: str) -> LoadedModel:
     bar = st.progress(0.0, text="Loading model …")
+    lang = st.session_state.get("lang", "en")
 
-    def progress(frac: float, msg: str) -> None:
-        bar.progress(min(max(frac, 0.0), 1.0), text=msg)
+    def progress(frac: float, msg: str) -> None:  # a sentence of the catalogue (hf.Said) in the reader's language
+        bar.progress(min(max(frac, 0.0), 1.0), text=say(getattr(msg, "phrase", msg), lang))
 
     try:
         return backends.load_model(spec or None, progress=progress)
@@ -72,10 +74,21 @@ def get_layer(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: in
                        lambda: backends.layer_detail(get_model(spec), tr, layer_idx))
 
 
-@st.cache_data(show_spinner=False, max_entries=2)
 def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> bytes:
+    """The trace as a .npz file, built when the download is clicked and not kept (at 4,096 tokens it is
+    about 0.5 GB: kept in ``st.cache_data`` it would sit outside the ``XRAY_CACHE_GB`` budget). Layers
+    already derived in the store are reused; the others are derived for the file alone, not stored."""
     loaded = get_model(spec)
-    return backends.export_npz_bytes(loaded, get_trace(spec, prompt, chat, max_tokens))
+    tr = get_trace(spec, prompt, chat, max_tokens)
+
+    def detail(layer: int) -> LayerDetail:
+        def derive() -> LayerDetail:
+            return backends.layer_detail(loaded, tr, layer)
+
+        key = _layer_key(spec, prompt, chat, layer, max_tokens)
+        return store().get(key, derive) if key in store() else derive()
+
+    return backends.export_npz_bytes(loaded, tr, detail=detail)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -90,17 +103,17 @@ def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = MAX_NEW)
 # generation: timings, measured once per (model, prompt, settings)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0, run: int = 0) -> generate.CacheComparison:
+def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0, run: int = 0) -> jobs.Job | jobs.Refused:
     """The same ``n`` greedy tokens with and without the KV cache, each timed ``TPOT_REPS`` times after a
     warm-up (``generate.compare_with_without``); the prompt's text is repeated up to ``min_len`` tokens so
-    that the prefix the no-cache run recomputes is long. ``run``: a new number measures again."""
+    that the prefix the no-cache run recomputes is long. A measurement (see ``measurement``): the job,
+    whose value is a ``generate.CacheComparison``, or a refusal. ``run``: a new number measures again."""
     loaded = get_model(spec)
     ids = generate.extended_prompt_ids(loaded.tokenizer, prompt, chat, min_len,
                                        max_len=min(generate.MAX_PROMPT_TOKENS, _room(loaded, n)))
     if not ids:
         raise EmptyPromptError("empty prompt")
-    return generate.compare_with_without(loaded, ids, n)
+    return measurement(("compare_cache", spec, tuple(ids), n, run), lambda job: generate.compare_with_without(loaded, ids, n))
 
 
 def _room(loaded: LoadedModel, n: int) -> int:
@@ -311,20 +324,31 @@ def cause_baseline(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[i
     return patching.capture(get_model(spec), ids_clean, ids_corrupted)
 
 
+@st.cache_resource(show_spinner=False)
+def runner() -> jobs.Runner:
+    """Long computations in server threads, outliving any script run (core.web.jobs), and the limit on
+    fresh measurements per server per minute."""
+    return jobs.Runner()
+
+
 def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], answer: int, foil: int, site: str,
                 progress: Any = None) -> np.ndarray:
-    """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads. Kept
-    in the byte-bounded store, not st.cache_data: ``progress`` draws the page's bar while it runs, and
-    st.cache_data would try to replay that bar's updates."""
+    """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads.
+    Computed in a server thread (``runner``), not in the script: a rerun while it runs (a language
+    switch, a second visitor) waits for the same sweep and picks it up where it is, instead of losing
+    it; ``progress(done, total)`` draws the page's bar meanwhile, in every session that waits."""
     key = ("cause_sweep", spec, ids_clean, ids_corrupted, answer, foil, site)
+    job = runner().job(key)
+    if job is None:
+        loaded, base = get_model(spec), cause_baseline(spec, ids_clean, ids_corrupted)  # in the script: Streamlit's caches
 
-    def compute() -> np.ndarray:
-        base = cause_baseline(spec, ids_clean, ids_corrupted)
-        grid = patching.sweep(get_model(spec), base, site, answer, foil, progress=store().reporter(key, progress))
-        grid.flags.writeable = False  # shared by every session
-        return grid
+        def compute(job: jobs.Job) -> np.ndarray:
+            grid = patching.sweep(loaded, base, site, answer, foil, progress=job.report)
+            grid.flags.writeable = False  # shared by every session
+            return grid
 
-    return store().get(key, compute, progress)  # a session that finds it running sees the same bar move
+        job = runner().start(key, compute)
+    return jobs.wait(job, progress)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -337,10 +361,13 @@ def cause_run(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, .
 
 def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, steps: int,
                       progress: Any = None) -> attribution.Attributions:
-    """Gradient × input and integrated gradients of the clean prompt (in the store, like ``cause_sweep``)."""
+    """Gradient × input and integrated gradients of the clean prompt (in a server thread, like ``cause_sweep``)."""
     key = ("cause_attribution", spec, ids, answer, foil, steps)
-    return store().get(key, lambda: attribution.attribute(get_model(spec), ids, answer, foil, steps,
-                                                           progress=store().reporter(key, progress)), progress)
+    job = runner().job(key)
+    if job is None:
+        loaded = get_model(spec)
+        job = runner().start(key, lambda job: attribution.attribute(loaded, ids, answer, foil, steps, progress=job.report))
+    return jobs.wait(job, progress)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -354,34 +381,29 @@ def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
 # diagnose: the symptom measurements, once per (model, settings, run number) and server process
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0, _label: Any = None) -> list[diagnose.PrefillPoint]:
-    """Tokenising and prefill time at each input length (``core.gen.diagnose.measure_prefill_curve``).
-    ``run``: a new number measures again; ``_label(done, total, n)``, the progress bar's words, is not part of the key."""
-    bar, update = _diagnose_bar(_label)
-    try:
-        return diagnose.measure_prefill_curve(get_model(spec), list(lengths), progress=update)
-    finally:
-        bar.empty()
+# Measurements run in server threads (``runner``): a rerun never loses one, a session has at most one in
+# flight, and the server starts at most ``jobs.rate_setting()`` fresh ones a minute. Each returns the job
+# (running or done: core.web.measure.show waits on it and draws its bar) or a ``jobs.Refused``.
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int = 0, _label: Any = None) -> diagnose.DecodeRun:
-    """One request timed end to end (``core.gen.diagnose.measure_decode``)."""
-    bar, update = _diagnose_bar(_label)
-    try:
-        return diagnose.measure_decode(get_model(spec), prompt, chat, n_decode, progress=update)
-    finally:
-        bar.empty()
+def measurement(key: tuple, compute: Any) -> jobs.Job | jobs.Refused:
+    """The measurement ``key`` for this session (``jobs.Runner.measure``); ``compute(job)`` makes it."""
+    return runner().measure(key, compute, st.session_state)
 
 
-def _diagnose_bar(label: Any) -> tuple[Any, Any]:
-    """A progress bar made inside the cached function (so Streamlit can replay it) and its updater."""
-    bar = st.progress(0.0)
+def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:
+    """Tokenising and prefill time at each input length (``core.gen.diagnose.measure_prefill_curve``);
+    progress (done, total, n). ``run``: a new number measures again."""
+    loaded = get_model(spec)
+    return measurement(("diagnose_prefill", spec, lengths, run),
+                       lambda job: diagnose.measure_prefill_curve(loaded, list(lengths), progress=job.report))
 
-    def update(done: int, total: int, n: int) -> None:
-        bar.progress(min(1.0, done / max(1, total)), text=label(done, total, n) if label else None)
-    return bar, update
+
+def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int = 0) -> jobs.Job | jobs.Refused:
+    """One request timed end to end (``core.gen.diagnose.measure_decode``); progress (done, total, n)."""
+    loaded = get_model(spec)
+    return measurement(("diagnose_decode", spec, prompt, chat, n_decode, run),
+                       lambda job: diagnose.measure_decode(loaded, prompt, chat, n_decode, progress=job.report))
 
 
 # the serving lab: a plain copy of the model for transformers' continuous batching (it refuses the
