@@ -14,7 +14,7 @@ from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, OfferError, canonical_target
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
-from core.web import cache, nav, presenter, replica, ui
+from core.web import cache, nav, presenter, replica, ui, widgets
 
 
 def sidebar() -> None:
@@ -111,7 +111,7 @@ def _switch_model(model_id: str, spec: str) -> None:
         cache.get_model(spec)
     except Exception as e:  # never a traceback: any failure keeps the previous model
         st.sidebar.error(ui.t("err.model_load", msg=ui.load_error_text(e, spec)))
-        st.sidebar.caption(ui.t("sb.kept_model", spec=ui.model_label()))
+        st.sidebar.caption(ui.t("sb.kept_model", spec=widgets.md(ui.model_label())))
         return
     st.session_state["model_spec_ok"] = spec
     st.session_state["model_id"] = model_id

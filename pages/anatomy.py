@@ -38,7 +38,7 @@ def _block(loaded, lang: str) -> None:
     try:
         st.code(anatomy.first_block_text(loaded.model), language="text")
     except Exception as e:  # the toy or an odd architecture: the table below still holds
-        st.info(str(e))
+        st.info(widgets.md(e))
     presenter.frame(anatomy.block_table_view(anatomy.block_table(rows, lang), lang), hide_index=True, width="stretch")
     st.caption(ui.t("anatomy.block_total", **anatomy.block_args(rows, loaded.facts.n_layers, loaded.facts.n_params)))
     ui.badge("model")

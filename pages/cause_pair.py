@@ -40,7 +40,7 @@ def _alignment(pt: pair.PairTokens) -> None:
     presenter.frame(rows, hide_index=True, width="stretch", height=min(35 * (len(rows) + 1) + 3, 420))
     diff = pt.differing()
     if not pt.same_length:
-        st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))
+        st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).markdown(ui.lang()))
     elif diff:
         st.markdown(ui.t("cause.align_same_n", n=pt.n_tokens, positions=", ".join(map(str, diff))))
     else:

@@ -60,7 +60,7 @@ def _cell(r: cause.Ready, site: str, raw: np.ndarray) -> tuple[int, int]:
 def _where(r: cause.Ready, site: str, col: int) -> str:
     if site == patching.HEAD:
         return ui.t("cause.cell_where_head", h=col)
-    return ui.t("cause.cell_where_pos", pos=col, tok=widgets.code(position_label(r.tokens.tokens_corrupted, col)))
+    return ui.t("cause.cell_where_pos", pos=col, tok=widgets.md(position_label(r.tokens.tokens_corrupted, col)))
 
 
 def _grid_figure(r: cause.Ready, site: str, raw: np.ndarray, cell: tuple[int, int]) -> None:

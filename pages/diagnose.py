@@ -141,7 +141,7 @@ def _memory(spec: str, loaded) -> None:
         return
     budget_b, why = dg.parse_budget_gb(raw)
     if budget_b is None:
-        st.warning(ui.t(f"diagnose.budget_{why}", raw=widgets.code(raw)))
+        st.warning(ui.t(f"diagnose.budget_{why}", raw=widgets.md(raw)))
         return
     plan, lang = dg.memory_plan(shape, ctx, reqs, budget_b), ui.lang()
     presenter.chart(gen_fig.memory_plan(plan.requests, plan.weights, plan.kv, plan.activations, budget_b, plan.limit, reqs, lang),

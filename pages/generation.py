@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine import tokens
+from core.engine import escape, tokens
 from core.engine.tokens import position_label
 from core.engine.types import LoadedModel
 from core.gen import figures as gen_fig
@@ -50,7 +50,7 @@ def _attention(loaded: LoadedModel, stp: generate.Stepper, rec: generate.StepRec
     start = widgets.map_window(P, n_vis, kind="row")  # one window for both figures (a long prompt: summed/averaged overview)
     a1, a2 = st.columns(2)
     if rec.attn is not None:
-        title = ui.t("generation.fig_row", tok=position_label(pieces, n_vis - 1), layer=layer, head=head, kv=f.geometry.kv_head_of(head))
+        title = ui.t("generation.fig_row", tok=escape.plot(position_label(pieces, n_vis - 1)), layer=layer, head=head, kv=f.geometry.kv_head_of(head))
         presenter.chart_in(a1, gen_fig.attention_row(rec.attn[layer, head], pieces[:n_vis], len(stp.prompt_ids), title, ui.lang(), start),
                            width="stretch")
     if stp.prefill_pattern is not None:

@@ -68,7 +68,7 @@ def _lens(tr, spec: str, lang: str) -> None:
     try:  # only the window's positions are read through the LM head (31 passes over T rows otherwise)
         ids, probs, cells = cache.get_lens(spec, ui.prompt(), ui.chat(), lo, hi)
     except Exception as e:  # e.g. a model without a findable final norm
-        st.info(ui.t("logits.lens_fail", msg=str(e)))
+        st.info(ui.t("logits.lens_fail", msg=widgets.md(e)))
         return
     show = st.toggle(ui.t("logits.lens_text"), value=True, key="logits_lens_text")
     v = lens.lens_view(ids, probs, cells, tr.tokens, lo, hi, first=lo)

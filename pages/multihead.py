@@ -56,7 +56,7 @@ def _real_section(lang: str) -> None:
     try:
         parts = cache.recombine(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:
-        return st.info(ui.t("multihead.no_o_proj", msg=str(e)))
+        return st.info(ui.t("multihead.no_o_proj", msg=widgets.md(e)))
     r = A.recombine_readout(parts)
     m1, m2, m3 = st.columns(3)
     m1.metric(ui.t("multihead.per_head"), r["per_head"])

@@ -59,7 +59,7 @@ def _real_tab(loaded) -> None:
     try:
         chk = cache.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
     except (ValueError, AttributeError) as e:
-        return st.info(ui.t("positions.not_rope", kind=str(e)))
+        return st.info(ui.t("positions.not_rope", kind=widgets.md(e)))
     d = ui.layer_detail(tr, layer)
     if d is None:
         return

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from core.engine import escape
 from core.engine.tokens import position_label
 from core.stream import figures as ps
 from core.stream import lens
@@ -37,7 +38,7 @@ def _sublayers(tr, lang: str) -> tuple[int, int]:
     pos = _pick_token(list(tr.tokens), "residual_pos")
     one = st.toggle(ui.t("residual.one_token"), value=False, key="residual_one")
     a, m = lens.sublayer_norms(tr, pos if one else None)
-    title = ui.t("residual.fig_sub_tok", tok=position_label(tr.tokens, pos)) if one else ui.t("residual.fig_sub_mean")
+    title = ui.t("residual.fig_sub_tok", tok=escape.plot(position_label(tr.tokens, pos))) if one else ui.t("residual.fig_sub_mean")
     presenter.chart(ps.fig_sublayer_norms(a, m, lang, title), width="stretch")
     ui.badge("model")
     return layer, pos
@@ -49,7 +50,7 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
         which = ("attn", "mlp")[opts.index(st.radio(ui.t("residual.which_norm"), opts, horizontal=True, key=f"residual_which_{lang}"))]
         ns = lens.block_norm_steps(loaded, tr, layer, pos, which, ui.layer_detail(tr, layer) if which == "mlp" else None)
     except Exception as e:  # a model whose blocks have other names: say so, never a traceback
-        st.info(ui.t("residual.unsupported", msg=str(e)))
+        st.info(ui.t("residual.unsupported", msg=widgets.md(e)))
         return
     st.subheader(ui.t("residual.h_norm", kind=ns.kind))
     st.caption(ui.t("residual.norm_formula"))
@@ -65,7 +66,7 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     try:
         ms = lens.mlp_steps(loaded, tr, layer, pos, ui.layer_detail(tr, layer))
     except Exception as e:
-        st.info(ui.t("residual.not_gated", msg=str(e)))
+        st.info(ui.t("residual.not_gated", msg=widgets.md(e)))
         return
     n_top = st.slider(ui.t("residual.n_top"), 5, 50, 20, key="residual_ntop")
     presenter.chart(ps.fig_mlp_neurons(ms, lang, n_top), width="stretch")

@@ -50,7 +50,7 @@ def _workload(lang: str) -> str | None:
     try:
         return serving.workload_text(serving.parse_workload(workloads.rows_text(clean)))
     except CodedError as e:
-        st.error(e.text(lang))
+        st.error(e.markdown(lang))
         return None
 
 
@@ -76,7 +76,7 @@ def _results(res: serving.ServeResult, lang: str) -> None:
     st.markdown(report.throughput_text(res, lang))
     st.caption(ui.t("serving.one_run"))
     if res.refused:
-        st.warning(ui.t("serving.refused", msg=res.refused))
+        st.warning(ui.t("serving.refused", msg=widgets.md(res.refused)))
     ids = [r.id for r in res.requests]
     presenter.chart(gen_fig.serving_gantt(res.requests, lang), width="stretch")
     presenter.chart(gen_fig.serving_timeline(res.steps, ids, lang), width="stretch")
@@ -123,7 +123,7 @@ def render() -> None:
             return
         _results(_run(spec, text, settings, settings[3], True, run), lang)
     except CodedError as e:  # a setting or workload the lab refuses: said in the page's language
-        st.error(e.text(lang))
+        st.error(e.markdown(lang))
 
 
 render()

@@ -31,7 +31,7 @@ def _trace_problem(err: str) -> None:
     if err.startswith("hint."):
         st.info(ui.t(err))
     else:
-        st.error(ui.t("toy.trace_error", msg=err))
+        st.error(ui.t("toy.trace_error", msg=widgets.md(err)))
 
 
 def _sites_section(lang: str) -> None:

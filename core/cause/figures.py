@@ -15,8 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import i18n
-from core.engine.tokens import position_label
+from core.engine import escape, i18n
+from core.engine.plotlabels import position_label
 
 ANSWER_COLOUR, FOIL_COLOUR, OTHER_COLOUR = "#dc2626", "#2563eb", "#94a3b8"
 # 0 = the corrupted run (white), 1 = the clean run (deep red), below 0 = further from clean (blue)
@@ -34,7 +34,7 @@ def fig_top_tokens(clean: Sequence[dict], corrupted: Sequence[dict], answer: int
     for col, rows in ((1, clean), (2, corrupted)):
         rows = list(rows)[::-1]  # the most likely on top
         colours = [ANSWER_COLOUR if r["id"] == answer else FOIL_COLOUR if r["id"] == foil else OTHER_COLOUR for r in rows]
-        fig.add_trace(go.Bar(x=[r["p"] for r in rows], y=[f"{r['token']}  " for r in rows], orientation="h", marker_color=colours,
+        fig.add_trace(go.Bar(x=[r["p"] for r in rows], y=[f"{escape.plot(r['token'])}  " for r in rows], orientation="h", marker_color=colours,
                              customdata=[[r["logit"], r["id"]] for r in rows], showlegend=False,
                              hovertemplate="%{y}<br>p = %{x:.2%}<br>logit = %{customdata[0]:.3f}<br>id %{customdata[1]}<extra></extra>"),
                       row=1, col=col)

@@ -11,10 +11,11 @@ every layer above may raise. Pure Python: no torch, no transformers, no Streamli
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.engine import i18n
+from core.engine import escape, i18n
 
 if TYPE_CHECKING:  # annotations only: this module stays importable without torch
     from torch import nn
@@ -80,8 +81,25 @@ class CodedError(Exception):
     def text(self, lang: str = "en") -> str:
         return Phrase(self.key, self.params).text(lang)
 
+    def markdown(self, lang: str = "en", clean: Callable[[str], str] = str) -> str:
+        """The sentence as a page's Markdown shows it: its values (what the user typed, a link carried, a
+        file said), first through ``clean``, then through ``escape.md``, so none of them renders as a link,
+        an image or a tag (the sentence's own Markdown is the catalogue's, and stays)."""
+        return _rebuild_coded(type(self), self.code, {k: _md(v, clean) for k, v in self.params.items()}).text(lang)
+
     def __reduce__(self) -> tuple[Any, ...]:  # the default would pass the English sentence as the code
         return _rebuild_coded, (type(self), self.code, self.params)
+
+
+def _md(value: Any, clean: Callable[[str], str] = str) -> Any:
+    """A message value with its text (in a Phrase or a list too) through ``clean``, then ``escape.md``."""
+    if isinstance(value, str):
+        return escape.md(clean(value))
+    if isinstance(value, Phrase):
+        return Phrase(value.key, {k: _md(v, clean) for k, v in value.params.items()})
+    if isinstance(value, (list, tuple)):
+        return [_md(v, clean) for v in value]
+    return value
 
 
 def _rebuild_coded(cls: type[CodedError], code: str, params: dict[str, Any]) -> CodedError:

@@ -15,9 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview
+from core.engine import attnview, escape
 from core.engine.i18n import t
-from core.engine.tokens import position_label, rank_labels
+from core.engine.plotlabels import position_label, rank_labels
 
 PALETTE = {"prefill": "#1f77b4", "decode": "#ff7f0e", "with": "#2ca02c", "without": "#d62728", "kv": "#9467bd", "weights": "#8c8c8c"}
 
@@ -70,7 +70,7 @@ def prefill_matrix(mat: np.ndarray, tokens: Sequence[str], title: str, lang: str
     exact up to ``attnview.CELLS`` positions; beyond, averaged blocks (``start`` None) or a window of
     exact weights from ``start``. Ticks on every k-th position, every cell's tokens in the hover."""
     view = attnview.view(np.asarray(mat, dtype=np.float32), start)
-    pos, labels = view.positions(), attnview.cell_labels(view, tokens)
+    pos, labels = view.positions(), escape.plot_all(attnview.cell_labels(view, tokens))
     fig = go.Figure(go.Heatmap(z=view.z, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=1,
                                customdata=np.array([[f"{r} → {c}" for c in labels] for r in labels]),
                                hovertemplate="%{customdata}: " + ("" if view.exact else t("attnview.mean_w", lang) + " = ") + "%{z:.4f}<extra></extra>"))
@@ -371,7 +371,7 @@ def serving_timeline(steps: Sequence[Any], ids: Sequence[str], lang: str) -> go.
             z[code[rid], j], text[code[rid]][j] = 1, "D"
     x = list(range(len(steps)))
     fig = go.Figure(go.Heatmap(
-        z=z, x=x, y=list(ids), text=text, texttemplate="%{text}" if len(steps) <= 40 else None, xgap=1, ygap=2, zmin=1, zmax=2,
+        z=z, x=x, y=escape.plot_all(ids), text=text, texttemplate="%{text}" if len(steps) <= 40 else None, xgap=1, ygap=2, zmin=1, zmax=2,
         colorscale=[[0, SERVE["decode"]], [0.5, SERVE["decode"]], [0.5, SERVE["prefill"]], [1, SERVE["prefill"]]], showscale=False,
         customdata=[[f"{s.t_s:.3f}" for s in steps] for _ in ids],
         hovertemplate=t("serving.timeline_hover", lang) + "<extra></extra>"))
@@ -389,7 +389,7 @@ def serving_gantt(requests: Sequence[Any], lang: str) -> go.Figure:
              ("decode", "first_token_s", "finish_s"))
     for name, a, b in parts:
         rows = [r for r in requests if getattr(r, a) is not None and getattr(r, b) is not None]
-        fig.add_trace(go.Bar(y=[r.id for r in rows], x=[max(0.0, getattr(r, b) - getattr(r, a)) for r in rows],
+        fig.add_trace(go.Bar(y=[escape.plot(r.id) for r in rows], x=[max(0.0, getattr(r, b) - getattr(r, a)) for r in rows],
                              base=[getattr(r, a) for r in rows], orientation="h", name=t(f"serving.phase_{name}", lang),
                              marker_color=SERVE[name], marker_pattern_shape={"wait": ".", "prefill": "/", "decode": ""}[name],
                              hovertemplate="%{y}: %{base:.2f} → %{x:.2f} s<extra>" + t(f"serving.phase_{name}", lang) + "</extra>"))
@@ -418,7 +418,7 @@ def serving_blocks(steps: Sequence[Any], ids: Sequence[str], num_blocks: int, la
             shared = len(rids) > 1
             z[j, blk] = -1 if shared else code[rids[0]]
             text[j][blk] = "S" if shared else str(code[rids[0]] + 1)
-            who[j][blk] = ", ".join(rids)
+            who[j][blk] = escape.plot(", ".join(rids))
     n = max(1, len(ids))
     scale = [[0, SERVE["shared"]], [0.5 / (n + 1), SERVE["shared"]]]
     qual = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#9d755d", "#bab0ac", "#ff9da6"]

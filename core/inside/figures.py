@@ -14,9 +14,9 @@ import plotly.graph_objects as go
 from plotly.colors import get_colorscale
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, i18n
+from core.engine import attnview, escape, i18n
 from core.engine.attnview import MapView
-from core.engine.tokens import position_label, visible
+from core.engine.plotlabels import position_label, visible
 
 
 def _t(key: str, lang: str, **kw: Any) -> str:
@@ -77,7 +77,7 @@ def fig_context(sims: Sequence[np.ndarray], names: Sequence[str], baseline: np.n
     n = len(sims)
     for k, (sim, name) in enumerate(zip(sims, names)):
         last = k == n - 1
-        fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=name if n > 1 else _t("context.curve_same", lang),
+        fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=escape.plot(name) if n > 1 else _t("context.curve_same", lang),
                                  line=dict(width=3 if last else 1.5), marker=dict(size=6 if last else 4), opacity=1.0 if last else 0.8))
     fig.add_trace(go.Scatter(x=x, y=baseline, mode="lines", name=_t("context.curve_base", lang), line=dict(dash="dot", color="#94a3b8")))
     fig.update_layout(title=_t("context.fig_title", lang), xaxis_title=_t("context.fig_x", lang),
@@ -114,7 +114,7 @@ def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str]
     (``view``: what the cells are — averaged blocks or a window — when not the whole exact map)."""
     n, T = maps.shape[0], maps.shape[1]
     rows = int(np.ceil(n / cols))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.04, vertical_spacing=0.08 if rows < 6 else 0.04)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=escape.plot_all(titles), horizontal_spacing=0.04, vertical_spacing=0.08 if rows < 6 else 0.04)
     hover = _hover(tokens, T, lang, view)
     pos = view.positions() if view is not None else list(range(T))
     top, cbar = _colour_top(maps, view, lang)
@@ -188,7 +188,7 @@ def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang:
 def fig_sweep(sharpness: np.ndarray, kl: np.ndarray, names: Sequence[str], chosen: int | None, lang: str) -> go.Figure:
     """Each head: how sharp its attention is (x) vs how much the next token changes without it (y)."""
     colors = ["#ef4444" if k == chosen else "#6366f1" for k in range(len(names))]
-    fig = go.Figure(go.Scatter(x=sharpness, y=kl, mode="markers+text" if len(names) <= 12 else "markers", text=list(names),
+    fig = go.Figure(go.Scatter(x=sharpness, y=kl, mode="markers+text" if len(names) <= 12 else "markers", text=escape.plot_all(names),
                                textposition="top center", marker=dict(size=10 if len(names) <= 12 else 7, color=colors), hovertemplate="%{text}<br>x = %{x:.3f}<br>KL = %{y:.4g}<extra></extra>"))
     fig.update_layout(title=_t("ablation.fig_sweep_title", lang), xaxis_title=_t("ablation.fig_sweep_x", lang),
                       yaxis_title=_t("ablation.fig_sweep_y", lang), height=400, margin=dict(t=50, b=40))

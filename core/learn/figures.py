@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.engine.tokens import rank_labels
+from core.engine import escape
+from core.engine.plotlabels import rank_labels
 
 Translate = Callable[[str], str]
 
@@ -33,7 +34,7 @@ def top_probs_figure(pieces: list[str], probs: list[float], t: Translate) -> go.
     the rank (so two candidates that print alike stay separate); the token text is the tick label."""
     ranks = list(range(len(pieces)))
     fig = go.Figure(go.Bar(x=probs, y=ranks, orientation="h", text=[f"{p:.1%}" for p in probs], textposition="auto",
-                           hovertext=pieces, hovertemplate="%{hovertext}: %{x:.2%}<extra></extra>"))
+                           hovertext=escape.plot_all(pieces), hovertemplate="%{hovertext}: %{x:.2%}<extra></extra>"))
     fig.update_yaxes(tickvals=ranks, ticktext=rank_labels(pieces), autorange="reversed")
     fig.update_layout(title=t("tour.chart.top_title"), xaxis_title=t("tour.chart.top_x"), yaxis_title=t("tour.chart.top_y"),
                       xaxis_tickformat=".0%", height=300, margin={"l": 40, "r": 10, "t": 50, "b": 40})

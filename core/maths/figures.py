@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, i18n
+from core.engine import attnview, escape, i18n
 from core.engine.types import HeadGeometry
 from core.maths.attention import kv_sharing_matrix
 
@@ -36,12 +36,12 @@ def _fmt(x: float) -> str:
 def _ticks(labels: Sequence[object], most: int = attnview.TICKS) -> dict:
     """An array axis labelled on every k-th cell only (at most ``most`` labels): the rest are in the hover."""
     idx = attnview.tick_index(len(labels), most)
-    return dict(tickmode="array", tickvals=idx, ticktext=[str(labels[i]) for i in idx])
+    return dict(tickmode="array", tickvals=idx, ticktext=[escape.plot(labels[i]) for i in idx])
 
 
 def _cell_names(row_labels: Sequence[object], col_labels: Sequence[object]) -> list[list[str]]:
     """"row → column" per cell, for the hover (the labels a thinned axis leaves out)."""
-    return [[f"{r} → {c}" for c in col_labels] for r in row_labels]
+    return [[escape.plot(f"{r} → {c}") for c in col_labels] for r in row_labels]
 
 
 def matrix_figure(
@@ -144,7 +144,7 @@ def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence
     """One query row: the calculator's weights beside the model's own (bars). Past ``attnview.CELLS``
     keys: the whole row in summed blocks (``start`` None) or a window of exact weights from ``start``;
     the title says which, every bar's key (or block and its strongest key) is in the hover."""
-    label_of = col_labels.__getitem__
+    label_of = lambda p: escape.plot(col_labels[p])  # noqa: E731
     a = attnview.row_bars(mine, label_of, start, lang=lang)
     b = attnview.row_bars(model, label_of, start, lang=lang)
     tip = "%{customdata}<br>" + ("Σ w" if a.view.summed else "w") + " = %{y:.4f}<extra>%{fullData.name}</extra>"

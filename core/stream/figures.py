@@ -14,9 +14,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview
+from core.engine import attnview, escape
 from core.engine.i18n import t
-from core.engine.tokens import position_label, rank_labels
+from core.engine.plotlabels import position_label, rank_labels
 from core.stream.lens import MlpSteps, NormSteps
 
 KEPT, REMOVED, ACCENT = "#1f77b4", "#c7c7c7", "#d62728"
@@ -41,7 +41,7 @@ def fig_stream_norms(norms: np.ndarray, tokens: Sequence[str], lang: str, log: b
     figure) or a window of exact columns from ``start``."""
     view = attnview.strip(norms, start, how="mean")
     L1 = norms.shape[0]
-    labels = attnview.cell_labels(view, tokens)
+    labels = escape.plot_all(attnview.cell_labels(view, tokens))
     z = np.log10(np.maximum(view.z, 1e-6)) if log else view.z
     hover = [[f"{t('residual.boundary', lang, l=l)}<br>{labels[i]}<br>‖x‖ = {view.z[l, i]:,.1f}" for i in range(view.n)]
              for l in range(L1)]
@@ -160,7 +160,7 @@ def fig_logit_lens(ids: np.ndarray, probs: np.ndarray, texts: Sequence[str], tok
     ``ids``/``probs`` [L+1, T'] may be a window of positions starting at ``offset``.
     """
     L1, T = ids.shape
-    cell = np.asarray([str(s) for s in texts], dtype=object).reshape(L1, T)
+    cell = np.asarray([escape.plot(s) for s in texts], dtype=object).reshape(L1, T)
     hover = [[f"{t('residual.boundary', lang, l=l)}<br>{position_label(tokens, i, offset)} → «{cell[l, i]}»<br>p = {probs[l, i]:.3f}"
               for i in range(T)] for l in range(L1)]
     fig = go.Figure(go.Heatmap(

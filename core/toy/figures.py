@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from core.engine import attnview
 from core.engine.i18n import t
-from core.engine.tokens import position_label
+from core.engine.plotlabels import position_label
 from core.engine.trace import Trace
 
 TOY_TICKS = 16  # tick labels on a toy heatmap's axis at most (every cell's tokens are in the hover)

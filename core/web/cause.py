@@ -112,14 +112,14 @@ def _or_warning(read: Callable[..., T], *args: Any) -> T | None:
     try:
         return read(*args)
     except pair.PairError as e:
-        st.warning(e.text(ui.lang()))
+        st.warning(e.markdown(ui.lang()))
         return None
 
 
 def encoded(loaded: LoadedModel, text: pair.PairText) -> pair.PairTokens | None:
     p = pair.preset(_preset_of(text))
     if p is not None and not pair.fits(loaded.tokenizer, p):  # say first that the example, not the learner, is at fault
-        st.info(ui.t("cause.preset_unfit", model=ui.model_label()))
+        st.info(ui.t("cause.preset_unfit", model=widgets.md(ui.model_label())))
     return _or_warning(pair.encode_pair, loaded.tokenizer, text.clean, text.corrupted, pair.MAX_TOKENS, loaded.facts.max_positions)
 
 
@@ -131,7 +131,7 @@ def baseline(pt: pair.PairTokens) -> patching.Baseline | None:
     try:
         return cache.cause_baseline(ui.model_spec(), pt.ids_clean, pt.ids_corrupted)
     except UnsupportedArchitectureError as e:
-        st.error(ui.t("cause.unsupported", msg=str(e)))
+        st.error(ui.t("cause.unsupported", msg=widgets.md(e)))
         return None
 
 
@@ -141,7 +141,7 @@ def ready(loaded: LoadedModel, text: pair.PairText) -> Ready | None:
     if pt is None:
         return None
     if not pt.same_length:
-        st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).text(ui.lang()))
+        st.warning(pair.PairError("counts", n_clean=len(pt.ids_clean), n_corrupted=len(pt.ids_corrupted)).markdown(ui.lang()))
         nav.page_link("cause_pair", icon="⚖️")  # the sentence points at the alignment table: that page has it
         return None
     ans = answers(loaded, text)

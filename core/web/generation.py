@@ -134,4 +134,4 @@ def controls(stp: generate.Stepper, prefix: str) -> None:
     c[2].button(ui.t("generation.btn_run", n=int(n)), key=f"{prefix}_run", disabled=stp.done, on_click=_act, args=(prefix, "run"))
     c[4].button(ui.t("generation.btn_reset"), key=f"{prefix}_reset", on_click=_act, args=(prefix, "reset"))
     if st.session_state.get(f"{prefix}_error"):
-        st.error(ui.t("err.trace", msg=st.session_state[f"{prefix}_error"]))
+        st.error(ui.t("err.trace", msg=widgets.md(st.session_state[f"{prefix}_error"])))

@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from core.engine import i18n
+from core.engine import escape, i18n
 from core.engine.hf import hide_paths
 from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template
@@ -88,17 +88,18 @@ def model_label() -> str:
 
 
 def load_error_text(e: Exception, spec: str) -> str:
-    """A load failure as a sentence in the user's language (a ModelLoadError's code picks it; one whose
+    """A load failure as a sentence in the user's language, as Markdown (what came from outside escaped) (a ModelLoadError's code picks it; one whose
     code has no sentence is said as ``str(e)``). Never a server path: an offered model's folder is named
     by its id, any other folder by its name, the server account's home folder ``~`` (``hide_paths``)."""
-    if isinstance(e, ModelLoadError):
-        msg = e.text(lang()) if e.known else str(e)
-    else:  # not the loader's refusal: whatever it says, said without paths
-        msg = f"{type(e).__name__}: {e}"
     shown = offered().id_for(spec) or (Path(spec).name if spec.startswith(("/", "~", ".")) else spec)
-    if spec and shown != spec:
-        msg = msg.replace(spec, shown)
-    return hide_paths(msg)
+
+    def clean(text: str) -> str:
+        return hide_paths(text.replace(spec, shown) if spec and shown != spec else text)
+
+    if isinstance(e, ModelLoadError) and e.known:  # the catalogue's sentence; its values escaped (escape.md)
+        return e.markdown(lang(), clean)
+    # not the loader's refusal: whatever it says, said without paths, as text
+    return escape.md(clean(str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"))
 
 
 def model_source(loaded: LoadedModel) -> str:
@@ -172,10 +173,10 @@ def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = No
         st.info(t("hint.empty_prompt"))
         return None
     except UnsupportedArchitectureError as e:
-        st.error(t("err.unsupported", msg=str(e)))
+        st.error(t("err.unsupported", msg=escape.md(e)))
         return None
     except Exception as e:
-        st.error(t("err.trace", msg=f"{type(e).__name__}: {e}"))
+        st.error(t("err.trace", msg=escape.md(hide_paths(f"{type(e).__name__}: {e}"))))
         return None
     if tr.truncated_from:
         warn_cut(tr.truncated_from, tr.n_tokens, tr.meta.get("cut_by"), bool(tr.meta.get("kept_tail")))
@@ -205,9 +206,9 @@ def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
         with st.spinner(t("ui.deriving_layer", l=layer, T=tr.n_tokens)):
             return cache.get_layer(spec, tr.prompt, tr.chat, layer)
     except UnsupportedArchitectureError as e:
-        st.error(t("err.unsupported", msg=str(e)))
+        st.error(t("err.unsupported", msg=escape.md(e)))
     except Exception as e:  # never a traceback in the page
-        st.error(t("err.trace", msg=f"{type(e).__name__}: {e}"))
+        st.error(t("err.trace", msg=escape.md(hide_paths(f"{type(e).__name__}: {e}"))))
     return None
 
 
@@ -297,7 +298,7 @@ def badge(kind: str, detail: str | None = None) -> None:
     icon, key = _BADGE[kind]
     text = t(key)
     if kind == "real":
-        text = f"{text} · {model_label()}"
+        text = f"{text} · {escape.md(model_label())}"
     if detail:
         text = f"{text} · {detail}"
     st.caption(f"{icon} {text}")

@@ -14,41 +14,23 @@
   carries (``?param=``): read once, validated where it enters (unknown choices dropped, numbers
   clamped to the widget's range), written back on every run.
 * ``md`` / ``code``: text a user typed (or a token of it) made inert where the page renders Markdown:
-  no HTML tag, no image or link, no emphasis; ``code`` for text quoted inside a `code span`.
+  no HTML tag, no image or link (autolinks too), no emphasis; ``code`` for text quoted inside a `code span`.
+  Both are ``core.engine.escape``'s, the one escaping helper (``escape.plot`` for plotly labels).
 * ``config_error``: a ConfigError as a sentence in the user's language, its detail made inert.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
 
-from core.engine import attnview
+from core.engine import attnview, escape
 from core.engine.types import ConfigError
 from core.web import ui
 
-# Markdown that acts (images, links, emphasis, headings, tables, strikethrough, maths, Streamlit's
-# :colour[…] directives) starts with one of these; a backslash makes each a plain character.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]()#!|~$:{}])")
-
-
-def md(text: Any) -> str:
-    """``text`` shown as itself inside Markdown: ``<``, ``>`` and ``&`` as entities (so no ``<img``
-    tag ever reaches the renderer, and an entity typed by the user stays visible), Markdown's active
-    characters backslash-escaped, line breaks as spaces."""
-    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _MD_SPECIAL.sub(r"\\\1", s)
-    s = re.sub(r"[\r\n]+", " ", s)
-    return re.sub(r"^(\s*\d*)([-+=.)])", r"\1\\\2", s)  # "- x", "1. x" would start a list
-
-
-def code(text: Any) -> str:
-    """``text`` safe inside a `code span` (where nothing is rendered): a backtick would end the span,
-    so it becomes ˋ; line breaks become spaces."""
-    return re.sub(r"[\r\n]+", " ", str(text).replace("`", "ˋ"))
+md, code = escape.md, escape.code  # the one escaping helper, under the names pages use
 
 
 def _held(key: str) -> str:
