@@ -326,6 +326,14 @@ def warm_up(loaded: LoadedModel) -> None:
     run_with_cache(loaded, ids, 3, record_attention=True)
 
 
+def warm_prefill(loaded: LoadedModel, ids: Sequence[int], record_attention: bool = False) -> None:
+    """An untimed pass of exactly the prompt's shape, recorded the way the Stepper's prefill will be: the
+    first pass of a new length pays one-off costs (buffers sized for it, kernels chosen for that shape)
+    which ``warm_up``'s short prompt does not cover, and which are no part of the prefill's own time."""
+    ids = [int(i) for i in ids]
+    backends.forward_step(loaded, ids, None, use_cache=True, record_attention=record_attention and len(ids) <= MAX_PREFILL_PATTERN)
+
+
 StepCallback = Callable[[int, int, float], None]  # (tokens so far, tokens at most, seconds since the prefill began)
 
 
