@@ -238,3 +238,213 @@ def test_the_server_listens_on_127_0_0_1_only(tmp_path):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+# ---------------------------------------------------------------------------------------------
+# item 2: the converted-model cache is checked, not trusted
+
+
+@pytest.fixture
+def fake_embedded(tmp_path, monkeypatch, tiny_dirs):
+    """The embedded model's loader on a temporary cache folder (XRAY_CACHE_DIR), with a tiny Llama in place
+    of the GGUF's 15-second conversion: every conversion copies its files and is counted."""
+    import shutil
+
+    from core.engine import hf
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XRAY_CACHE_DIR", str(cache))
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(hf, "embedded_gguf_path", lambda: gguf)
+    made: list[Path] = []
+
+    def dequantise(_gguf, tmp):
+        made.append(tmp)
+        for f in tiny_dirs["llama"].iterdir():
+            if f.is_file():
+                shutil.copy(f, tmp / f.name)
+
+    monkeypatch.setattr(hf, "_dequantise", dequantise)
+    monkeypatch.setattr(hf, "_VERIFIED", set())  # a fresh process: nothing hashed yet
+    return hf, hf.converted_dir(gguf), made
+
+
+def _weights(conv: Path) -> Path:
+    return conv / "model.safetensors"
+
+
+def test_the_conversion_writes_a_manifest_and_a_warm_load_trusts_it(fake_embedded, capsys):
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    manifest = json.loads((conv / "manifest.json").read_text())
+    w = _weights(conv)
+    assert manifest["files"]["model.safetensors"] == {"size": w.stat().st_size, "sha256": hf.sha256_file(w)}
+    assert "config.json" in manifest["files"] and "tokenizer.json" in manifest["files"]
+    hf._VERIFIED.clear()  # another process: hashes again, finds it whole, converts nothing
+    hf.load_embedded()
+    assert len(made) == 1 and "note:" not in capsys.readouterr().err
+
+
+def _rebuilt(hf, conv, made, capsys, says: str) -> None:
+    rebuilt_from = len(made)
+    notes: list[str] = []
+    loaded = hf.load_embedded(lambda _f, m: notes.append(m))
+    assert len(made) == rebuilt_from + 1, "not rebuilt"
+    assert loaded.model.num_parameters() > 0
+    out = capsys.readouterr().err
+    err = [ln for ln in out.splitlines() if ln.startswith("note:")]  # (transformers' own bars aside)
+    assert len(err) == 1 and err[0].startswith("note: The converted model in the cache cannot be trusted") and says in err[0], err
+    assert "Traceback" not in out
+    said = next(m for m in notes if hasattr(m, "phrase"))  # the page's progress bar, in the reader's language
+    assert said.phrase.text("zh").startswith("缓存中转换好的模型不可信（") and "Traceback" not in said.phrase.text("zh")
+    assert hf.cache_problem(conv) is None
+    assert sorted(p.name for p in conv.parent.iterdir()) == [conv.name]  # nothing set aside is left
+
+
+def test_random_bytes_of_the_same_size_are_found_and_rebuilt(fake_embedded, capsys):
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    w = _weights(conv)
+    good = w.read_bytes()
+    w.write_bytes(os.urandom(len(good)))  # what the issue found loading silently
+    hf._VERIFIED.clear()  # the next process (a server starting)
+    _rebuilt(hf, conv, made, capsys, "model.safetensors` does not match its sha256")
+    assert w.read_bytes() == good
+
+
+def test_same_size_bytes_changed_within_a_process_are_found(fake_embedded, capsys):
+    """This process hashed the weights already; a file rewritten since (a new mtime) is hashed again."""
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    w = _weights(conv)
+    data = bytearray(w.read_bytes())
+    data[-100:] = os.urandom(100)
+    w.write_bytes(bytes(data))
+    _rebuilt(hf, conv, made, capsys, "does not match its sha256")
+
+
+def test_a_truncated_file_is_rebuilt(fake_embedded, capsys):
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    w = _weights(conv)
+    size = w.stat().st_size
+    with w.open("r+b") as f:
+        f.truncate(size // 2)
+    _rebuilt(hf, conv, made, capsys, f"holds {size // 2:,} bytes, not {size:,}")
+
+
+@pytest.mark.parametrize("damage", ["no manifest", "broken manifest", "missing tokenizer"])
+def test_a_cache_without_a_whole_manifest_is_rebuilt(damage, fake_embedded, capsys):
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    if damage == "no manifest":  # a cache written before manifests
+        (conv / "manifest.json").unlink()
+    elif damage == "broken manifest":
+        (conv / "manifest.json").write_text('{"version": 1, "files": [')
+    else:
+        (conv / "tokenizer.json").unlink()
+    says = {"no manifest": "no manifest", "broken manifest": "manifest cannot be read",
+            "missing tokenizer": "tokenizer.json` is missing"}[damage]
+    _rebuilt(hf, conv, made, capsys, says)
+
+
+def test_weights_the_library_cannot_read_are_rebuilt_once_then_refused(fake_embedded, capsys, monkeypatch):
+    """Hashes that match, but safetensors refuses the file (its manifest rewritten to match the damage): one
+    rebuild; should the rebuilt folder fail too, one sentence, never a traceback or a loop."""
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    w = _weights(conv)
+    w.write_bytes(os.urandom(w.stat().st_size))
+    hf.write_manifest(conv)
+    hf._VERIFIED.clear()
+    _rebuilt(hf, conv, made, capsys, "the libraries could not load it")
+
+    def unreadable(path, **kw):
+        raise OSError("header too large")
+
+    monkeypatch.setattr(hf, "_from_pretrained", unreadable)
+    with pytest.raises(hf.ModelLoadError) as e:
+        hf.load_embedded()
+    assert e.value.code == "embedded_unreadable" and "header too large" in e.value.text("zh")
+    assert len(made) == 3  # one rebuild, no loop
+
+
+def test_a_failed_conversion_leaves_nothing_behind(fake_embedded, monkeypatch):
+    hf, conv, _ = fake_embedded
+
+    def disk_full(_gguf, tmp):
+        (tmp / "model.safetensors").write_bytes(b"x" * 1000)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(hf, "_dequantise", disk_full)
+    with pytest.raises(hf.ModelLoadError) as e:
+        hf.load_embedded()
+    assert e.value.code == "embedded_convert" and "No space left on device" in str(e.value)
+    assert "550 MB" in e.value.text("zh")
+    assert not conv.parent.exists() or not list(conv.parent.iterdir())
+
+
+def test_stale_temporary_folders_are_removed_and_a_live_ones_kept(fake_embedded):
+    hf, conv, _ = fake_embedded
+    conv.parent.mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "60"])  # a conversion still running, in another process
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a conversion killed midway: its pid is gone
+    try:
+        live_tmp = conv.with_name(f"{conv.name}.tmp{sleeper.pid}")
+        stale_tmp = conv.with_name(f"{conv.name}.tmp{dead.pid}")
+        stale_old = conv.with_name(f"{conv.name}.old{dead.pid}")
+        other = conv.parent / "notes.tmp"  # not a conversion's: left alone
+        for d in (live_tmp, stale_tmp, stale_old):
+            d.mkdir()
+            (d / "model.safetensors").write_bytes(b"0" * 4096)
+        other.write_text("mine")
+        hf.load_embedded()
+        assert live_tmp.is_dir() and other.is_file()
+        assert not stale_tmp.exists() and not stale_old.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_the_cli_says_a_rebuild_in_one_line(fake_embedded, tmp_path, capsys):
+    hf, conv, made = fake_embedded
+    hf.load_embedded()
+    with _weights(conv).open("r+b") as f:
+        f.truncate(100)
+    capsys.readouterr()
+    assert cli.main(["trace", "hello", "-o", str(tmp_path / "t.npz")]) == 0
+    out = capsys.readouterr().err
+    err = [ln for ln in out.splitlines() if ln.startswith(("note:", "error:"))]
+    assert len(err) == 1 and "cannot be trusted" in err[0] and "Traceback" not in out, err
+    assert len(made) == 2 and (tmp_path / "t.npz").is_file()
+
+
+def test_the_real_conversion_is_rebuilt_from_random_bytes(tmp_path, monkeypatch, capsys):
+    """The one real rebuild (two GGUF conversions, ≈ 15 s each), in a temporary cache folder: the weights
+    replaced by random bytes of the same size are found at the next start and converted again, to the
+    same bytes; the model then answers as the embedded model does."""
+    import torch
+
+    from core.engine import hf
+
+    monkeypatch.setenv("XRAY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(hf, "_VERIFIED", set())
+    hf.load_embedded()
+    conv = hf.converted_dir(hf.embedded_gguf_path())
+    assert conv.parent == tmp_path / "cache"
+    w = _weights(conv)
+    digest = json.loads((conv / "manifest.json").read_text())["files"]["model.safetensors"]["sha256"]
+    with w.open("r+b") as f:  # same size, random bytes: a header safetensors may even accept
+        f.seek(1 << 20)
+        f.write(os.urandom(w.stat().st_size - (1 << 20)))
+    hf._VERIFIED.clear()
+    capsys.readouterr()
+    loaded = hf.load_embedded()
+    assert "does not match its sha256" in capsys.readouterr().err
+    assert hf.sha256_file(w) == digest
+    ids = loaded.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        nxt = loaded.model(ids).logits[0, -1].argmax().item()
+    assert loaded.tokenizer.decode([nxt]).strip() == "Paris"

