@@ -132,6 +132,8 @@ def next_tokens(loaded: LoadedModel, tr: Trace, positions: Sequence[int] | None 
 
 
 def export_npz(loaded: LoadedModel, tr: Trace, path: str | Path | BinaryIO) -> None:
+    """Write ``tr`` as an ``.npz`` file (the README's table of keys: every contract site, the full logits, the
+    facts as JSON under ``meta``), every layer derived for it; ``core.load_npz`` reads it back."""
     tr.to_npz(path, logits=full_logits(loaded, tr), layers=stacked_layers(loaded, tr))
 
 

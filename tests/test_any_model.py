@@ -322,3 +322,125 @@ def test_first_prefill_of_a_shape_is_warmed_up_untimed_once(short_gpt2, monkeypa
     assert len(stp.records) == 1 and stp.ttft == stp.records[0].seconds  # TTFT: the prefill's own record, nothing else
     fresh_session_prefill()  # another fresh session, same shape: already warm in this process
     assert ("warm", n) not in passes and passes[0] == ("pass", n)
+
+
+# ---------------------------------------------------------------------------------------------
+# a package that installs (issue 30 item 4)
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_pyproject_lists_every_package_and_reads_the_version_from_core():
+    import core
+
+    st = _pyproject()["tool"]["setuptools"]
+    found = sorted(".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "core").rglob("__init__.py"))
+    assert sorted(set(st["packages"]) - {"core.assets"}) == found  # a new subpackage must be listed, or the wheel drops it
+    assert st["package-dir"]["core.assets"] == "assets" and st["package-data"]["core.assets"] == ["*", "**/*"]
+    assert _pyproject()["project"]["dynamic"] == ["version"] and st["dynamic"]["version"] == {"attr": "core.__version__"}
+    assert core.__version__.count(".") == 2 and f"## [{core.__version__}]" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "MIT License" in (ROOT / "LICENSE").read_text(encoding="utf-8") and _pyproject()["project"]["license"] == {"text": "MIT"}
+
+
+def test_assets_are_found_in_the_checkout_or_refused_with_the_way_round(monkeypatch, tmp_path):
+    from core.engine import paths
+
+    assert paths.assets_dir() == ROOT / "assets"  # a checkout: beside core/ (there is no core/assets here)
+    paths.assets_dir.cache_clear()
+    monkeypatch.setattr(paths, "CANDIDATES", (tmp_path / "a", tmp_path / "b"))
+    try:
+        with pytest.raises(paths.AssetsMissingError, match="pip install"):
+            paths.assets_dir()
+    finally:
+        paths.assets_dir.cache_clear()
+
+
+def test_wheel_ships_the_assets_and_an_install_finds_them(tmp_path):
+    """`pip install .` left assets/ out (the toy failed with the raw key load.err_toy_broken, the KV presets with
+    FileNotFoundError). The wheel now holds every file of assets/ as core/assets/, and core, unpacked alone as
+    site-packages holds it (no checkout beside it), finds its strings, presets, workloads and the toy there."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    import core
+
+    src = tmp_path / "src"  # a copy: building in the checkout would leave build/ and *.egg-info behind
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("core", "assets"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    out = tmp_path / "wheel"
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", str(out)],
+                       cwd=src, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (whl,) = out.glob("*.whl")
+    assert whl.name.startswith(f"transformer_xray-{core.__version__}-")
+    names = set(zipfile.ZipFile(whl).namelist())
+    want = {"core/assets/" + f.relative_to(ROOT / "assets").as_posix() for f in (ROOT / "assets").rglob("*") if f.is_file()}
+    assert want <= names, sorted(want - names)
+    assert "core/assets/i18n/common.json" in names and "core/assets/toy/toy.safetensors" in names
+    assert not any(n.startswith(("assets/", "tests/", "pages/")) for n in names)
+    site = tmp_path / "site"
+    zipfile.ZipFile(whl).extractall(site)
+    code = ("import core, core.engine.paths as p, core.engine.i18n as i, core.gen.kvcalc as kv, core.gen.workloads as w;"
+            "from core.learn import long_docs;"
+            "print(p.assets_dir()); print(i.t('warn.truncated_model', 'zh', n=9, k=8)); print(len(kv.load_presets()));"
+            "m = core.load_model('toy'); print(m.facts.name); print(core.__version__)")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.splitlines()
+    assert lines[0] == str(site / "core" / "assets")  # the installed package's own copy, not the checkout's
+    assert "这个模型只有 8 个位置" in lines[1] and int(lines[2]) >= 5 and lines[-1] == core.__version__
+
+
+# ---------------------------------------------------------------------------------------------
+# the notebook API (issue 30 item 5)
+
+
+def test_public_api_names_what_a_researcher_uses_with_docstrings():
+    import core
+
+    for name in ("load_model", "trace", "next_tokens", "logit_lens", "layer_detail", "attention", "full_logits", "export_npz",
+                 "load_npz", "Trace", "NextTokens", "LensTopK"):
+        assert name in core.__all__ and (getattr(core, name).__doc__ or "").strip(), name
+
+
+def test_logit_lens_top_k_with_probabilities(tiny_loaded, eager_refs):
+    """The lens gives the k best tokens with their probabilities; k=1 is the page's top-1 exactly; the last row
+    is the model's own prediction (HF eager's logits, an independent route)."""
+    import torch
+
+    import core
+    from core.stream import lens as lens_mod
+
+    m = tiny_loaded["llama"]
+    tr = core.trace(m, "The capital of France is Paris, and the capital of Italy is")
+    lz = core.logit_lens(m, tr, k=4)
+    L1, T = tr.n_layers + 1, tr.n_tokens
+    assert lz.ids.shape == lz.probs.shape == lz.tokens.shape == (L1, T, 4) and lz.lo == 0
+    assert (np.diff(lz.probs, axis=-1) <= 0).all() and (lz.probs > 0).all() and (lz.probs.sum(-1) <= 1 + 1e-5).all()
+    ids1, probs1 = lens_mod.logit_lens(m, tr)  # the Residual page's figure
+    np.testing.assert_array_equal(lz.ids[..., 0], ids1)
+    np.testing.assert_array_equal(lz.probs[..., 0], probs1)
+    with torch.inference_mode():
+        ref = torch.softmax(eager_refs["llama"].run(tr.token_ids).logits[0].double(), -1)  # [T, V]
+    top = torch.topk(ref, 4, dim=-1)
+    np.testing.assert_array_equal(lz.ids[-1], top.indices.numpy())
+    np.testing.assert_allclose(lz.probs[-1], top.values.numpy(), rtol=1e-4, atol=1e-6)  # two float32 routes
+    rows = lz.at(T - 1)
+    assert len(rows) == L1 and len(rows[-1]) == 4 and rows[-1][0][1] == pytest.approx(float(lz.probs[-1, -1, 0]))
+    win = core.logit_lens(m, tr, k=2, lo=3, hi=6)
+    assert win.ids.shape == (L1, 3, 2) and win.lo == 3
+    np.testing.assert_array_equal(win.ids, lz.ids[:, 3:6, :2])
+    with pytest.raises(IndexError):
+        win.at(0)
+    nt = core.next_tokens(m, tr, [T - 1])
+    assert nt.ids[0, 0] == lz.ids[-1, -1, 0]  # the lens' last row and next_tokens agree on the best token

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import string
 from functools import lru_cache
-from pathlib import Path
+
+from core.engine.paths import asset
 
 LANGS = ("en", "zh")
 LANG_NAMES = {"en": "English", "zh": "简体中文"}
-I18N_DIR = Path(__file__).resolve().parents[2] / "assets" / "i18n"
+I18N_DIR = asset("i18n")  # assets/ in a checkout, core/assets/ in an installed wheel
 
 
 @lru_cache(maxsize=1)

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from core.engine import config as cfgread
+from core.engine.paths import asset
 from core.engine.types import HeadGeometry, ModelFacts
 
-PRESETS_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_presets.json"
+PRESETS_PATH = asset("model_presets.json")
 
 # bytes per stored value
 BYTES_PER_VALUE: dict[str, int] = {"fp32": 4, "fp16 / bf16": 2, "int8": 1}

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from core.engine.paths import asset
 from core.gen import serving
 
-DIR = Path(__file__).resolve().parents[2] / "assets" / "serving"
+DIR = asset("serving")
 # a chat service whose requests share a long system prompt (reuse the prefix); RAG, long inputs and
 # short answers (prefill dominates); short questions with long answers (decode dominates: batch them)
 PRESETS = ("chat", "rag", "long_answers")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-LONG_DIR = Path(__file__).resolve().parents[2] / "assets" / "long"
+from core.engine.paths import asset
+
+LONG_DIR = asset("long")
 
 
 @dataclass(frozen=True)

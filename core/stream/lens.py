@@ -59,6 +59,30 @@ def _w(param: Any) -> np.ndarray | None:
 # the logit lens
 
 
+def _lens_topk(loaded: LoadedModel, tr: Trace, k: int, batch: int, lo: int, hi: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """The k best tokens (ids [L+1, T', k] int64, probabilities [L+1, T', k] float32, best first) of every
+    layer boundary's stream read through the final norm and the LM head, positions lo … hi−1; and lo."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    sites = find_sites(loaded.model)
+    norm, head = sites.require_final_norm(), sites.lm_head
+    hi = tr.resid.shape[1] if hi is None else min(hi, tr.resid.shape[1])
+    lo = max(0, min(lo, hi - 1))
+    n_rows, T = tr.resid.shape[0], hi - lo
+    k = min(int(k), int(loaded.facts.vocab_size))
+    top_ids = np.zeros((n_rows, T, k), dtype=np.int64)
+    top_probs = np.zeros((n_rows, T, k), dtype=np.float32)
+    with loaded.lock, torch.inference_mode():
+        for start in range(0, n_rows, batch):
+            x = torch.from_numpy(np.array(tr.resid[start : start + batch, lo:hi]))  # [b, T', d]
+            logits = head(norm(x)).float()  # [b, T', V]
+            probs = torch.softmax(logits, dim=-1)
+            p, i = (probs.max(dim=-1, keepdim=True) if k == 1 else probs.topk(k, dim=-1))  # [b, T', k], best first
+            top_ids[start : start + batch] = i.numpy()
+            top_probs[start : start + batch] = p.numpy()
+    return top_ids, top_probs, lo
+
+
 def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Read every layer's residual stream as if it were the last: final norm → LM head → softmax.
 
@@ -66,24 +90,38 @@ def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4, lo: int = 0, hi: 
     lo … hi−1 (all by default: at 4,096 tokens all of them would cost 31 LM-head passes over 4,096
     rows, so pages ask for the window they show). Row L is the stream leaving the last block, so it
     is exactly the model's own next-token prediction. Layers go through in small batches so at most
-    ``batch × T' × V`` logits exist at once.
+    ``batch × T' × V`` logits exist at once. The top k with their probabilities: ``logit_lens_topk``.
     """
-    sites = find_sites(loaded.model)
-    norm, head = sites.require_final_norm(), sites.lm_head
-    hi = tr.resid.shape[1] if hi is None else min(hi, tr.resid.shape[1])
-    lo = max(0, min(lo, hi - 1))
-    n_rows, T = tr.resid.shape[0], hi - lo
-    top_ids = np.zeros((n_rows, T), dtype=np.int64)
-    top_probs = np.zeros((n_rows, T), dtype=np.float32)
-    with loaded.lock, torch.inference_mode():
-        for start in range(0, n_rows, batch):
-            x = torch.from_numpy(np.array(tr.resid[start : start + batch, lo:hi]))  # [b, T', d]
-            logits = head(norm(x)).float()  # [b, T, V]
-            probs = torch.softmax(logits, dim=-1)
-            p, i = probs.max(dim=-1)  # [b, T]
-            top_ids[start : start + batch] = i.numpy()
-            top_probs[start : start + batch] = p.numpy()
-    return top_ids, top_probs
+    ids, probs, _ = _lens_topk(loaded, tr, 1, batch, lo, hi)
+    return ids[..., 0], probs[..., 0]
+
+
+@dataclass(frozen=True)
+class LensTopK:
+    """The logit lens' k best tokens at every layer boundary and position of a window (``logit_lens_topk``)."""
+
+    ids: np.ndarray  # [L+1, T', k] int64, best first; row l reads resid[l] (row L: the model's own prediction)
+    probs: np.ndarray  # [L+1, T', k] float32, their softmax probabilities
+    tokens: np.ndarray  # [L+1, T', k] str: each id decoded alone, made visible (␣ for a space)
+    lo: int  # the trace position of column 0
+
+    def at(self, pos: int) -> list[list[tuple[str, float]]]:
+        """Position ``pos`` of the trace: for each layer boundary, its (token, probability) pairs, best first."""
+        j = int(pos) - self.lo
+        if not 0 <= j < self.ids.shape[1]:
+            raise IndexError(f"position {pos} is outside this lens' window {self.lo} … {self.lo + self.ids.shape[1] - 1}")
+        return [[(str(s), float(p)) for s, p in zip(self.tokens[l, j], self.probs[l, j])] for l in range(self.ids.shape[0])]
+
+
+def logit_lens_topk(loaded: LoadedModel, tr: Trace, k: int = 5, lo: int = 0, hi: int | None = None, batch: int = 4) -> LensTopK:
+    """The logit lens with the ``k`` best next tokens of every layer boundary and position lo … hi−1, and
+    their probabilities (final norm → LM head → softmax over the whole vocabulary): ``k=1`` is exactly
+    what ``logit_lens`` (the page's figure) returns."""
+    ids, probs, lo = _lens_topk(loaded, tr, k, batch, lo, hi)
+    uniq = np.unique(ids).tolist()
+    text = dict(zip(uniq, visible_tokens(loaded.tokenizer, uniq)))
+    tokens = np.asarray([text[i] for i in ids.ravel().tolist()], dtype=object).reshape(ids.shape)
+    return LensTopK(ids, probs, tokens, lo)
 
 
 LENS_WINDOW = 16  # positions the lens figure shows at once; a longer prompt gets a window slider

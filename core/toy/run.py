@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from core.engine.paths import asset
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS, Trace
 from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError
@@ -19,7 +20,7 @@ from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.tokenizer import ByteTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSETS = ROOT / "assets" / "toy"
+ASSETS = asset("toy")
 WEIGHTS_FILE = "toy.safetensors"
 CONFIG_FILE = "config.json"
 LOSS_FILE = "loss_curve.json"
