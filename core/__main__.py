@@ -33,6 +33,7 @@ import numpy as np
 
 from core import backends
 from core.cause import pair, patching
+from core.engine import digits
 from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate, serving_cli
@@ -72,11 +73,8 @@ def _int_arg(flag: str, lo: int, hi: int | None = None, what: str = "") -> Calla
     rule = f"from {lo} to {hi}" if hi is not None else f"{lo} or more"
 
     def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            v = None
-        if v is None or v < lo or (hi is not None and v > hi):
+        v = digits.whole_in(s, lo, hi)  # the one reader: ASCII digits only ("²", "٣", "1_0" are refused)
+        if v is None:
             raise argparse.ArgumentTypeError(f"{flag} must be a whole number {rule}{what}; got {s!r}.")
         return v
 

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import ctypes
 import errno
+import importlib.util
 import os
 import re
 import secrets
@@ -42,6 +43,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = Path(__file__).with_name("nginx.conf.template")
@@ -96,12 +98,23 @@ def default_threads(replicas: int) -> int:
     return max(1, cores() // max(1, replicas))
 
 
+def _digits() -> ModuleType:
+    """core/engine/digits.py, the one reader of whole numbers, loaded as a file: importing the core package
+    would load torch into the launcher, which only starts and watches processes."""
+    spec = importlib.util.spec_from_file_location("xray_digits", Path(__file__).resolve().parents[1] / "core" / "engine" / "digits.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+digits = _digits()
+
+
 def _whole(text: str, what: str, lo: int, hi: int) -> int:
     """An argument that must be a whole number in [lo, hi], or one sentence saying so."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be a whole number from {lo} to {hi}, not '{text}'") from None
+    n = digits.whole(text)  # ASCII digits only
+    if n is None:
+        raise argparse.ArgumentTypeError(f"{what} must be a whole number from {lo} to {hi}, not '{text}'")
     if not lo <= n <= hi:
         raise argparse.ArgumentTypeError(f"{what} must be from {lo} to {hi}, not {n}")
     return n

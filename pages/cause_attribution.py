@@ -11,10 +11,7 @@ from core.web import cache, cause, chips, presenter, ui, widgets
 
 
 def _steps() -> int:
-    try:
-        link = int(st.query_params.get("steps", attribution.DEFAULT_STEPS))
-    except (TypeError, ValueError):
-        link = attribution.DEFAULT_STEPS
+    link = ui.qp_choice("steps", attribution.IG_STEPS, attribution.DEFAULT_STEPS)  # one of the slider's values, compared as text
     st.session_state.setdefault("cattr_steps", link if link in attribution.IG_STEPS else attribution.DEFAULT_STEPS)
     steps = st.select_slider(ui.t("cause.steps"), attribution.IG_STEPS, key="cattr_steps")
     ui.set_qp(steps=steps)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engine import config as cfgread
+from core.engine import digits
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,9 @@ def machine_memory() -> int | None:
             raw = Path(limit_file).read_text().strip()
         except OSError:
             continue
-        if raw.isdigit() and int(raw) > 0 and (total is None or int(raw) < total):
-            total = int(raw)
+        n = digits.whole_in(raw, 1)  # "max" (no limit) is no number
+        if n is not None and (total is None or n < total):
+            total = n
     return total if total and total > 0 else None
 
 

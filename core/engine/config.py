@@ -19,6 +19,7 @@ import json
 import math
 from typing import Any
 
+from core.engine import digits
 from core.engine.types import ConfigError, HeadGeometry
 
 # canonical name (Llama's) → every spelling seen in HF config files, in order of preference
@@ -106,9 +107,9 @@ def whole(value: Any, key: str, limit: int | None = None) -> int:
         raise _refuse("not_integer", key, value)
     if isinstance(value, float) and not math.isfinite(value):
         raise _refuse("not_finite", key, value)
-    if value != int(value):
+    n = digits.whole(value, text=False)  # the one whole-number check
+    if n is None:
         raise _refuse("not_integer", key, value)
-    n = int(value)
     if n <= 0:
         raise _refuse("not_positive", key, value)
     top = LIMITS.get(key, MAX_DIM) if limit is None else limit

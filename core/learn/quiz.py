@@ -19,6 +19,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core.engine import digits
+
 
 @dataclass(frozen=True)
 class Question:
@@ -90,11 +92,7 @@ def new_seed() -> int:
 
 def parse_seed(raw: object) -> int | None:
     """A seed from a link: a whole number in 0 … SEED_MAX − 1, or None (anything else is dropped)."""
-    text = str(raw).strip() if raw is not None else ""
-    if not text.isdigit() or len(text) > len(str(SEED_MAX)):
-        return None
-    value = int(text)
-    return value if value < SEED_MAX else None
+    return digits.whole_in(raw, 0, SEED_MAX - 1)  # ASCII digits only: "²" is a digit to str.isdigit, not to int()
 
 
 def option_order(q: Question, seed: int) -> list[int]:

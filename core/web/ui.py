@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from core.engine import escape, i18n
+from core.engine import digits, escape, i18n
 from core.engine.hf import hide_paths
 from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template
@@ -229,12 +229,10 @@ def encoded_prompt(loaded: LoadedModel, max_tokens: int) -> Encoded | None:
 
 
 def qp_int(name: str, default: int, lo: int, hi: int) -> int:
-    """An integer from the URL (clamped), so a shared link opens the same view."""
-    try:
-        v = int(st.query_params.get(name, default))
-    except (TypeError, ValueError):
-        v = default
-    return max(lo, min(hi, v))
+    """An integer from the URL (clamped), so a shared link opens the same view; read by the one reader of
+    whole numbers (``digits.whole``: ASCII digits only), anything else dropped for ``default``."""
+    v = digits.whole(st.query_params.get(name))
+    return max(lo, min(hi, default if v is None else v))
 
 
 def qp_choice(name: str, options: Sequence[Any], default: Any) -> Any:
