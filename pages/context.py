@@ -33,7 +33,7 @@ def _word(comps: list[embeddings.ContextComparison], labels_a: list[str], labels
                         key="context_word_table")
 
 
-def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labels_b: list[str], lang: str) -> None:
+def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labels_b: list[str], lang: str, position_type: str) -> None:
     """The last followed token's numbers (it has read the whole word), then every token's curve."""
     c, label_a, label_b = comps[-1], labels_a[-1], labels_b[-1]
     m1, m2, m3 = st.columns(3)
@@ -42,7 +42,8 @@ def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labe
     m3.metric(ui.t("context.m_last"), f"{c.sim[-1]:.3f}", help=ui.t("context.m_base_help", b=float(c.base[-1])))
     _word(comps, labels_a, labels_b, lang)
     ui.badge("model", ui.t("context.badge", a=widgets.md(label_a), b=widgets.md(label_b)))
-    st.markdown(ui.t("context.explain"))
+    added = position_type in ("learned", "sinusoidal")  # GPT-2 adds its position vector to the stream: no RoPE sentence
+    st.markdown(ui.t("context.explain_added", pos=ui.t(f"context.pos_{position_type}")) if added else ui.t("context.explain"))
     with st.expander(ui.t("context.table")):
         fmt = {ui.t("context.col_sim"): "{:.6f}", ui.t("context.col_base"): "{:.4f}"}
         presenter.frame(embeddings.context_table(c, lang).style.format(fmt), hide_index=True)
@@ -81,7 +82,7 @@ def render() -> None:
     _notes(c, ia)
     if n > 1:
         st.caption(ui.t("context.word_note", n=n, a=widgets.md(" ".join(labels_a)), b=widgets.md(" ".join(labels_b))))
-    _result(comps, labels_a, labels_b, ui.lang())
+    _result(comps, labels_a, labels_b, ui.lang(), loaded.facts.position_type)
 
 
 render()

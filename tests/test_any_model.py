@@ -257,6 +257,12 @@ def test_sentences_about_the_model_come_from_its_config(families, fam):
     else:
         assert "RoPE" in pos[0]
 
+    # the context page: "no position vector is added (RoPE …)" only where none is added
+    texts = _texts(_page(folder, "context", lang))
+    explain = t("context.explain_added", lang, pos=t("context.pos_learned", lang)) if f["gpt2"] else t("context.explain", lang)
+    assert explain in texts
+    assert f["gpt2"] is not any("RoPE" in s for s in texts)
+
     # anatomy: a tied head "adds nothing" only when tied; an untied head is counted with its own size
     at = _page(folder, "anatomy", lang)
     ok = " ".join(e.value for e in at.success)
