@@ -42,5 +42,5 @@ def logit_lens(model: LoadedModel, tr: Trace, k: int = 5, lo: int = 0, hi: int |
     return logit_lens_topk(model, tr, k=k, lo=lo, hi=hi)
 
 
-__all__ = ["LayerDetail", "LensTopK", "LoadedModel", "ModelFacts", "NextTokens", "Trace", "__version__", "attention", "encode_prompt",
+__all__ = ["LayerDetail", "LensTopK", "LoadedModel", "ModelFacts", "NextTokens", "Trace", "attention", "encode_prompt",
            "export_npz", "full_logits", "layer_detail", "load_model", "load_npz", "logit_lens", "next_tokens", "trace"]
