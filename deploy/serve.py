@@ -16,9 +16,15 @@ reverse proxy with sticky sessions. This launcher uses only standard parts:
    (``daemon off;``; pid, logs and temp files in that folder: no root, no write to /etc or /var);
 4. keeps checking every replica's health: one that exits, or fails three checks in a row, is marked
    ``down`` in nginx's config and nginx reloads (nginx's own checks are passive: max_fails/fail_timeout);
-5. on Ctrl-C (or SIGTERM/SIGHUP) stops nginx and every replica, kills what has not stopped after 20 s and
-   removes the temp folder. The children share the launcher's process group and die with it
-   (PR_SET_PDEATHSIG) even if it is killed outright.
+   one that exits is started again on its port (at most RESTARTS times in RESTART_WINDOW_S) and comes back
+   into rotation when it answers;
+5. if nginx stops (killed, crashed), kills what is left of it (its workers keep the port when only the
+   master dies: nginx runs in a process group of its own, so the whole group goes), waits for the port to
+   be free and starts it again (NGINX_TRIES attempts), the replicas running on; the hall stops only when
+   nginx cannot come back;
+6. on Ctrl-C (or SIGTERM/SIGHUP) stops nginx and every replica, kills what has not stopped after 20 s,
+   then nginx's whole process group, removes the temp folder, and says "nothing left running" only once
+   the ports are free. The children die with the launcher (PR_SET_PDEATHSIG) even if it is killed outright.
 """
 
 from __future__ import annotations
@@ -56,6 +62,10 @@ START_TIMEOUT_S = 180.0  # a first start converts the embedded model once (≈ 1
 CHECK_EVERY_S = 2.0
 CHECK_TIMEOUT_S = 5.0
 FAILS_TO_DOWN = 3  # consecutive failed health checks before a live replica is taken out of nginx
+RESTARTS = 3  # a replica, or nginx, that stops is restarted at most this many times …
+RESTART_WINDOW_S = 600.0  # … within this many seconds; past that it is left stopped (it would only crash again)
+NGINX_TRIES = 3  # attempts to bring nginx back after it stopped, a second apart, then two
+PORT_FREE_S = 10.0  # how long a port may take to be given back after its process died
 STOP_GRACE_S = 20.0  # a replica takes ~10 s to exit on a busy machine (interpreter and torch teardown)
 # Lines of Streamlit's start banner: they name the replica's private URL, which is not the one to share.
 BANNER = ("You can now view your Streamlit app", "URL: http", "Local URL:", "Network URL:", "External URL:",
@@ -282,7 +292,9 @@ class Replica:
     started: float
     up: bool = False  # in nginx's rotation
     fails: int = 0
-    exited: bool = False
+    exited: bool = False  # stopped for good: not restarted again
+    starting: bool = False  # restarted, not yet answering its health check
+    restarts: list[float] = field(default_factory=list)  # when it was restarted (monotonic seconds)
     pump: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -292,6 +304,20 @@ class Replica:
     @property
     def name(self) -> str:
         return f"replica {self.index}"
+
+
+def _recent(times: list[float], now: float) -> int:
+    return sum(1 for t in times if now - t < RESTART_WINDOW_S)
+
+
+def wait_port_free(host: str, port: int, timeout: float = PORT_FREE_S) -> bool:
+    """Whether ``host:port`` can be listened on within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not port_free(host, port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 class Launcher:
@@ -305,27 +331,35 @@ class Launcher:
         self.template = TEMPLATE.read_text(encoding="utf-8")
         self.replicas: list[Replica] = []
         self.nginx: subprocess.Popen | None = None
+        self.nginx_restarts: list[float] = []  # when nginx was started again (monotonic seconds)
         self.stopping = threading.Event()
         self.secret = secrets.token_hex(32)  # one cookie secret for all: a signed cookie is valid on every replica
 
     # --- starting ------------------------------------------------------------------------------------
-    def _spawn(self, cmd: list[str], tag: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, threading.Thread]:
+    def _spawn(self, cmd: list[str], tag: str, env: dict[str, str] | None = None,
+               own_group: bool = False) -> tuple[subprocess.Popen, threading.Thread]:
+        """A child with its output tagged into ours; ``own_group``: in a process group of its own (nginx: its
+        workers join the group, so that killing the group leaves none behind holding the port)."""
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, process_group=0 if own_group else None)
         t = threading.Thread(target=_pump, args=(proc.stdout, tag), daemon=True)
         t.start()
         return proc, t
 
+    def replica_cmd(self, port: int) -> list[str]:
+        return [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.address", REPLICA_HOST,
+                "--server.headless", "true", "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+
+    def _spawn_replica(self, i: int, port: int) -> tuple[subprocess.Popen, threading.Thread]:
+        env = dict(os.environ, **{ENV_REPLICA: str(i), ENV_REPLICAS: str(self.plan.replicas),
+                                  "STREAMLIT_SERVER_COOKIE_SECRET": self.secret, "PYTHONUNBUFFERED": "1",
+                                  # torch's intra-op threads (and MKL's, if present): this replica's share
+                                  "OMP_NUM_THREADS": str(self.plan.threads), "MKL_NUM_THREADS": str(self.plan.threads)})
+        return self._spawn(self.replica_cmd(port), f"replica {i}", env)
+
     def start_replicas(self) -> None:
-        n = self.plan.replicas
         for i, port in enumerate(self.plan.replica_ports, 1):
-            env = dict(os.environ, **{ENV_REPLICA: str(i), ENV_REPLICAS: str(n),
-                                      "STREAMLIT_SERVER_COOKIE_SECRET": self.secret, "PYTHONUNBUFFERED": "1",
-                                      # torch's intra-op threads (and MKL's, if present): this replica's share
-                                      "OMP_NUM_THREADS": str(self.plan.threads), "MKL_NUM_THREADS": str(self.plan.threads)})
-            cmd = [sys.executable, "-m", "core.web.server", "--server.port", str(port), "--server.address", REPLICA_HOST,
-                   "--server.headless", "true", "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-            proc, pump = self._spawn(cmd, f"replica {i}", env)
+            proc, pump = self._spawn_replica(i, port)
             self.replicas.append(Replica(i, port, proc, time.monotonic(), pump=pump))
 
     def wait_healthy(self) -> None:
@@ -366,7 +400,7 @@ class Launcher:
         if check.returncode != 0:
             lines = check.stderr.strip().splitlines() or [f"exit code {check.returncode}"]
             raise UsageError(f"nginx refused its configuration: {lines[-1]}")
-        self.nginx, _ = self._spawn(args, "nginx")
+        self.nginx, _ = self._spawn(args, "nginx", own_group=True)
         deadline = time.monotonic() + 20
         local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.plan.host, self.plan.host)
         probe = f"http://{listen_directive(local, self.plan.port)}"
@@ -385,21 +419,49 @@ class Launcher:
         if self.nginx is not None and self.nginx.poll() is None:
             self.nginx.send_signal(signal.SIGHUP)  # re-read the config; open websockets stay where they are
 
+    def restart_replica(self, r: Replica) -> bool:
+        """Start a replica that stopped again, on its port, unless it has been restarted RESTARTS times within
+        RESTART_WINDOW_S already (or its port stays taken): whether it was."""
+        now = time.monotonic()
+        if self.stopping.is_set():
+            return False
+        if _recent(r.restarts, now) >= RESTARTS:
+            say(f"{r.name} stopped again after {RESTARTS} restarts within {RESTART_WINDOW_S / 60:.0f} min: not restarted; "
+                "its lines above say why")
+            return False
+        if not wait_port_free(REPLICA_HOST, r.port):
+            say(f"{r.name}: port {r.port} is still in use {PORT_FREE_S:.0f} s after it stopped: not restarted")
+            return False
+        r.restarts.append(now)
+        r.proc, r.pump = self._spawn_replica(r.index, r.port)
+        r.started, r.starting, r.fails = time.monotonic(), True, 0
+        say(f"{r.name}: restarted ({len(r.restarts)} of at most {RESTARTS} within {RESTART_WINDOW_S / 60:.0f} min), "
+            f"pid {r.proc.pid}; back in rotation once it answers {HEALTH}")
+        return True
+
     def check_once(self) -> None:
         changed = False
         live = [r for r in self.replicas if not r.exited]
         for r in live:
             code = r.proc.poll()
             if code is not None:
-                r.exited, changed = True, changed or r.up
+                changed = changed or r.up
                 r.up = False
                 say(f"{r.name} ({r.base}) stopped with exit code {code}; its students reconnect to the other replicas")
+                r.exited = not self.restart_replica(r)
+                continue
+            if r.starting and not r.up and time.monotonic() - r.started > self.plan.start_timeout:
+                say(f"{r.name} did not answer {HEALTH} within {self.plan.start_timeout:.0f} s of its restart: stopped")
+                r.proc.kill()  # the next check finds it stopped, and restarts it while the limit allows
                 continue
             if health_ok(r.base):
                 if not r.up:
-                    say(f"{r.name} ({r.base}) answers {HEALTH} again: back in rotation")
+                    say(f"{r.name} ({r.base}) answers {HEALTH} again: back in rotation"
+                        + (f" after {time.monotonic() - r.started:.1f} s" if r.starting else ""))
                     r.up, changed = True, True
-                r.fails = 0
+                r.fails, r.starting = 0, False
+            elif r.starting:
+                continue  # still loading: not in rotation yet, nothing to count
             else:
                 r.fails += 1
                 others_up = any(o.up for o in self.replicas if o is not r)
@@ -409,11 +471,48 @@ class Launcher:
         if changed:
             self.reload_nginx()
 
+    def kill_nginx_group(self) -> None:
+        """Kill whatever is left of nginx: its process group (the master, and workers that outlived it)."""
+        if self.nginx is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.nginx.pid, signal.SIGKILL)  # its group's id is the master's pid (process_group=0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.nginx.wait(timeout=5)
+
+    def restart_nginx(self) -> bool:
+        """nginx stopped: kill what is left of it, wait for the port, start it again (NGINX_TRIES attempts),
+        the replicas running on. Whether it is back; False also when it stopped too often."""
+        old = self.nginx
+        assert old is not None
+        say(f"nginx (pid {old.pid}) stopped with exit code {old.returncode}; restarting it (the replicas keep running)")
+        now = time.monotonic()
+        if _recent(self.nginx_restarts, now) >= RESTARTS:
+            say(f"nginx stopped again after {RESTARTS} restarts within {RESTART_WINDOW_S / 60:.0f} min: stopping the hall")
+            return False
+        self.nginx_restarts.append(now)
+        for attempt in range(1, NGINX_TRIES + 1):
+            self.kill_nginx_group()  # an orphaned worker would keep the port and answer 502
+            if not wait_port_free(self.plan.host, self.plan.port):
+                say(f"port {self.plan.port} is still in use {PORT_FREE_S:.0f} s after nginx stopped "
+                    f"(attempt {attempt} of {NGINX_TRIES})")
+            else:
+                try:
+                    self.start_nginx()
+                    say(f"nginx restarted (attempt {attempt} of {NGINX_TRIES})")
+                    return True
+                except UsageError as e:
+                    say(f"nginx did not come back (attempt {attempt} of {NGINX_TRIES}): {e}")
+            if self.stopping.wait(float(attempt)):
+                return False
+        self.kill_nginx_group()
+        say(f"nginx could not be restarted after {NGINX_TRIES} attempts; stopping the replicas")
+        return False
+
     def watch(self) -> int:
         say(f"serving {self.plan.url} — {self.plan.replicas} replica(s) behind nginx, sticky sessions; Ctrl-C stops all")
         while not self.stopping.wait(CHECK_EVERY_S):
-            if self.nginx is not None and self.nginx.poll() is not None:
-                say(f"nginx stopped with exit code {self.nginx.returncode}; stopping the replicas")
+            if self.nginx is not None and self.nginx.poll() is not None and not self.restart_nginx():
                 return 1
             self.check_once()
             if all(r.exited for r in self.replicas):
@@ -436,8 +535,16 @@ class Launcher:
                 say(f"{name} (pid {proc.pid}) did not stop within {STOP_GRACE_S:.0f} s: killed")
                 proc.kill()
                 proc.wait()
+        self.kill_nginx_group()  # a worker whose master died must not keep the port
         shutil.rmtree(self.prefix, ignore_errors=True)
-        say(f"stopped nginx and {len(self.replicas)} replica(s); nothing left running")
+        ports = [(self.plan.host, self.plan.port)] if self.nginx is not None else []
+        ports += [(REPLICA_HOST, r.port) for r in self.replicas]
+        busy = [port for host, port in ports if not wait_port_free(host, port, timeout=5)]
+        if busy:
+            say(f"stopped nginx and {len(self.replicas)} replica(s), but port(s) {', '.join(map(str, busy))} are still in "
+                f"use (ss -ltnp shows by whom)")
+        else:
+            say(f"stopped nginx and {len(self.replicas)} replica(s); nothing left running (ports free)")
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

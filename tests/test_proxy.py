@@ -8,6 +8,10 @@
 * a session's trace, generation stepper and URL state survive 20 interactions on one websocket;
 * stopping one replica gives its students a clear notice, and they continue on the other replica with their
   view restored from the URL, while the other replica's students notice nothing;
+* a replica that stops is started again and comes back into rotation (bounded: one that keeps dying is left
+  stopped); kill -9 of nginx's master kills its orphaned worker and starts nginx again, keeping the replicas
+  (bounded: an nginx that cannot come back, or keeps dying, stops the hall) — on a light hall of stand-in
+  replicas in this process, and once on the real hall;
 * Ctrl-C (SIGINT to the launcher) stops nginx and every replica: no process is left, the ports are free.
 
 The hall tests run in file order on one hall (N = 2) and need nginx (`make test` installs nginx-light) and,
@@ -23,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -135,6 +140,132 @@ def test_template_renders_a_config_nginx_accepts(tmp_path):
                          timeout=30)
     assert out.returncode == 0, out.stderr
     assert not list(Path("/tmp").glob("nginx.pid")), "nginx wrote outside its prefix"
+
+
+# --- a light hall: the launcher's watch loop in this process, stand-in replicas ---------------------------
+
+# A replica in 50 ms instead of 30 s: an HTTP server on its port that answers the health check, as Streamlit does.
+FAKE_REPLICA = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"ok"
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def light_hall(monkeypatch):
+    """A Launcher of two stand-in replicas behind a real nginx, its watch loop in a thread (checks every 0.2 s).
+    Yields (launcher, read_log); stops everything on the way out."""
+    if NGINX is None:
+        pytest.skip("nginx is not installed (`make test` installs nginx-light)")
+    monkeypatch.setattr(serve, "CHECK_EVERY_S", 0.2)
+    monkeypatch.setattr(serve, "PORT_FREE_S", 3.0)
+    port = _free_block(8800, 8900)
+    launcher = serve.Launcher(serve.Plan(2, "127.0.0.1", port, (port + 1, port + 2), 30.0, 1), NGINX)
+    launcher.replica_cmd = lambda p: [sys.executable, "-c", FAKE_REPLICA, str(p)]
+    seen: list[str] = []  # the launcher's lines (it says them from the watching thread)
+    monkeypatch.setattr(serve, "say", lambda msg: seen.append(f"serve: {msg}\n"))
+
+    def log() -> str:
+        return "".join(list(seen))
+
+    result: dict[str, int] = {}
+    watcher = None
+    try:
+        launcher.start_replicas()
+        launcher.wait_healthy()
+        launcher.start_nginx()
+        watcher = threading.Thread(target=lambda: result.setdefault("code", launcher.watch()), daemon=True)
+        watcher.start()
+        launcher.result = result
+        launcher.watcher = watcher
+        yield launcher, log
+    finally:
+        launcher.stopping.set()
+        if watcher is not None:
+            watcher.join(timeout=30)
+        launcher.stop()
+
+
+def _until(log, text: str, timeout: float = 30, count: int = 1) -> str:
+    deadline = time.time() + timeout
+    while log().count(text) < count:
+        assert time.time() < deadline, f"no {text!r} ×{count} within {timeout:.0f} s:\n{log()[-3000:]}"
+        time.sleep(0.1)
+    return log()
+
+
+@needs_nginx
+def test_light_nginx_killed_is_restarted_with_its_workers_gone(light_hall):
+    launcher, log = light_hall
+    master = launcher.nginx.pid
+    workers = [c.pid for c in psutil.Process(master).children()]
+    replicas = [r.proc.pid for r in launcher.replicas]
+    assert workers, "nginx has no worker"
+    os.kill(master, signal.SIGKILL)  # the master alone: its worker is orphaned, still holding the port
+    _until(log, "nginx restarted (attempt 1 of 3)")
+    assert not [w for w in workers if _alive(w)]
+    assert launcher.nginx.pid != master and launcher.nginx.poll() is None
+    assert [r.proc.pid for r in launcher.replicas] == replicas  # the same replicas, never stopped
+    assert _get(f"http://127.0.0.1:{launcher.plan.port}/_stcore/health")[1] == "ok"
+    assert "code" not in launcher.result  # still watching
+
+
+@needs_nginx
+def test_light_nginx_that_cannot_come_back_stops_the_hall(light_hall, monkeypatch):
+    launcher, log = light_hall
+
+    def refused():
+        raise serve.UsageError("nginx stopped at once (exit code 1)")
+
+    monkeypatch.setattr(launcher, "start_nginx", refused)
+    workers = [c.pid for c in psutil.Process(launcher.nginx.pid).children()]
+    os.kill(launcher.nginx.pid, signal.SIGKILL)
+    out = _until(log, "nginx could not be restarted after 3 attempts", timeout=60)
+    assert out.count("nginx did not come back") == 3
+    launcher.watcher.join(timeout=10)
+    assert launcher.result.get("code") == 1
+    assert not [w for w in workers if _alive(w)]
+    launcher.stop()
+    assert "nothing left running (ports free)" in log()
+    assert serve.port_free("127.0.0.1", launcher.plan.port)
+
+
+@needs_nginx
+def test_light_nginx_restarts_are_bounded(light_hall, monkeypatch):
+    """nginx that keeps dying is restarted RESTARTS times within the window, then the hall stops."""
+    launcher, log = light_hall
+    for n in range(1, serve.RESTARTS + 1):
+        os.kill(launcher.nginx.pid, signal.SIGKILL)
+        _until(log, "nginx restarted (attempt 1 of 3)", count=n)
+    os.kill(launcher.nginx.pid, signal.SIGKILL)
+    _until(log, f"nginx stopped again after {serve.RESTARTS} restarts")
+    launcher.watcher.join(timeout=10)
+    assert launcher.result.get("code") == 1
+
+
+@needs_nginx
+def test_light_a_replica_that_dies_is_restarted_and_bounded(light_hall):
+    launcher, log = light_hall
+    r1 = launcher.replicas[0]
+    old = r1.proc.pid
+    r1.proc.kill()
+    out = _until(log, "answers /_stcore/health again: back in rotation")
+    assert "replica 1: restarted (1 of at most 3" in out
+    assert r1.proc.pid != old and r1.up and not r1.exited
+    assert " down;" not in (launcher.prefix / "nginx.conf").read_text()
+    # a replica that cannot start any more: restarted while the limit allows, then left stopped, the hall serving on
+    launcher.replica_cmd = lambda p: [sys.executable, "-c", "raise SystemExit(3)"]
+    r1.proc.kill()
+    _until(log, "replica 1 stopped again after 3 restarts")
+    assert r1.exited and not r1.up and log().count("replica 1: restarted") == 3
+    assert f"server 127.0.0.1:{r1.port} max_fails=1 fail_timeout=10s down;" in (launcher.prefix / "nginx.conf").read_text()
+    assert "code" not in launcher.result
+    assert _get(f"http://127.0.0.1:{launcher.plan.port}/_stcore/health")[1] == "ok"
 
 
 # --- one hall of two replicas behind nginx -------------------------------------------------------------
@@ -492,8 +623,55 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_for(h: Hall, text: str, timeout: float, after: int = 0) -> None:
+    deadline = time.time() + timeout
+    while text not in h.text()[after:]:
+        assert h.proc.poll() is None, f"the hall stopped:\n{h.text()[-3000:]}"
+        assert time.time() < deadline, f"no {text!r} within {timeout:.0f} s:\n{h.text()[-3000:]}"
+        time.sleep(0.5)
+
+
+def _nginx_pids(h: Hall) -> tuple[int, list[int]]:
+    master = next(c for c in psutil.Process(h.proc.pid).children() if c.name().startswith("nginx"))
+    return master.pid, [w.pid for w in master.children()]
+
+
+@needs_nginx
+def test_a_stopped_replica_comes_back(hall):
+    """A replica that stops (here, or SIGTERM in the browser test before) is started again on its port and is
+    back in nginx's rotation once it answers; both replicas then serve."""
+    if "stopped with exit code" not in hall.text():
+        psutil.Process(next(iter(hall.replicas.values()))).kill()
+    _wait_for(hall, "restarted (1 of at most", 60)
+    _wait_for(hall, "answers /_stcore/health again: back in rotation", START_S)
+    keys = affinity_keys(hall)
+    for addr, key in keys.items():
+        assert _get(hall.base + "/_stcore/health", f"xray_affinity={key}")[2]["x-replica"] == addr
+    assert " down;" not in (hall.prefix / "nginx.conf").read_text()
+
+
+@needs_nginx
+def test_nginx_killed_comes_back_and_keeps_the_replicas(hall):
+    """kill -9 of nginx's master used to stop the healthy replicas, while its orphaned worker kept the port
+    (answering 502) and a relaunch was refused. Now the worker is killed with it, nginx starts again on the
+    same port, and the replicas are the same processes."""
+    master, workers = _nginx_pids(hall)
+    replicas = {c.pid for c in psutil.Process(hall.proc.pid).children() if c.pid != master}
+    mark = len(hall.text())
+    os.kill(master, signal.SIGKILL)
+    _wait_for(hall, "nginx restarted", 60, after=mark)
+    assert "stopping the replicas" not in hall.text()[mark:]
+    assert not [w for w in workers if _alive(w)], "the old worker outlived its master"
+    new_master, _ = _nginx_pids(hall)
+    assert new_master != master
+    assert {c.pid for c in psutil.Process(hall.proc.pid).children() if c.pid != new_master} == replicas
+    status, body, _, _ = _get(hall.base + "/_stcore/health")
+    assert status == 200 and body == "ok"
+
+
 @needs_nginx
 def test_ctrl_c_stops_every_process(hall):
+    hall.tree += [c.pid for c in psutil.Process(hall.proc.pid).children(recursive=True)]  # restarted ones too
     pids = [hall.proc.pid, *hall.tree]
     assert len(hall.tree) >= 4, hall.tree  # two replicas, nginx's master and its worker
     code = hall.stop(timeout=60)
@@ -505,4 +683,4 @@ def test_ctrl_c_stops_every_process(hall):
     port = int(hall.base.rsplit(":", 1)[1])
     assert all(serve.port_free("127.0.0.1", p) for p in (port, *(int(a.rsplit(":", 1)[1]) for a in hall.replicas)))
     assert hall.prefix is not None and not hall.prefix.exists()  # the temp folder is gone
-    assert "nothing left running" in hall.text()
+    assert "nothing left running (ports free)" in hall.text()
