@@ -96,7 +96,10 @@ def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = MAX_NEW)
     """The greedy answer the journey page shows (ids, stopped at an end token)."""
     tr = get_trace(spec, prompt, chat)
     loaded = get_model(spec)  # the trace's pass already filled the prompt's KV cache: no second prefill
-    return greedy_continuation(loaded, tr.token_ids.tolist(), max_new, prefill=backends.prompt_prefill(loaded, tr))
+    # the whole answer in one hold of the model's lock (an RLock: each step takes it again): twenty sessions
+    # stepping in turn would each keep a prompt's KV cache alive for the whole burst, one after another they don't
+    with loaded.lock:
+        return greedy_continuation(loaded, tr.token_ids.tolist(), max_new, prefill=backends.prompt_prefill(loaded, tr))
 
 
 # ---------------------------------------------------------------------------------------------
