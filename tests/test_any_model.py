@@ -142,7 +142,7 @@ def test_cli_trace_and_generate_cut_at_the_models_positions(short_gpt2, capsys, 
     assert "Traceback" not in io.err + io.out and "at most 64 positions" in io.err and "stop: context" in io.out
 
 
-@pytest.mark.parametrize("stem", ["residual", "generation"])
+@pytest.mark.parametrize("stem", ["residual", "generation", "tokens", "journey", "heads"])
 def test_pages_say_the_model_cut_the_prompt(short_gpt2, monkeypatch, stem):
     """The page view that failed with "The forward pass failed: IndexError": now the notice, in the reader's language."""
     from streamlit.testing.v1 import AppTest
