@@ -151,10 +151,10 @@ def _atomic_target(p: Path) -> Path | None:
     """Where the temporary file goes beside, and is renamed onto: the regular file ``p`` names (a symlink
     followed), or ``p`` when nothing is there yet; None for a device, a FIFO … (written in place: a rename
     would replace ``/dev/null`` itself)."""
+    if not os.path.lexists(p):
+        return p
     real = Path(os.path.realpath(p))
-    if not os.path.lexists(real) or real.is_file():
-        return real
-    return None
+    return real if real.is_file() else None  # /dev/stdout on a pipe resolves to "pipe:[…]": written in place
 
 
 def write_output(raw: str, write: Callable[[BinaryIO], Any]) -> None:

@@ -83,6 +83,15 @@ def test_a_symlinked_output_is_written_through_the_link(tmp_path):
     assert link.is_symlink() and real.read_bytes() == b"new"
 
 
+def test_a_device_or_pipe_is_written_in_place(tmp_path):
+    """``-o /dev/stdout`` (a pipe here) has no folder to put a temporary file in: it is written as before."""
+    p = subprocess.run([PY, "-m", "core", "trace", "hi", "--model", "toy", "-o", "/dev/stdout"], cwd=tmp_path, env=ENV,
+                       capture_output=True, timeout=600)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.startswith(b"PK")  # the .npz itself (a zip), then the summary line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_cli_overwrites_an_npz_atomically(tmp_path, capsys, monkeypatch):
     """The real command: numpy's writer fails midway through the new file; the old .npz still loads."""
     out = tmp_path / "t.npz"
