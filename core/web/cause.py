@@ -8,7 +8,8 @@ page ``steps`` and ``attn_layer`` — all validated where they are read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -164,14 +165,19 @@ def progress_bar(key: str, **kw: object) -> tuple[Callable[[int, int], None], ob
 
 def new_click(chart_key: str, n_rows: int, n_cols: int) -> tuple[int, int] | None:
     """The (row, column) of a grid cell just clicked in chart ``chart_key`` (its selection, read from
-    the session at the start of the run), or None when nothing new was clicked; clamped to the grid."""
+    the session at the start of the run), or None when nothing new was clicked or the point is no cell of the
+    grid (a crafted event: ∞, NaN, text, a point off the grid)."""
     sel = st.session_state.get(chart_key) or {}
-    pts = (sel.get("selection") or {}).get("points") or []
-    if not pts or pts == st.session_state.get(f"{chart_key}_seen"):
+    sel = sel.get("selection") if isinstance(sel, Mapping) else None
+    pts = sel.get("points") if isinstance(sel, Mapping) else None
+    if not pts or not isinstance(pts, list) or pts == st.session_state.get(f"{chart_key}_seen"):
         return None
     st.session_state[f"{chart_key}_seen"] = pts
-    try:
-        row, col = round(float(pts[0].get("y", 0))), round(float(pts[0].get("x", 0)))
-    except (TypeError, ValueError, AttributeError):
+    point = pts[0]
+    try:  # what the browser sent: x = 1e999 (∞) or NaN is no cell, nor is a value off the grid
+        y, x = float(point.get("y", 0)), float(point.get("x", 0))
+    except (TypeError, ValueError, AttributeError, OverflowError):
         return None
-    return max(0, min(n_rows - 1, row)), max(0, min(n_cols - 1, col))
+    if not (math.isfinite(x) and math.isfinite(y)) or not (-0.5 <= y < n_rows - 0.5 and -0.5 <= x < n_cols - 0.5):
+        return None
+    return max(0, min(n_rows - 1, round(y))), max(0, min(n_cols - 1, round(x)))

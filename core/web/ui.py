@@ -19,7 +19,7 @@ from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
-from core.web import cache
+from core.web import cache, guards
 
 PRESETS = (
     "What is the capital of France?",
@@ -30,6 +30,7 @@ PRESETS = (
 DEFAULT_PROMPT = PRESETS[0]
 MAX_PROMPT_CHARS = 20_000  # the prompt box's cap, for a prompt typed or arriving by a link alike
 URL_PROMPT_CHARS = 2_000  # a link carries the whole prompt up to this length, or no prompt at all
+GUARDED = guards.install()  # a crafted NaN / ∞ in a number input never breaks a session (core.web.guards)
 
 
 # ---------------------------------------------------------------------------------------------
