@@ -14,7 +14,7 @@ from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, OfferError, canonical_target
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
-from core.web import cache, nav, presenter, replica, ui, widgets
+from core.web import a11y, cache, nav, presenter, replica, ui, widgets
 
 
 def sidebar() -> None:
@@ -150,6 +150,7 @@ def main() -> None:
     replica.keep_alive()
     page = nav.navigation()
     nav.label_document(page)
+    a11y.apply()
     page.run()
 
 

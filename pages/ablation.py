@@ -65,7 +65,7 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
 
 def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: ablation.Target, atlas, lang: str) -> None:
     L, H = tr.n_layers, tr.n_heads
-    st.subheader(ui.t("ablation.sweep_title", l=target.layer))
+    st.header(ui.t("ablation.sweep_title", l=target.layer))
     sharp = atlas.max_weight[target.layer]  # [H]
     presenter.chart(inside_fig.fig_sweep(sharp, kl_layer, ablation.head_names(H), target.marked, lang), width="stretch")
     st.markdown(ui.t("ablation.sweep_result", **ablation.sweep_args(sharp, kl_layer)))

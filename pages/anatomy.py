@@ -15,7 +15,7 @@ def _load_preset(cfg: dict) -> None:
 
 
 def _checklist(loaded, live_cfg: dict, lang: str) -> None:
-    st.subheader(ui.t("anatomy.h_checklist", name=widgets.md(loaded.facts.name)))
+    st.header(ui.t("anatomy.h_checklist", name=widgets.md(loaded.facts.name)))
     try:
         st.table(anatomy.checklist_table(anatomy.analyse_config(live_cfg), lang))  # a static table wraps the long explanations
     except ConfigError as e:
@@ -24,7 +24,7 @@ def _checklist(loaded, live_cfg: dict, lang: str) -> None:
 
 
 def _params(loaded, lang: str) -> None:
-    st.subheader(ui.t("anatomy.h_params"))
+    st.header(ui.t("anatomy.h_params"))
     parts = cache.get_breakdown(ui.model_spec())
     presenter.chart(ps.fig_params(parts, lang), width="stretch")
     key, kw = anatomy.breakdown_note(parts, loaded.facts.n_params, loaded.facts.tied_embeddings)  # this model's own head
@@ -33,7 +33,7 @@ def _params(loaded, lang: str) -> None:
 
 
 def _block(loaded, lang: str) -> None:
-    st.subheader(ui.t("anatomy.h_block"))
+    st.header(ui.t("anatomy.h_block"))
     rows = anatomy.block_rows(loaded.model)
     try:
         st.code(anatomy.first_block_text(loaded.model), language="text")
@@ -45,7 +45,7 @@ def _block(loaded, lang: str) -> None:
 
 
 def _paste(live_cfg: dict, lang: str) -> None:
-    st.subheader(ui.t("anatomy.h_paste"))
+    st.header(ui.t("anatomy.h_paste"))
     if KEY not in st.session_state:
         _load_preset(anatomy.QWEN25_05B_CONFIG)
     b1, b2 = st.columns(2)

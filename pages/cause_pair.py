@@ -27,7 +27,7 @@ def _row(r: dict[str, Any] | pair.Elided, cols: dict[str, str], as_text: bool) -
 
 
 def _alignment(pt: pair.PairTokens) -> None:
-    st.subheader(ui.t("cause.align_title"))
+    st.header(ui.t("cause.align_title"))
     cols = {"pos": ui.t("cause.col_pos"), "clean": ui.t("cause.col_clean"), "corrupted": ui.t("cause.col_corrupted"),
             "same": ui.t("cause.col_same")}
     # a long pair: the differing positions in view at once, not below the table's fold; every row on request
@@ -57,7 +57,7 @@ def _next_logits(pt: pair.PairTokens, text: pair.PairText) -> tuple[np.ndarray, 
 
 
 def _numbers(loaded, logits: tuple[np.ndarray, np.ndarray], ans: pair.Answers | None) -> None:
-    st.subheader(ui.t("cause.top_title"))
+    st.header(ui.t("cause.top_title"))
     tops = [pair.top_tokens(loaded.tokenizer, lg) for lg in logits]
     presenter.chart(cause_fig.fig_top_tokens(*tops, ans.answer if ans else -1, ans.foil if ans else -1, ui.lang()), width="stretch")
     ui.badge("model")

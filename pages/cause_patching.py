@@ -83,7 +83,7 @@ def _detail(loaded, r: cause.Ready, site: str, cell: tuple[int, int]) -> None:
     layer, col = cell
     heads = site == patching.HEAD
     pos, head = (r.base.n_tokens - 1, col) if heads else (col, None)
-    st.subheader(ui.t("cause.pick_title"))
+    st.header(ui.t("cause.pick_title"))
     st.markdown(f"{ui.t(f'cause.site_{site}')} · {ui.t('cause.layer_n', l=layer)} · {_where(r, site, col)}")
     run = cache.cause_run(ui.model_spec(), *r.ids, site, layer, pos, head)
     ld = pair.logit_diff(run, r.answers.answer, r.answers.foil)

@@ -37,11 +37,11 @@ def _rendering(tok: Any, msgs: list[dict[str, str]], add_gen: bool) -> chat_temp
 
 def _text_and_tokens(r: chat_template.ChatRendering) -> None:
     """The templated text with its special tokens marked, then its token chips."""
-    st.subheader(ui.t("chat.s_text"))
+    st.header(ui.t("chat.s_text"))
     st.html(gen_fig.segments_html(r.segments))
     if r.system_added:
         st.info(ui.t("chat.system_added"))
-    st.subheader(ui.t("chat.s_tokens", n=len(r.ids), n_special=sum(r.special)))
+    st.header(ui.t("chat.s_tokens", n=len(r.ids), n_special=sum(r.special)))
     chips.show_page(r.tokens, r.ids, key="chat", kinds=chips.kinds_from_special(r.special), framed_tail=r.n_generation_prompt_tokens)
     st.caption(ui.t("chat.legend"))
     ui.badge("model", ui.t("chat.badge_tokenizer"))
@@ -51,14 +51,14 @@ def _generation_and_end(r: chat_template.ChatRendering, eos_ids: frozenset[int])
     """Where the answer starts (the generation prompt) and which token ends it."""
     c1, c2 = st.columns(2)
     with c1:
-        st.subheader(ui.t("chat.s_gen"))
+        st.header(ui.t("chat.s_gen"))
         if r.generation_prompt:
             st.code(r.generation_prompt_line, language=None)
             st.markdown(ui.t("chat.gen_explain", n=r.n_generation_prompt_tokens))
         else:
             st.markdown(ui.t("chat.gen_off"))
     with c2:
-        st.subheader(ui.t("chat.s_end"))
+        st.header(ui.t("chat.s_end"))
         st.code(f"{r.end_token}  →  id {r.end_token_id}", language=None)
         st.markdown(report.end_explain(r, eos_ids, ui.lang()))
 

@@ -171,7 +171,7 @@ def _temperature(loaded) -> None:
 
 
 def _symptom(spec: str, loaded) -> None:
-    st.subheader(ui.t("diagnose.s_symptom"))
+    st.header(ui.t("diagnose.s_symptom"))
     st.session_state.setdefault(f"{P}_sym", ui.qp_choice("symptom", dg.SYMPTOMS, dg.SYMPTOMS[0]))  # a link reopens its symptom
     sym = st.radio(ui.t("diagnose.pick"), dg.SYMPTOMS, key=f"{P}_sym", format_func=ui.fmt("diagnose.sym_{}"))
     ui.set_qp(symptom=sym)
@@ -185,7 +185,7 @@ def _symptom(spec: str, loaded) -> None:
 
 
 def _exercise(spec: str, loaded) -> None:
-    st.subheader(ui.t("diagnose.s_exercise"))
+    st.header(ui.t("diagnose.s_exercise"))
     st.markdown(ui.t("diagnose.ex_q"))
     ans = st.radio(ui.t("diagnose.ex_pick"), ANSWERS, index=None, key=f"{P}_ex", format_func=ui.fmt("diagnose.ex_{}"))
     if ans is None:
@@ -209,7 +209,7 @@ def _exercise(spec: str, loaded) -> None:
 
 
 def _streaming(spec: str) -> None:
-    st.subheader(ui.t("diagnose.s_stream"))
+    st.header(ui.t("diagnose.s_stream"))
     st.markdown(ui.t("diagnose.stream_intro"))
     d = _decode(spec)
     if d is None:

@@ -43,7 +43,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
 
 def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     T = tr.n_tokens
-    st.subheader(ui.t("heads.query_title", l=layer, h=head))
+    st.header(ui.t("heads.query_title", l=layer, h=head))
     q = widgets.int_slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
     ui.set_qp(pos=q)
     d = ui.layer_detail(tr, layer)
@@ -56,7 +56,7 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
 
 
 def _atlas(tr, layer: int, head: int, lang: str) -> None:
-    st.subheader(ui.t("heads.atlas_title"))
+    st.header(ui.t("heads.atlas_title"))
     st.markdown(ui.t("heads.atlas_intro"))
     if tr.n_tokens > heads.ATLAS_EAGER and not st.toggle(ui.t("heads.atlas_long", T=tr.n_tokens, L=tr.n_layers), key="heads_atlas_on"):
         return  # every layer must be derived for the atlas: on a long prompt only when asked

@@ -71,7 +71,7 @@ def _measure(want: tuple) -> None:
 
 def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
     """Section 1: the same tokens with and without the cache, timed (repeated runs), once the button asks."""
-    st.subheader(ui.t("kv_cache.s1"))
+    st.header(ui.t("kv_cache.s1"))
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
     min_len = c2.select_slider(ui.t("kv_cache.min_len"), [0, 32, 64, 128, 256], 128, key=f"{P}_len", help=ui.t("kv_cache.min_len_help"))
@@ -93,7 +93,7 @@ def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
 
 def _calculator(facts: ModelFacts) -> None:
     """Section 2: the cache's bytes by formula, for the current model or any model shape, as MHA / GQA / MQA."""
-    st.subheader(ui.t("kv_cache.s2"))
+    st.header(ui.t("kv_cache.s2"))
     shape, bpv, tokens, reqs = _shape(facts)
     if shape is None:
         return
@@ -114,7 +114,7 @@ def _measure_costs() -> None:
 
 def _workloads(spec: str, facts: ModelFacts) -> None:
     """Section 3: the three request shapes, simulated from the per-token costs measured here."""
-    st.subheader(ui.t("kv_cache.s3"))
+    st.header(ui.t("kv_cache.s3"))
     run = st.session_state.get(f"{P}_costs_run", 0)
     with st.spinner(ui.t("kv_cache.measuring")):
         m = cache.measured_costs(spec, run)

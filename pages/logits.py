@@ -13,7 +13,7 @@ from core.web import cache, presenter, ui, widgets
 
 
 def _top(tr, spec: str, lang: str) -> None:
-    st.subheader(ui.t("logits.h_top"))
+    st.header(ui.t("logits.h_top"))
     ids = candidates.top_ids(tr.last_logits)
     table = candidates.top_table(tr.last_logits, ids, cache.token_texts(spec, tuple(ids)), lang)
     presenter.frame(candidates.top_table_view(table, lang), hide_index=True, width="stretch")
@@ -43,7 +43,7 @@ def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: lis
 
 
 def _draw(tr, spec: str, cfg: sampling.SamplingConfig, prev: list[int], probs) -> None:
-    st.subheader(ui.t("logits.h_draw"))
+    st.header(ui.t("logits.h_draw"))
     seed = widgets.number_url(ui.t("logits.seed"), 0, 2**31 - 1, 0, key="logits_seed", param="seed")
     greedy_id = sampling.choose(tr.last_logits, sampling.SamplingConfig(greedy=True, repetition_penalty=cfg.repetition_penalty), prev)
     drawn_id = sampling.choose(tr.last_logits, replace(cfg, seed=seed), prev)
@@ -58,7 +58,7 @@ def _draw(tr, spec: str, cfg: sampling.SamplingConfig, prev: list[int], probs) -
 
 
 def _lens(tr, spec: str, lang: str) -> None:
-    st.subheader(ui.t("logits.h_lens"))
+    st.header(ui.t("logits.h_lens"))
     T, W = tr.n_tokens, lens.LENS_WINDOW
     lo, hi = (0, T) if T <= W else st.slider(ui.t("logits.lens_window"), 0, T, (T - W, T), key="logits_win")
     hi = max(hi, lo + 1)
@@ -86,7 +86,7 @@ def render() -> None:
         return
     lang, spec = ui.lang(), ui.model_spec()
     _top(tr, spec, lang)
-    st.subheader(ui.t("logits.h_controls"))
+    st.header(ui.t("logits.h_controls"))
     cfg = _controls(tr)
     prev = tr.token_ids.tolist()  # the penalty looks at the tokens already in the context
     steps = _filtering(tr, spec, lang, cfg, prev)

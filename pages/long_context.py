@@ -26,7 +26,7 @@ def _span(loaded, tr) -> tuple[int, int]:
 
 
 def _reader(loaded, tr, lang: str) -> None:
-    st.subheader(ui.t("longctx.h_reader"))
+    st.header(ui.t("longctx.h_reader"))
     st.markdown(ui.t("longctx.reader_intro", T=tr.n_tokens))
     a, b = _span(loaded, tr)
     z, block = longctx.reader_map(tr.last_attn)
@@ -42,7 +42,7 @@ def _reader(loaded, tr, lang: str) -> None:
 
 
 def _sink(tr, lang: str) -> None:
-    st.subheader(ui.t("longctx.h_sink"))
+    st.header(ui.t("longctx.h_sink"))
     st.markdown(ui.t("longctx.sink_intro"))
     layer = widgets.layer_slider("longctx", tr.n_layers)
     d = ui.layer_detail(tr, layer)

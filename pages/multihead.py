@@ -25,7 +25,7 @@ def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
 
 
 def _sharing_section(cfg: HeadGeometry, lang: str) -> None:
-    st.subheader(ui.t("multihead.sharing_title"))
+    st.header(ui.t("multihead.sharing_title"))
     st.markdown(ui.t("multihead.sharing_intro"))
     hkv = st.select_slider(ui.t("multihead.hkv"), A.divisors(cfg.n_heads), value=cfg.n_kv_heads,
                            key=f"multihead_hkv_{cfg.n_heads}")
@@ -36,7 +36,7 @@ def _sharing_section(cfg: HeadGeometry, lang: str) -> None:
 
 
 def _bytes_section(configs: list[HeadGeometry], lang: str) -> None:
-    st.subheader(ui.t("multihead.bytes_title"))
+    st.header(ui.t("multihead.bytes_title"))
     st.markdown(ui.t("multihead.bytes_intro"))
     b1, b2 = st.columns(2)
     n = b1.number_input(ui.t("multihead.n_tokens"), 1, 1_000_000, 4096, step=1024, key="multihead_n")
@@ -47,7 +47,7 @@ def _bytes_section(configs: list[HeadGeometry], lang: str) -> None:
 
 
 def _real_section(lang: str) -> None:
-    st.subheader(ui.t("multihead.real_title"))
+    st.header(ui.t("multihead.real_title"))
     st.markdown(ui.t("multihead.real_intro"))
     tr = ui.current_trace()
     if tr is None:

@@ -64,7 +64,7 @@ def render() -> None:
 
     answers = {q.id: st.session_state.get(_key(seed, q)) for q in quiz.QUESTIONS}
     result = quiz.score(answers)
-    st.subheader(ui.t("quiz.score", right=result.correct, total=result.total, pct=round(result.percent)))
+    st.header(ui.t("quiz.score", right=result.correct, total=result.total, pct=round(result.percent)))
     st.progress(result.correct / result.total)
     if result.correct == result.total:
         st.success(ui.t("quiz.all_right"))

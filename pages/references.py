@@ -12,14 +12,14 @@ from core.web import ui
 def render() -> None:
     ui.header("page.references", "references.intro")
 
-    st.subheader(ui.t("references.concepts"))
+    st.header(ui.t("references.concepts"))
     cols = st.columns(2)
     for i, concept in enumerate(references.CONCEPTS):
         with cols[i % 2].container(border=True, key=f"references_c_{concept}"):
             st.markdown(f"**{ui.t(f'references.c.{concept}')}**")
             st.markdown("\n".join(f"- [{r.label()}]({r.url})" for r in references.cite(concept)))
 
-    st.subheader(ui.t("references.all"))
+    st.header(ui.t("references.all"))
     refs = sorted(references.REFERENCES.values(), key=lambda r: (r.year, r.authors))
     sep = "、" if ui.lang() == "zh" else ", "  # a Chinese list takes the enumeration comma
     used_for = {r.key: sep.join(ui.t(f"references.c.{c}") for c in references.concepts_of(r.key)) for r in refs}
@@ -27,7 +27,7 @@ def render() -> None:
     with st.container(key="references_table"):  # a Markdown table: titles wrap and stay links, nothing is cut
         st.markdown(references.markdown_table(refs, headers, used_for))  # no source badge: a list of papers is no computed number
 
-    st.subheader(ui.t("references.prov.title"))
+    st.header(ui.t("references.prov.title"))
     loaded = ui.loaded_model()
     if loaded is None:
         return

@@ -13,7 +13,7 @@ from core.web import cache, chips, presenter, ui, widgets
 
 
 def _chips(tr, spec: str) -> None:
-    st.subheader(ui.t("tokens.chips_title"))
+    st.header(ui.t("tokens.chips_title"))
     src = cache.sources(spec, tr.prompt, tr.chat)[: tr.n_tokens]
     names = {k: ui.t(f"tokens.src_{k}") for k in set(src)}
     chips.show_page(tr.tokens, tr.token_ids, key="tokens", kinds=src, titles=[names[s] for s in src], positions=True)
@@ -25,7 +25,7 @@ def _chips(tr, spec: str) -> None:
 
 def _lookup(tr, loaded, spec: str) -> bool:
     """The lookup as a row of E; False (with a note) when this model's matrix cannot be read."""
-    st.subheader(ui.t("tokens.lookup_title"))
+    st.header(ui.t("tokens.lookup_title"))
     pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: position_label(tr.tokens, i), key="tokens_pos")
     ndims = st.slider(ui.t("tokens.ndims"), 4, 32, 8, key="tokens_ndims")
     if not backends.is_hf(loaded):
@@ -41,7 +41,7 @@ def _lookup(tr, loaded, spec: str) -> bool:
 
 
 def _id_distance(loaded, spec: str, lang: str) -> None:
-    st.subheader(ui.t("tokens.iddist_title"))
+    st.header(ui.t("tokens.iddist_title"))
     s = cache.id_study(spec)
     presenter.chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
     st.markdown(ui.t("tokens.iddist_result", **embeddings.id_study_args(s, loaded.tokenizer)))
@@ -49,7 +49,7 @@ def _id_distance(loaded, spec: str, lang: str) -> None:
 
 
 def _pca(spec: str, lang: str) -> None:
-    st.subheader(ui.t("tokens.pca_title"))
+    st.header(ui.t("tokens.pca_title"))
     text = st.text_input(ui.t("tokens.pca_words"), ui.t("tokens.pca_default"), key="tokens_words", max_chars=600)
     words, pieces, coords, expl = cache.pca_words(spec, tuple(embeddings.parse_words(text)))
     if len(words) < 2:
@@ -62,7 +62,7 @@ def _pca(spec: str, lang: str) -> None:
 
 
 def _rag(spec: str, lang: str) -> None:
-    st.subheader(ui.t("tokens.cmp_title"))
+    st.header(ui.t("tokens.cmp_title"))
     st.table(embeddings.compare_table(lang), hide_index=True)  # sentences in cells: wrapped, never cut
     vecs = [cache.sentence_vector(spec, s) for s in embeddings.RAG_SENTENCES]
     st.markdown(ui.t("tokens.rag_demo"))

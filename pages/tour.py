@@ -33,7 +33,7 @@ def render() -> None:
     stage = tour.STAGES[step]
     st.progress((step + 1) / n, text=ui.t("tour.progress", i=step + 1, n=n, name=ui.t(f"tour.{stage.key}.title")))
     _nav(step, n, "top")
-    st.subheader(f"{step + 1}. {ui.t(f'tour.{stage.key}.title')}")
+    st.header(f"{step + 1}. {ui.t(f'tour.{stage.key}.title')}")
 
     got = ui.model_and_trace()
     if got is None:

@@ -19,7 +19,7 @@ def _site(tr, stage: str, layer: int, head: int, lang: str, start: int) -> None:
 
 
 def _config_section(loaded, lang: str) -> None:
-    st.subheader(ui.t("toy.sec_config"))
+    st.header(ui.t("toy.sec_config"))
     real = cache.real_facts()
     presenter.frame(toy_fig.facts_table(loaded.facts.to_dict(), real, lang), hide_index=True, width="stretch", height=610)
     st.caption(ui.t("toy.config_caption") if real else ui.t("toy.real_missing"))
@@ -35,7 +35,7 @@ def _trace_problem(err: str) -> None:
 
 
 def _sites_section(lang: str) -> None:
-    st.subheader(ui.t("toy.sec_sites"))
+    st.header(ui.t("toy.sec_sites"))
     tr, err = cache.toy_trace(ui.prompt(), ui.chat())
     if tr is None:
         return _trace_problem(err)
@@ -63,7 +63,7 @@ def _sites_section(lang: str) -> None:
 
 
 def _order_section(lang: str) -> None:
-    st.subheader(ui.t("toy.sec_order"))
+    st.header(ui.t("toy.sec_order"))
     st.markdown(ui.t("toy.order_caption"))
     c1, c2 = st.columns(2)
     a = c1.text_input(ui.t("toy.order_a"), "我喜欢你", max_chars=60, key="toy_order_a")
@@ -79,7 +79,7 @@ def _order_section(lang: str) -> None:
 
 
 def _train_section(lang: str) -> None:
-    st.subheader(ui.t("toy.sec_train"))
+    st.header(ui.t("toy.sec_train"))
     curve = cache.shipped_curve()
     st.markdown(toy_fig.train_caption(curve, live.LIVE_SECONDS, lang))
     st.caption(toy_fig.report_text(curve["report"], lang))

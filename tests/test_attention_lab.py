@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from core import backends
+from core.engine import palette
 from core.engine.types import kv_bytes
 from core.maths import attention as A
 from core.maths import figures as PM
@@ -527,11 +528,15 @@ def test_weights_figure_fixed_range_and_masked_cells_apart():
     ex = A.worked_example()
     s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
     fig = PM.weights_figure(s.weights, ~np.isfinite(s.masked), "w", ["q0"], ["k0", "k1", "k2"], "en")
-    heat, masked, text = fig.data[0], fig.data[1], fig.data[2]
-    assert (heat.zmin, heat.zmax) == (0.0, 1.0)  # 0.33 is blue on every example, never rescaled to white
+    heat, masked = fig.data[0], fig.data[1]
+    hatch = next(d for d in fig.data if d.type == "scatter" and d.fill == "toself")
+    text = next(d for d in fig.data if d.type == "scatter" and d.mode == "text")
+    assert (heat.zmin, heat.zmax) == (0.0, 1.0)  # 0.33 is coloured on every example, never rescaled
     assert np.isnan(np.asarray(heat.z, dtype=float)[0, 2]) and not np.isnan(np.asarray(masked.z, dtype=float)[0, 2])
+    assert hatch.fillpattern.shape == "x" and list(hatch.x[:5]) == [1.5, 2.5, 2.5, 1.5, 1.5]  # the masked cell, by pattern too
     assert list(text.text) == ["0.67", "0.33", "×"]  # the masked cell says so
-    assert list(text.textfont.color) == ["white", "#111827", "white"]  # readable on its own background
+    cells = [palette.scale_at(palette.SEQUENTIAL, 0.67), palette.scale_at(palette.SEQUENTIAL, 0.33), palette.HIDDEN]
+    assert all(palette.contrast(ink, c) >= 4.5 for ink, c in zip(text.textfont.color, cells))  # readable on its own cell
 
 
 def test_cost_table_view_has_no_none_and_readable_numbers():

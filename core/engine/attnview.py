@@ -255,3 +255,21 @@ def row_bars(row: np.ndarray, label_of: Callable[[int], str], start: int | None 
                          if np.isfinite(row[k]) else f"{a}–{b}")
         ticks, rest = (None, None), 0.0
     return RowBars(v, x, first, v.z, hover, ticks[0], ticks[1], width, note(v, lang, rest))
+
+
+def future(view: MapView) -> np.ndarray:
+    """[n, n] True where every key behind a drawn cell comes after every query behind it: the causal
+    mask hides the whole cell (its weights are exactly 0)."""
+    first = np.array([view.span(i)[0] for i in range(view.n)])
+    last = np.array([view.span(i)[1] for i in range(view.n)])
+    return first[None, :] > last[:, None]
+
+
+def hide_future(z: np.ndarray, view: MapView | None = None) -> np.ndarray:
+    """``z`` [..., n, n] with the cells the causal mask hides as NaN (a figure leaves them blank, so the
+    triangle reads by lightness against any colour of the scale, not by colour alone); ``view`` None:
+    exact positions 0 … n-1."""
+    z = np.asarray(z, dtype=np.float32)
+    n = z.shape[-1]
+    hidden = future(view) if view is not None else np.triu(np.ones((n, n), dtype=bool), 1)
+    return np.where(hidden, np.float32(np.nan), z)

@@ -15,11 +15,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape
+from core.engine import attnview, escape, palette
 from core.engine.i18n import t
 from core.engine.plotlabels import position_label, rank_labels
 
-PALETTE = {"prefill": "#1f77b4", "decode": "#ff7f0e", "with": "#2ca02c", "without": "#d62728", "kv": "#9467bd", "weights": "#8c8c8c"}
+PALETTE = {role: palette.colour(role) for role in ("prefill", "decode", "with", "without", "kv", "weights")}
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340) -> go.Figure:
@@ -71,7 +71,7 @@ def prefill_matrix(mat: np.ndarray, tokens: Sequence[str], title: str, lang: str
     exact weights from ``start``. Ticks on every k-th position, every cell's tokens in the hover."""
     view = attnview.view(np.asarray(mat, dtype=np.float32), start)
     pos, labels = view.positions(), escape.plot_all(attnview.cell_labels(view, tokens))
-    fig = go.Figure(go.Heatmap(z=view.z, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=1,
+    fig = go.Figure(go.Heatmap(z=attnview.hide_future(view.z, view), x=pos, y=pos, colorscale=palette.SEQUENTIAL, zmin=0, zmax=1,
                                customdata=np.array([[f"{r} → {c}" for c in labels] for r in labels]),
                                hovertemplate="%{customdata}: " + ("" if view.exact else t("attnview.mean_w", lang) + " = ") + "%{z:.4f}<extra></extra>"))
     idx = attnview.tick_index(view.n, 12)
@@ -153,9 +153,9 @@ def cache_compare(len_with: Sequence[int], s_with: Sequence[float], len_without:
     """Time of each new token against the sequence length, with and without the KV cache."""
     fig = go.Figure([
         go.Scatter(x=list(len_with), y=np.asarray(s_with) * 1000, mode="lines+markers", name=t("kv_cache.with", lang),
-                   line_color=PALETTE["with"]),
+                   line=palette.line("with"), marker=palette.marker("with", size=7)),
         go.Scatter(x=list(len_without), y=np.asarray(s_without) * 1000, mode="lines+markers", name=t("kv_cache.without", lang),
-                   line_color=PALETTE["without"]),
+                   line=palette.line("without"), marker=palette.marker("without", size=8)),
     ])
     fig.update_xaxes(title=t("kv_cache.seq_len", lang), tickformat=",d")  # lengths are whole tokens: never a 37.2 tick
     if len(set(len_with) | set(len_without)) <= 10:
@@ -220,10 +220,10 @@ def prefill_curve(points: Sequence[Any], fit: Any, machine: str, lang: str, exte
     fig.add_trace(go.Scatter(x=n, y=med, mode="markers", name=t("diagnose.fig_prefill_measured", lang), marker=dict(size=9, color=PALETTE["prefill"]),
                              error_y=dict(type="data", array=hi, arrayminus=lo, visible=True)))
     fig.add_trace(go.Scatter(x=n, y=[p.tokenise.median for p in points], mode="markers+lines", name=t("diagnose.fig_tokenise", lang),
-                             marker=dict(color="#17becf")))
+                             marker=palette.marker("third"), line=palette.line("third")))
     fig.add_trace(go.Scatter(x=xs, y=fit.predict(xs), mode="lines", name=t("diagnose.fig_fit", lang), line=dict(color=PALETTE["prefill"])))
-    fig.add_trace(go.Scatter(x=xs, y=fit.b * xs, mode="lines", name=t("diagnose.fig_linear", lang), line=dict(dash="dash", color="#2ca02c")))
-    fig.add_trace(go.Scatter(x=xs, y=fit.c * xs * xs, mode="lines", name=t("diagnose.fig_quadratic", lang), line=dict(dash="dash", color="#d62728")))
+    fig.add_trace(go.Scatter(x=xs, y=fit.b * xs, mode="lines", name=t("diagnose.fig_linear", lang), line=palette.line("linear")))
+    fig.add_trace(go.Scatter(x=xs, y=fit.c * xs * xs, mode="lines", name=t("diagnose.fig_quadratic", lang), line=palette.line("quadratic")))
     if extend_to and extend_to > top:
         xe = np.linspace(top, extend_to, 120)
         fig.add_trace(go.Scatter(x=xe, y=fit.predict(xe), mode="lines", name=t("diagnose.fig_extrapolated", lang),
@@ -275,7 +275,7 @@ def request_timeline(tokenise: float, prefill: float, steps: Sequence[float], ma
     names = [t("diagnose.tl_tokenise", lang), t("diagnose.tl_prefill", lang)] + [t("diagnose.tl_step", lang, k=i + 2) for i in range(len(steps))]
     durs = [tokenise, prefill, *steps]
     base = np.concatenate([[0.0], np.cumsum(durs)[:-1]])
-    colours = ["#17becf", PALETTE["prefill"]] + [PALETTE["decode"]] * len(steps)
+    colours = [palette.colour("third"), PALETTE["prefill"]] + [PALETTE["decode"]] * len(steps)
     row = [t("diagnose.tl_row", lang)] * len(durs)
     fig = go.Figure(go.Bar(y=row, x=durs, base=base, orientation="h", marker_color=colours, marker_line_color="white", marker_line_width=1,
                            hovertext=names, hovertemplate="%{hovertext}: %{x:.4f} s<extra></extra>", showlegend=False))
@@ -304,10 +304,10 @@ def memory_plan(requests: Sequence[int], weights: float, kv: Sequence[float], ac
         go.Scatter(x=x, y=np.asarray(kv, dtype=float) / gb, stackgroup="m", name=t("diagnose.mem_kv", lang), line=dict(color=PALETTE["kv"])),
         go.Scatter(x=x, y=np.asarray(act, dtype=float) / gb, stackgroup="m", name=t("diagnose.mem_act", lang), line=dict(color="#bcbd22")),
     ])
-    fig.add_hline(y=budget / gb, line_dash="dash", line_color="#d62728", annotation_text=t("diagnose.mem_budget_line", lang),
+    fig.add_hline(y=budget / gb, line_dash="dash", line_color=palette.colour("accent"), annotation_text=t("diagnose.mem_budget_line", lang),
                   annotation_position="top left")
     if limit >= 1:
-        fig.add_vline(x=limit, line_dash="dot", line_color="#d62728", annotation_text=t("diagnose.mem_limit_line", lang, n=limit))
+        fig.add_vline(x=limit, line_dash="dot", line_color=palette.colour("accent"), annotation_text=t("diagnose.mem_limit_line", lang, n=limit))
     fig.add_vline(x=chosen, line_color="black", line_width=1, annotation_text=t("diagnose.mem_chosen_line", lang, n=chosen),
                   annotation_position="bottom right")
     fig.update_xaxes(title=t("diagnose.mem_requests", lang))
@@ -440,7 +440,7 @@ def serving_memory(memory: dict[str, Any], lang: str) -> go.Figure:
     contiguous cache of the model's whole context for every request."""
     keys = ("peak_bytes_used", "needed_bytes", "pool_bytes_data", "contiguous_max_length_bytes")
     vals = [float(memory.get(k) or 0) / 2**20 for k in keys]
-    fig = go.Figure(go.Bar(x=[t(f"serving.mem_{k}", lang) for k in keys], y=vals, marker_color=[SERVE["prefill"], "#7f7f7f", PALETTE["kv"], PALETTE["without"]],
+    fig = go.Figure(go.Bar(x=[t(f"serving.mem_{k}", lang) for k in keys], y=vals, marker_color=[SERVE["prefill"], palette.OKABE_ITO["grey"], PALETTE["kv"], PALETTE["without"]],
                            text=[f"{v:,.1f} MiB" for v in vals], textposition="outside", hovertemplate="%{x}: %{y:,.2f} MiB<extra></extra>"))
     pos = [v for v in vals if v > 0]
     if pos and max(pos) > 30 * min(pos):  # a contiguous cache of the whole context dwarfs the rest: powers of ten

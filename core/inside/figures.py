@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import get_colorscale
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape, i18n
+from core.engine import attnview, escape, i18n, palette
 from core.engine.attnview import MapView
 from core.engine.plotlabels import position_label, visible
 
@@ -119,10 +119,10 @@ def fig_head_grid(maps: np.ndarray, titles: Sequence[str], tokens: Sequence[str]
     pos = view.positions() if view is not None else list(range(T))
     top, cbar = _colour_top(maps, view, lang)
     for k in range(n):
-        fig.add_trace(go.Heatmap(z=maps[k], x=pos, y=pos, coloraxis="coloraxis", customdata=hover,
+        fig.add_trace(go.Heatmap(z=attnview.hide_future(maps[k], view), x=pos, y=pos, coloraxis="coloraxis", customdata=hover,
                                  hovertemplate="%{customdata}<br>" + cbar + " = %{z:.3f}<extra></extra>"), row=k // cols + 1, col=k % cols + 1)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=top, colorbar=dict(title=cbar)), height=max(320, 240 * rows),
+    fig.update_layout(coloraxis=dict(colorscale=palette.SEQUENTIAL, cmin=0, cmax=top, colorbar=dict(title=cbar)), height=max(320, 240 * rows),
                       margin=dict(t=40, b=20, l=20, r=20))
     return fig
 
@@ -165,7 +165,7 @@ def fig_atlas(values: np.ndarray, title: str, colorbar: str, lang: str, mark: tu
                                hovertemplate=f"{_t('ui.layer', lang)} %{{y}} · {_t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
     if mark is not None:
         fig.add_trace(go.Scatter(x=[mark[1]], y=[mark[0]], mode="markers", showlegend=False, hoverinfo="skip",
-                                 marker=dict(symbol="square-open", size=14, color="#ef4444", line=dict(width=3))))
+                                 marker=dict(symbol="square-open", size=14, color=palette.colour("accent"), line=dict(width=3))))
     fig.update_layout(title=title, xaxis_title=_t("ui.head", lang), yaxis_title=_t("ui.layer", lang), height=max(300, 16 * L + 120),
                       margin=dict(t=50, b=40))
     fig.update_yaxes(autorange="reversed")
@@ -177,7 +177,7 @@ def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang:
     T = weights.shape[0]
     pos = view.positions() if view is not None else list(range(T))
     top, cbar = _colour_top(weights, view, lang)
-    fig = go.Figure(go.Heatmap(z=weights, x=pos, y=pos, colorscale="Blues", zmin=0, zmax=top, customdata=_hover(tokens, T, lang, view),
+    fig = go.Figure(go.Heatmap(z=attnview.hide_future(weights, view), x=pos, y=pos, colorscale=palette.SEQUENTIAL, zmin=0, zmax=top, customdata=_hover(tokens, T, lang, view),
                                colorbar=dict(title=cbar), hovertemplate="%{customdata}<br>" + cbar + " = %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.query_pos", lang), height=420,
                       margin=dict(t=50, b=40))
@@ -187,7 +187,7 @@ def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang:
 
 def fig_sweep(sharpness: np.ndarray, kl: np.ndarray, names: Sequence[str], chosen: int | None, lang: str) -> go.Figure:
     """Each head: how sharp its attention is (x) vs how much the next token changes without it (y)."""
-    colors = ["#ef4444" if k == chosen else "#6366f1" for k in range(len(names))]
+    colors = [palette.colour("accent") if k == chosen else palette.colour("main") for k in range(len(names))]
     fig = go.Figure(go.Scatter(x=sharpness, y=kl, mode="markers+text" if len(names) <= 12 else "markers", text=escape.plot_all(names),
                                textposition="top center", marker=dict(size=10 if len(names) <= 12 else 7, color=colors), hovertemplate="%{text}<br>x = %{x:.3f}<br>KL = %{y:.4g}<extra></extra>"))
     fig.update_layout(title=_t("ablation.fig_sweep_title", lang), xaxis_title=_t("ablation.fig_sweep_x", lang),

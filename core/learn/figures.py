@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.engine import escape
+from core.engine import escape, palette
 from core.engine.plotlabels import rank_labels
 
 Translate = Callable[[str], str]
@@ -21,7 +21,7 @@ Translate = Callable[[str], str]
 def resid_norms_figure(norms: list[float], layer: int, t: Translate) -> go.Figure:
     """‖residual stream‖ of one token after 0 … L blocks; the chosen block's output is highlighted."""
     x = list(range(len(norms)))
-    colours = ["#d62728" if i == layer + 1 else "#1f77b4" for i in x]
+    colours = [palette.colour("accent") if i == layer + 1 else palette.colour("main") for i in x]
     fig = go.Figure(go.Scatter(x=x, y=norms, mode="lines+markers", marker={"color": colours, "size": 8},
                                hovertemplate="%{x}: %{y:.2f}<extra></extra>"))
     fig.update_layout(title=t("tour.chart.resid_title"), xaxis_title=t("tour.chart.resid_x"),

@@ -13,12 +13,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape, i18n
+from core.engine import attnview, escape, i18n, palette
 from core.engine.types import HeadGeometry
 from core.maths.attention import kv_sharing_matrix
 
-_BLUES = "Blues"
-_MASK_COLOURS = [[0.0, "#f3d6d6"], [1.0, "#cfe8cf"]]  # hidden = pale red, visible = pale green
+# a mask's cells: visible = mid blue, hidden = light grey under a × pattern (palette.hatch): told apart by
+# lightness (2.3:1) and pattern, not by hue (the pale red/green pair they replace turned one olive for deuteranopes)
+VISIBLE = "#5e9fd0"
+_MASK_COLOURS = [[0.0, palette.HIDDEN], [1.0, VISIBLE]]
 
 
 def _t(key: str, lang: str, **kw: object) -> str:
@@ -60,11 +62,20 @@ def matrix_figure(
     wide = z.shape[1] > 16  # many columns: no number in the cells (hover has it), labels slanted below the map
     fig = go.Figure(
         go.Heatmap(
-            z=shown, x=cols, y=rows, text=text, texttemplate="%{text}" if z.size <= 400 and not wide else None,
-            colorscale="RdBu" if zmid is not None else _BLUES, zmid=zmid, reversescale=zmid is not None,
+            z=shown, x=cols, y=rows, text=text, colorscale=palette.DIVERGING if zmid is not None else palette.SEQUENTIAL, zmid=zmid,
             customdata=_cell_names(row_labels, col_labels), hovertemplate="%{customdata}: %{text}<extra></extra>",
         )
     )
+    if (~np.isfinite(z)).any():
+        fig.add_trace(go.Scatter(**palette.hatch(~np.isfinite(z))))
+    if z.size <= 400 and not wide:  # each number in the ink that reads on its cell
+        fin = shown[np.isfinite(shown)]
+        lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 1.0)
+        if zmid is not None:
+            half = max(abs(lo - zmid), abs(hi - zmid)) or 1.0
+            lo, hi = zmid - half, zmid + half
+        fig.add_trace(go.Scatter(**palette.text_layer(shown, np.array(text, dtype=object), cols, rows, lo, hi,
+                                                     palette.DIVERGING if zmid is not None else palette.SEQUENTIAL, size=13)))
     fig.update_xaxes(title=_t(xlabel_key, lang), side="bottom" if wide else "top", tickangle=-60 if wide else None, **_ticks(col_labels))
     fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels))
     full = attnview.titled(title, note, width=110)
@@ -75,7 +86,7 @@ def matrix_figure(
     return fig
 
 
-_MASKED_GREY = "#9ca3af"
+_MASKED_GREY = palette.HIDDEN
 
 
 def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labels: Sequence[str], col_labels: Sequence[str],
@@ -89,18 +100,16 @@ def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labe
     small = w.size <= 400 and w.shape[1] <= 20  # a number per cell only where it fits (a long row: in the hover)
     names = _cell_names(row_labels, col_labels)
     fig = go.Figure([
-        go.Heatmap(z=np.where(hid, np.nan, w), x=cols, y=rows, text=text, colorscale=_BLUES, zmin=0.0, zmax=1.0,
+        go.Heatmap(z=np.where(hid, np.nan, w), x=cols, y=rows, text=text, colorscale=palette.SEQUENTIAL, zmin=0.0, zmax=1.0,
                    colorbar=dict(title="w"), xgap=1, ygap=1, customdata=names, hovertemplate="%{customdata}: %{text}<extra></extra>"),
         go.Heatmap(z=np.where(hid, 1.0, np.nan), x=cols, y=rows, colorscale=[[0, _MASKED_GREY], [1, _MASKED_GREY]], showscale=False,
                    xgap=1, ygap=1, customdata=names,
                    hovertemplate="%{customdata}: " + _t("attention_lab.masked", lang) + "<extra></extra>"),
     ])
-    if small:  # each cell's number in a colour that reads on its own background (dark on pale, white on dark)
-        ii, jj = np.meshgrid(rows, cols, indexing="ij")
-        dark = hid | (w > 0.5)
-        fig.add_trace(go.Scatter(x=jj.ravel(), y=ii.ravel(), mode="text", text=[text[i][j] for i, j in zip(ii.ravel(), jj.ravel())],
-                                 textfont=dict(color=np.where(dark, "white", "#111827").ravel().tolist(), size=14),
-                                 hoverinfo="skip", showlegend=False))
+    if hid.any():
+        fig.add_trace(go.Scatter(**palette.hatch(hid)))
+    if small:  # each cell's number in the ink that reads on its own cell (palette.text_layer)
+        fig.add_trace(go.Scatter(**palette.text_layer(np.where(hid, np.nan, w), np.array(text, dtype=object), cols, rows, 0.0, 1.0, size=14)))
     fig.update_xaxes(title=_t("maths.key_pos", lang), side="top", **_ticks(col_labels))
     fig.update_yaxes(title=_t("maths.query_pos", lang), autorange="reversed", **_ticks(row_labels))
     fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(260, 120 + 34 * w.shape[0])),
@@ -187,10 +196,12 @@ def mask_figure(visible: np.ndarray, title: str, lang: str, *, additive: bool = 
     text = np.where(vis, "0", "−∞") if additive else np.where(vis, "✓", "×")
     fig = go.Figure(go.Heatmap(
         z=vis.astype(float), x=cols, y=rows, text=text, texttemplate="%{text}" if vis.size <= 900 else None,
-        colorscale=_MASK_COLOURS, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
+        colorscale=_MASK_COLOURS, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1, textfont=dict(color="#000000"),  # 7.4:1 / 13:1
         customdata=_cell_names(row_labels if row_labels is not None else rows, col_labels if col_labels is not None else cols),
         hovertemplate="%{customdata}: %{text}<extra></extra>",
     ))
+    if (~vis).any():  # the hidden cells by pattern too: above 900 cells the ✓/× are gone
+        fig.add_trace(go.Scatter(**palette.hatch(~vis)))
     fig.update_xaxes(title=_t(xlabel_key, lang), side="top", **_ticks(col_labels if col_labels is not None else cols))
     fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels if row_labels is not None else rows))
     size = max(200, min(560, 90 + 36 * vis.shape[0]))
@@ -247,7 +258,7 @@ def kv_bytes_figure(configs: Sequence[HeadGeometry], n_tokens: int, bytes_per_va
 
 def sinusoidal_figure(pe: np.ndarray, lang: str) -> go.Figure:
     """The sinusoidal encoding as a position × dimension heatmap."""
-    fig = go.Figure(go.Heatmap(z=pe, colorscale="RdBu", zmid=0, zmin=-1, zmax=1,
+    fig = go.Figure(go.Heatmap(z=pe, colorscale=palette.DIVERGING, zmid=0, zmin=-1, zmax=1,
                                hovertemplate=_t("positions.fig_pe_hover", lang) + "<extra></extra>"))
     fig.update_xaxes(title=_t("positions.fig_dim", lang))
     fig.update_yaxes(title=_t("ui.position", lang), autorange="reversed")

@@ -14,12 +14,12 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape
+from core.engine import attnview, escape, palette
 from core.engine.i18n import t
 from core.engine.plotlabels import position_label, rank_labels
 from core.stream.lens import MlpSteps, NormSteps
 
-KEPT, REMOVED, ACCENT = "#1f77b4", "#c7c7c7", "#d62728"
+KEPT, REMOVED, ACCENT = palette.colour("main"), "#c7c7c7", palette.colour("accent")
 
 
 def _pos_axis(fig: go.Figure, tokens: Sequence[str], max_ticks: int = 40, offset: int = 0, **kw: Any) -> None:
@@ -61,8 +61,8 @@ def fig_sublayer_norms(attn: np.ndarray, mlp: np.ndarray, lang: str, title: str)
     """‖attn_out‖ and ‖mlp_out‖ per layer: what each half of a block writes into the stream."""
     layers = list(range(len(attn)))
     fig = go.Figure([
-        go.Bar(x=layers, y=attn, name=t("residual.attn_out", lang), marker_color="#1f77b4"),
-        go.Bar(x=layers, y=mlp, name=t("residual.mlp_out", lang), marker_color="#ff7f0e"),
+        go.Bar(x=layers, y=attn, name=t("residual.attn_out", lang), marker_color=palette.colour("main")),
+        go.Bar(x=layers, y=mlp, name=t("residual.mlp_out", lang), marker_color=palette.colour("second"), marker_pattern_shape="/"),
     ])
     fig.update_layout(barmode="group", title=title, xaxis_title=t("ui.layer", lang), yaxis_title=t("residual.axis_norm", lang), height=380,
                       margin=dict(t=50, b=10), legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
@@ -74,9 +74,9 @@ def fig_norm_steps(s: NormSteps, lang: str) -> go.Figure:
     dims = list(range(len(s.x)))
     rows = [
         (t("residual.norm_in", lang, rms=f"{s.rms_in:.4f}"), s.x, "#7f7f7f"),
-        (t("residual.norm_hat", lang, rms=f"{s.rms_normed:.4f}"), s.normed, "#1f77b4"),
-        (t("residual.norm_gain", lang), s.weight, "#2ca02c"),
-        (t("residual.norm_out", lang, rms=f"{s.rms_out:.4f}"), s.out, "#d62728"),
+        (t("residual.norm_hat", lang, rms=f"{s.rms_normed:.4f}"), s.normed, palette.colour("main")),
+        (t("residual.norm_gain", lang), s.weight, palette.colour("third")),
+        (t("residual.norm_out", lang, rms=f"{s.rms_out:.4f}"), s.out, palette.colour("accent")),
     ]
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, subplot_titles=[r[0] for r in rows], vertical_spacing=0.06)
     for i, (name, y, colour) in enumerate(rows, start=1):
@@ -91,7 +91,7 @@ def fig_mlp_neurons(s: MlpSteps, lang: str, n: int = 20) -> go.Figure:
     idx = s.top_neurons(n)
     x = [f"#{i}" for i in idx]
     fig = go.Figure([
-        go.Bar(x=x, y=s.gate[idx], name="gate_proj(h)", marker_color="#9467bd"),
+        go.Bar(x=x, y=s.gate[idx], name="gate_proj(h)", marker_color=palette.colour("kv")),
         go.Bar(x=x, y=s.act[idx], name="SiLU(gate)", marker_color="#8c564b"),
         go.Bar(x=x, y=s.up[idx], name="up_proj(h)", marker_color="#17becf"),
         go.Bar(x=x, y=s.prod[idx], name="SiLU(gate) · up", marker_color=ACCENT),
@@ -164,7 +164,7 @@ def fig_logit_lens(ids: np.ndarray, probs: np.ndarray, texts: Sequence[str], tok
     hover = [[f"{t('residual.boundary', lang, l=l)}<br>{position_label(tokens, i, offset)} → «{cell[l, i]}»<br>p = {probs[l, i]:.3f}"
               for i in range(T)] for l in range(L1)]
     fig = go.Figure(go.Heatmap(
-        z=probs, x=list(range(offset, offset + T)), y=list(range(L1)), zmin=0, zmax=1, colorscale="Blues", hoverinfo="text", hovertext=hover,
+        z=probs, x=list(range(offset, offset + T)), y=list(range(L1)), zmin=0, zmax=1, colorscale=palette.SEQUENTIAL, hoverinfo="text", hovertext=hover,
         text=cell if show_text else None, texttemplate="%{text}" if show_text else None, textfont=dict(size=12),  # ≥ 12 px: readable projected
         colorbar=dict(title="p"),
     ))
@@ -203,7 +203,7 @@ def fig_params(parts: dict[str, int], lang: str) -> go.Figure:
     total = sum(parts.values())
     names = [t(f"anatomy.role_{r}", lang) for r in parts]
     vals = list(parts.values())
-    fig = go.Figure(go.Bar(y=names, x=vals, orientation="h", marker_color="#1f77b4",
+    fig = go.Figure(go.Bar(y=names, x=vals, orientation="h", marker_color=palette.colour("main"),
                            text=[f"{v:,} ({share(v, total)})" for v in vals], textposition="auto"))
     fig.update_layout(title=t("anatomy.fig_params", lang, total=f"{total:,}"), xaxis_title=t("anatomy.n_params", lang),
                       yaxis=dict(autorange="reversed"), height=120 + 32 * len(parts), margin=dict(t=50, b=10))

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.engine import attnview
+from core.engine import attnview, palette
 from core.engine.i18n import t
 from core.engine.plotlabels import position_label
 from core.engine.trace import Trace
@@ -87,7 +87,7 @@ def fig_site(tr: Trace, stage: str, layer: int, head: int, lang: str, start: int
     signed = lo < 0 < hi
     fig = go.Figure(go.Heatmap(
         z=finite, x=list(range(arr.shape[1])), y=list(range(T)), text=text, hovertemplate=hover,
-        colorscale="RdBu_r" if signed else "Blues", zmid=0 if signed else None,
+        colorscale=palette.DIVERGING if signed else palette.SEQUENTIAL, zmid=0 if signed else None,
         customdata=custom,
     ))
     fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels[i] for i in ticks],
@@ -165,7 +165,7 @@ def fig_pattern(weights: np.ndarray, tokens: Sequence[Any], title: str) -> go.Fi
     lab = np.array(labels, dtype=object)
     custom = np.stack(np.broadcast_arrays(lab[:, None], lab[None, :]), axis=-1)  # (query, key) tokens per cell
     ticks = attnview.tick_index(T, TOY_TICKS)
-    fig = go.Figure(go.Heatmap(z=weights, x=list(range(T)), y=list(range(T)), colorscale="Blues", zmin=0, zmax=1,
+    fig = go.Figure(go.Heatmap(z=attnview.hide_future(weights), x=list(range(T)), y=list(range(T)), colorscale=palette.SEQUENTIAL, zmin=0, zmax=1,
                                customdata=custom, hovertemplate="q %{customdata[0]}<br>k %{customdata[1]}<br>%{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickvals=ticks, ticktext=[labels[i] for i in ticks])
     fig.update_xaxes(tickvals=ticks, ticktext=[labels[i] for i in ticks])
@@ -193,7 +193,7 @@ def fig_word_order(rows: list[dict[str, Any]], lang: str) -> go.Figure:
     """Pooled-output difference per setting, log scale (the 'none + bidirectional' bar is ~1e-7: rounding)."""
     names = [f"{_position_name(r['position'], lang)} · {t('toy.wo_causal_short' if r['causal'] else 'toy.wo_bidir_short', lang)}" for r in rows]
     vals = [max(r["pooled_diff"], 1e-9) for r in rows]
-    colors = ["#d62728" if not r["distinguishable"] else "#1f77b4" for r in rows]
+    colors = [palette.colour("accent") if not r["distinguishable"] else palette.colour("main") for r in rows]
     fig = go.Figure(go.Bar(x=names, y=vals, marker_color=colors, text=[f"{v:.1e}" for v in vals], textposition="outside"))
     # powers of ten on the log axis (1e-6 read as '1μ' beside '0.01' means nothing to a class)
     fig.update_yaxes(type="log", title=t("toy.wo_pooled", lang), exponentformat="power", showexponent="all", dtick=2)

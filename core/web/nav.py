@@ -4,7 +4,6 @@ through ``page_link``, which refuses a page that is not registered rather than c
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import streamlit as st
@@ -75,18 +74,12 @@ def navigation() -> Any:
 
 
 APP_NAME = "Transformer X-Ray"
-HTML_LANG = {"en": "en", "zh": "zh-Hans"}  # BCP 47, for <html lang>: a screen reader picks its voice by it
 
 
 def label_document(page: Any) -> None:
     """The browser tab says which page this is ("Attention heads · Transformer X-Ray", in the page's
-    language), and the document says its language, so a screen reader reads Chinese with a Chinese voice
-    (WCAG 2.4.2 and 3.1.1). Streamlit serves one ``<html lang="en">`` for every page; a script element
-    (no iframe: it runs in the page itself) sets it, on every run, so a switch of language follows."""
+    language) (WCAG 2.4.2); the document's language is ``core.web.a11y``'s."""
     st.set_page_config(page_title=f"{page.title} · {APP_NAME}")
-    lang = HTML_LANG.get(ui.lang(), "en")
-    # at the sidebar's foot: an element of no height still takes one gap of the layout, unseen there
-    st.sidebar.html(f"<script>document.documentElement.lang = {json.dumps(lang)};</script>", unsafe_allow_javascript=True)
 
 
 def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", where: Any = None,

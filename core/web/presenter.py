@@ -10,14 +10,16 @@ leave out details.
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
+from core.engine import escape, palette
 from core.learn import references
-from core.web import ui
+from core.web import figtext, ui
 
 KEY = "present"
 
@@ -97,16 +99,65 @@ def for_projector(fig: go.Figure) -> go.Figure:
     return f
 
 
+# The page's figure look (WCAG 1.4.3 / 1.4.11): plotly_white with text in the palette's inks (tick labels and
+# axis titles 8.0:1 on white; Streamlit's own plotly theme drew them at 3.72:1) and light grid lines.
+LOOK = "xray"
+_AXIS = dict(color=palette.INK_SOFT, gridcolor=palette.GRID, linecolor=palette.INK_SOFT, zerolinecolor=palette.GRID,
+             tickfont=dict(color=palette.INK_SOFT), title=dict(font=dict(color=palette.INK_SOFT)))
+pio.templates[LOOK] = go.layout.Template(pio.templates["plotly_white"])
+pio.templates[LOOK].layout.update(font=dict(color=palette.INK), title=dict(font=dict(color=palette.INK)),
+                                  legend=dict(font=dict(color=palette.INK)), xaxis=_AXIS, yaxis=_AXIS,
+                                  colorscale=dict(sequential=palette.SEQUENTIAL, diverging=palette.DIVERGING),
+                                  colorway=palette.categorical(7))
+# No plotly toolbar: on a phone it covered every figure's title, and each figure added 8 tab stops to the
+# keyboard's path; zoom by dragging and double-click to reset still work, and the values are in the table.
+CONFIG = {"displayModeBar": False, "displaylogo": False}
+PROJECTOR_MAX_H = 600  # px: a figure and its title fit a 1280 × 720 projector without scrolling
+
+
+def styled(fig: go.Figure) -> tuple[go.Figure, figtext.FigureText]:
+    """A copy of ``fig`` in the page's look (``LOOK``), its title taken out to be drawn as text above it,
+    and the figure in words and numbers (``figtext.describe``), in the page's language."""
+    text = figtext.describe(fig, ui.lang())
+    f = go.Figure(fig)  # a copy: a cached figure is never changed
+    own = f.layout.template
+    f.layout.template = pio.templates[LOOK]
+    if own is not None and own.layout is not None and own.layout.to_plotly_json() != pio.templates["plotly"].layout.to_plotly_json():
+        f.layout.template.layout.update(own.layout)  # a builder's own template settings stay on top of the look
+    if text.name:
+        f.layout.title.text = None
+        m = f.layout.margin.t
+        f.layout.margin.t = max(24, (m if m is not None else 80) - 40)
+    return f, text
+
+
 def chart(fig: go.Figure, **kw: Any) -> Any:
-    """Draw a plotly figure (every page's charts come through here): as built, or in presenter mode
-    with the projector's type. Takes st.plotly_chart's arguments; the width stretches by default."""
+    """Draw a plotly figure (every page's charts come through here): in the page's look, its title as
+    text above it, named for a screen reader by its title and summary (``core.web.a11y`` sets the
+    name), its values in a table under it; in presenter mode with the projector's type and at most
+    PROJECTOR_MAX_H px tall. Takes st.plotly_chart's arguments; the width stretches by default."""
     return chart_in(st, fig, **kw)
 
 
 def chart_in(where: Any, fig: go.Figure, **kw: Any) -> Any:
     """``chart`` inside a container or column (``where``: what would have called .plotly_chart)."""
     kw.setdefault("width", "stretch")
-    return where.plotly_chart(for_projector(fig) if is_on() else fig, **kw)
+    kw.setdefault("config", CONFIG)
+    kw.setdefault("theme", None)  # the look is ours (LOOK), not Streamlit's plotly theme
+    f, text = styled(fig)
+    on = is_on()
+    if on:
+        f = for_projector(f)
+        if f.layout.height and f.layout.height > PROJECTOR_MAX_H:
+            f.layout.height = PROJECTOR_MAX_H
+    label = html.escape(text.label, quote=True)
+    where.markdown(f'<p class="xr-figtitle" data-label="{label}">{html.escape(text.name)}</p>' if text.name else
+                   f'<p class="xr-figtitle xr-sr" data-label="{label}">{html.escape(text.summary)}</p>', unsafe_allow_html=True)
+    out = where.plotly_chart(f, **kw)
+    if text.tables and not on:  # presenter mode hides expanders; the projector shows the figure
+        with where.expander("📋 " + (ui.t("a11y.table_of", name=escape.md(text.name)) if text.name else ui.t("a11y.table_untitled"))):
+            st.markdown(figtext.to_html(text), unsafe_allow_html=True)
+    return out
 
 
 def frame(data: Any, **kw: Any) -> Any:
