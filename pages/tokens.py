@@ -20,6 +20,8 @@ def _chips(tr, spec: str) -> None:
     st.caption(ui.t("tokens.chips_legend", **embeddings.source_counts(src)))
     if tr.chat:
         st.info(ui.t("tokens.chat_note"))
+    elif "typed_special" in src:
+        st.info(ui.t("tokens.typed_special_note"))
     ui.badge("model")
 
 

@@ -318,8 +318,11 @@ def cut_notice(truncated_from: int, kept: int, cut_by: str | None, kept_tail: bo
     return out
 
 
-def _ids(tokenizer: Any, text: str, special: bool) -> list[int]:
-    ids = tokenizer(text, add_special_tokens=special)["input_ids"]
+def _ids(tokenizer: Any, text: str, special: bool, split: bool = False) -> list[int]:
+    """``text``'s ids; ``split``: a special token's spelling in it is read as text (``<|im_start|>`` → ``<``,
+    ``|``, ``im`` …), never as the control token."""
+    kw = {"split_special_tokens": True} if split else {}
+    ids = tokenizer(text, add_special_tokens=special, **kw)["input_ids"]
     if ids and isinstance(ids[0], list):
         ids = ids[0]
     return [int(i) for i in ids]
@@ -349,8 +352,25 @@ def _cut_keeping_tail(tokenizer: Any, prompt: str, limit: int) -> tuple[str, lis
     room = limit - len(head) - len(tail)
     if room < 1:
         return None
-    user = _ids(tokenizer, prompt, False)[:room]
+    user = _ids(tokenizer, prompt, False, split=True)[:room]
     return parts[0] + tokenizer.decode(user) + parts[1], head + user + tail
+
+
+def typed_specials(tokenizer: Any, prompt: str) -> bool:
+    """Whether ``prompt`` spells a special token (``<|im_start|>``, ``<|im_end|>`` …) the tokenizer would read
+    as a control token."""
+    return _ids(tokenizer, prompt, False) != _ids(tokenizer, prompt, False, split=True)
+
+
+def _chat_ids(tokenizer: Any, text: str, prompt: str) -> list[int]:
+    """The templated ``text``'s ids, the user's message read as text: a special token typed in it
+    (``<|im_start|>system …<|im_end|>``) is split into ordinary pieces, so that only the template writes
+    control tokens and no one opens a turn of their own. The ids of a message without one are the plain
+    tokenisation's."""
+    parts = _template_parts(tokenizer) if typed_specials(tokenizer, prompt) else None
+    if parts is None:
+        return _ids(tokenizer, text, False)
+    return _ids(tokenizer, parts[0], False) + _ids(tokenizer, prompt, False, split=True) + _ids(tokenizer, parts[1], False)
 
 
 def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS,
@@ -358,7 +378,8 @@ def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int =
     """The prompt's ids, cut at ``max_tokens`` or at the model's own ``max_positions`` when fewer (with a
     note saying so, and ``cut_by`` saying whose limit it was). With the chat template a long prompt is cut
     inside the user's text: the template's end (the assistant header) stays, so the next token is still
-    the assistant's first."""
+    the assistant's first. Inside the template a special token the user typed is read as text
+    (``_chat_ids``); with the template off the text is read as it is (a typed ``<|endoftext|>`` is the token)."""
     if prompt is None or not prompt.strip():
         raise EmptyPromptError("The prompt is empty.")
     notes: list[str] = []
@@ -368,7 +389,7 @@ def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int =
         text = chat_text(tokenizer, prompt)
     elif chat:
         notes.append(NOTE_NO_TEMPLATE)
-    ids = _ids(tokenizer, text, not chat)
+    ids = _chat_ids(tokenizer, text, prompt) if templated else _ids(tokenizer, text, not chat)
     if not ids:
         raise EmptyPromptError("The prompt produced no tokens.")
     limit, by = prompt_limit(max_tokens, max_positions)

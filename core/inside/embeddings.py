@@ -187,15 +187,23 @@ def parse_words(text: str, limit: int = 40) -> list[str]:
 
 
 def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: bool) -> list[str]:
-    """For each token: "special" (a special token such as <|im_start|>), "user" (its characters lie
-    inside the user's prompt) or "template" (added by the chat template).
+    """For each token, who wrote it — the one rule the chips and their legend follow: "user" (its
+    characters lie inside the user's prompt), "template" (added by the chat template), "special" (a
+    control token the template or the tokenizer added, such as <|im_start|>) or "typed_special" (a
+    control token the user typed: with the template off the text is read as it is, so a typed
+    ``<|im_end|>`` is the real token, and it is the user's).
 
-    Uses the tokenizer's character offsets of ``text`` (the exact string that was tokenised); when
-    the template is off, or the tokenizer has none (the toy's), every non-special token is the user's.
+    With the template on, the user's message is read as text (``tokens.encode`` splits a special token
+    typed in it), so every token of the message is the user's: the template's text before and after the
+    message is matched at both ends of ``ids``. Otherwise (the template's parts not found, or a cut
+    prompt) the tokenizer's character offsets of ``text`` say it.
     """
     special = {int(i) for i in getattr(tokenizer, "all_special_ids", []) or []}
     if not chat or not tokens.has_chat_template(tokenizer):
-        return ["special" if i in special else "user" for i in ids]
+        return _plain_sources(tokenizer, text, ids, special)
+    by_parts = _sources_by_parts(tokenizer, ids, special)
+    if by_parts is not None:
+        return by_parts
     start = text.rfind(prompt)  # the user's message sits after the system preamble
     end = start + len(prompt)
     try:
@@ -217,9 +225,50 @@ def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: 
     return out
 
 
+def _sources_by_parts(tokenizer: Any, ids: list[int], special: set[int]) -> list[str] | None:
+    """Sources from the template's own ids before and after the message (None when ``ids`` does not
+    start and end with them, e.g. a prompt cut without its tail)."""
+    parts = tokens._template_parts(tokenizer)
+    if parts is None:
+        return None
+    head, tail = (tokens._ids(tokenizer, p, False) for p in parts)
+    if len(ids) < len(head) + len(tail) or ids[: len(head)] != head or ids[len(ids) - len(tail):] != tail:
+        return None
+
+    def tpl(i: int) -> str:
+        return "special" if i in special else "template"
+
+    return [*map(tpl, head), *(["user"] * (len(ids) - len(head) - len(tail))), *map(tpl, tail)]
+
+
+def _plain_sources(tokenizer: Any, text: str, ids: list[int], special: set[int]) -> list[str]:
+    """The template off: every token is the user's; a control token among them is one the user typed
+    (its characters lie in the text) or one the tokenizer added (a BOS: no characters)."""
+    if not any(i in special for i in ids):
+        return ["user"] * len(ids)
+    try:
+        enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        offsets = enc["offset_mapping"]
+        if offsets and isinstance(offsets[0], list) and offsets[0] and isinstance(offsets[0][0], (list, tuple)):
+            offsets = offsets[0]
+    except Exception:  # no offsets (a slow tokenizer): a control token is the tokenizer's
+        offsets = None
+    out = []
+    for k, i in enumerate(ids):
+        if i not in special:
+            out.append("user")
+        elif offsets is not None and k < len(offsets) and offsets[k][1] > offsets[k][0]:
+            out.append("typed_special")
+        else:
+            out.append("special")
+    return out
+
+
 def source_counts(sources: list[str]) -> dict[str, int]:
     """The fields of tokens.chips_legend: how many tokens in all, and from the user, the template, specials."""
-    return {"n": len(sources), "user": sources.count("user"), "tpl": sources.count("template"), "special": sources.count("special")}
+    typed = sources.count("typed_special")  # the user's, and a control token (red) too
+    return {"n": len(sources), "user": sources.count("user") + typed, "tpl": sources.count("template"),
+            "special": sources.count("special") + typed}
 
 
 def compare_table(lang: str) -> pd.DataFrame:

@@ -32,6 +32,7 @@ KIND_STYLE = {
     "user": "border:1px solid #00000022;",
     "template": "border:1px dotted #64748b;background:#e2e8f0;color:#334155;",
     "special": "border:2px dashed #b91c1c;background:#fee2e2;color:#7f1d1d;font-weight:600;",
+    "typed_special": "border:2px solid #b91c1c;background:#fee2e2;color:#7f1d1d;font-weight:600;",  # a control token the user typed
 }
 BASE = "display:inline-block;margin:2px;padding:2px 6px;border-radius:6px;font-family:monospace;text-align:center;line-height:1.25;"
 FRAME = "outline:2px solid #2ca02c;outline-offset:1px;"
