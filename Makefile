@@ -27,6 +27,8 @@ install: $(STAMP)
 
 browser:
 	@(command -v chromium >/dev/null 2>&1 && fc-list | grep -qi "Noto Sans CJK") || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null)
+	@# axe-core (WCAG checks in the browser tier) from the npm registry, beside the venv
+	@test -f .venv/axe/node_modules/axe-core/axe.min.js || ( (command -v npm >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null)) && mkdir -p .venv/axe && npm install --prefix .venv/axe --no-audit --no-fund --silent axe-core@4.14.1 >/dev/null )
 
 # make run MODELS='qwen=/models/Qwen2.5-0.5B-Instruct,Qwen/Qwen2.5-0.5B-Instruct' ALLOW_LOCAL=1
 # (→ XRAY_MODELS, XRAY_ALLOW_LOCAL; see "Serving a class" in the README). The setting is checked first.

@@ -21,7 +21,7 @@ def _steps() -> int:
 def _chips(title: str, tokens, values) -> None:
     st.markdown(f"**{title}**")
     chips.show_page(tokens, key="attribution", colours=attribution.chip_colours(values), titles=[f"{v:+.4f}" for v in values],
-                    positions=True)
+                    notes=[f"{v:+.3f}" for v in values], positions=True)
 
 
 def render() -> None:

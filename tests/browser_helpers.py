@@ -131,6 +131,31 @@ def settle(page, timeout: float = 120, quiet: float = 1.5, poll: float = 0.25) -
     raise TimeoutError(f"{page.url} still running after {timeout} s")
 
 
+AXE = ROOT / ".venv" / "axe" / "node_modules" / "axe-core" / "axe.min.js"  # `make browser` installs it (npm)
+AXE_TAGS = ("wcag2a", "wcag2aa", "wcag21a", "wcag21aa")
+
+
+def grow(page) -> None:
+    """The viewport as tall as the main area's content (it scrolls inside the app), so that every element
+    is on screen for a check that measures what is painted (axe's colour contrast)."""
+    h = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 900")
+    page.set_viewport_size({"width": page.viewport_size["width"], "height": int(min(max(h, 900), 12000))})
+    time.sleep(0.5)
+
+
+def axe_violations(page) -> list[str]:
+    """axe-core's WCAG 2.1 A and AA violations on the page as it stands: "rule (impact): n nodes, e.g. …".
+    Fails, rather than skips, when axe-core is not installed: the browser tier promises the check."""
+    if not AXE.exists():
+        raise RuntimeError(f"axe-core is missing at {AXE}: run `make browser` (npm install axe-core)")
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate(
+        "async (tags) => { const r = await axe.run(document, {runOnly: {type: 'tag', values: tags}});"
+        " return r.violations.map(v => [v.id, v.impact, v.nodes.length, v.nodes[0].target.join(' '),"
+        " (v.nodes[0].failureSummary || '').slice(0, 240)]) }", list(AXE_TAGS))
+    return [f"{rule} ({impact}): {n} nodes, e.g. {target} — {why}" for rule, impact, n, target, why in found]
+
+
 def shoot(page, name: str) -> None:
     """A full screenshot: the main area scrolls inside the app, so grow the viewport to fit it."""
     h = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 900")

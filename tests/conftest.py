@@ -251,6 +251,13 @@ def plotly_array(v):
     return np.asarray(v, dtype=float)
 
 
+def title_of(spec: dict) -> str:
+    """A drawn figure's title: presenter.chart draws it as text above the figure and keeps it in the
+    spec as ``layout.meta.title`` (a figure built but not drawn still has ``layout.title``)."""
+    layout = spec["layout"]
+    return (layout.get("meta") or {}).get("title") or layout.get("title", {}).get("text") or ""
+
+
 def figure_spec(at, title_part: str) -> dict:
     """The spec (as JSON) of the first plotly chart an AppTest run drew whose spec mentions ``title_part``."""
     import json

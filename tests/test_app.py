@@ -334,13 +334,19 @@ def test_links_reopen_journey_sampling_and_stepper_settings(smol):
 
 
 def test_logit_lens_cell_text_is_readable():
-    """The lens writes each cell's token at 12 px at least (it was 9 px)."""
+    """The lens writes each cell's token at 12 px at least (it was 9 px), in an ink that reads on the cell
+    at 4.5:1 or more (issue 26: plotly's own pick reached 3.9:1 on mid-scale cells)."""
     import numpy as np
 
+    from core.engine import palette
     from core.stream import figures as stream_fig
 
-    fig = stream_fig.fig_logit_lens(np.zeros((3, 2), dtype=int), np.full((3, 2), 0.5), ["a"] * 6, ["x", "y"], "en")
-    assert fig.data[0].textfont.size >= 12
+    probs = np.array([[0.0, 0.25], [0.5, 0.6], [0.75, 1.0]])
+    fig = stream_fig.fig_logit_lens(np.zeros((3, 2), dtype=int), probs, ["a"] * 6, ["x", "y"], "en")
+    text = next(d for d in fig.data if d.type == "scatter" and d.mode == "text")
+    assert text.textfont.size >= 12 and list(text.text) == ["a"] * 6
+    cells = [palette.scale_at(palette.SEQUENTIAL, p) for p in probs.ravel()]
+    assert all(palette.contrast(ink, c) >= 4.5 for ink, c in zip(text.textfont.color, cells))
 
 
 def test_presenter_css_enlarges_metric_values_inputs_and_tables():

@@ -1,7 +1,8 @@
 """The app in a real browser (headless Chromium via playwright), against a real `streamlit run`.
 
 * every page registered in core.web.nav.PAGES (the router's list) renders in both languages with no
-  Streamlit exception and no browser console error; a screenshot of each goes to screenshots/;
+  Streamlit exception, no browser console error and no WCAG 2.1 A/AA violation that axe-core finds
+  (the whole page on screen); a screenshot of each goes to screenshots/;
 * a shared URL (?lang=zh&prompt=…&layer=3&step=3) restores language, prompt, layer and stage;
 * the language switch changes the text; on the heads page a new layer redraws the heatmap; on
   the generation page a decode step grows the KV-cache plot;
@@ -17,7 +18,7 @@ import time
 import urllib.parse
 
 import pytest
-from browser_helpers import CHROMIUM, SHOTS, Watch, chromium, h1, settle, shoot, streamlit_server, url_path
+from browser_helpers import CHROMIUM, SHOTS, Watch, axe_violations, chromium, grow, h1, settle, shoot, streamlit_server, url_path
 
 from core.engine import i18n
 from core.web.nav import STEMS
@@ -71,6 +72,8 @@ def test_every_page_renders_without_errors(browser, server, lang):
                 failures.append(f"{stem}/{lang}: nav lacks '{i18n.t('nav.start', lang)}'")
             if not page.locator('[data-testid="stMain"] h1').count():
                 failures.append(f"{stem}/{lang}: no title")
+            grow(page)  # the whole page on screen, as axe and the screenshot see it
+            failures += [f"{stem}/{lang}: {v}" for v in axe_violations(page)]
             shoot(page, f"{stem}_{lang}")
             page.close()
     finally:
@@ -143,7 +146,8 @@ def test_generation_decode_step_grows_kv_plot(browser, server):
     page.locator(".st-key-generation_prefill button").click()
     settle(page)
     js = ("(t) => { for (const p of document.querySelectorAll('.js-plotly-plot')) {"
-          " const tt = p.layout && p.layout.title; const s = typeof tt === 'string' ? tt : (tt && tt.text);"
+          " const tt = p.layout && p.layout.title; const m = p.layout && p.layout.meta && p.layout.meta.title;"
+          " const s = m || (typeof tt === 'string' ? tt : (tt && tt.text));"  # drawn titles live in meta (presenter.chart)
           " if (s && s.includes(t)) return p.calcdata[0].length; } return null }")  # points drawn
     # under load the browser may paint the figure after the script run ends: wait for it (60 s at most)
     page.wait_for_function(f"(t) => ({js})(t) !== null", arg=title, timeout=60_000)

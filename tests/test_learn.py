@@ -282,7 +282,7 @@ def test_tour_page_next_through_all_stages(smol, lang):
     for i, stage in enumerate(tour.STAGES):
         assert not at.exception, (stage.key, at.exception)
         assert at.query_params["step"] == [str(i)] or at.query_params["step"] == str(i)
-        assert at.subheader[0].value == f"{i + 1}. {i18n.t(f'tour.{stage.key}.title', lang)}"
+        assert at.header[0].value == f"{i + 1}. {i18n.t(f'tour.{stage.key}.title', lang)}"
         assert at.metric, stage.key
         seen.append(stage.key)
         if stage.key == "tokens":
@@ -291,11 +291,11 @@ def test_tour_page_next_through_all_stages(smol, lang):
             assert at.metric[0].value == f"{46080 * n_tok:,} B"
         at.button(key="tour_next_top").click().run()
     assert seen == list(tour.STAGE_KEYS)
-    assert not at.exception and at.subheader[0].value.startswith("1. ")  # the last Next restarts the tour
+    assert not at.exception and at.header[0].value.startswith("1. ")  # the last Next restarts the tour
     assert at.button(key="tour_back_bottom").disabled  # no Back from the first stage
     at.button(key="tour_next_bottom").click().run()
     at.button(key="tour_back_bottom").click().run()
-    assert at.subheader[0].value.startswith("1. ") and not at.exception
+    assert at.header[0].value.startswith("1. ") and not at.exception
 
 
 def test_tour_page_url_state_and_presenter(smol):
@@ -303,7 +303,7 @@ def test_tour_page_url_state_and_presenter(smol):
     at.run()
     assert not at.exception
     assert at.slider(key="tour_layer").value == 7
-    assert at.subheader[0].value == "4. " + i18n.t("tour.blocks.title", "zh")
+    assert at.header[0].value == "4. " + i18n.t("tour.blocks.title", "zh")
     assert len(at.dataframe) == 0  # presenter mode hides the details table …
     assert any("<style>" in m.value for m in at.markdown)  # … and enlarges the type
     at.slider(key="tour_layer").set_value(2).run()
@@ -341,11 +341,11 @@ def test_quiz_page_answer_and_score(lang):
     at.button(key=f"FormSubmitter:quiz_form-{i18n.t('quiz.submit', lang)}").click().run()
     assert not at.exception
     n = len(quiz.QUESTIONS)
-    assert at.subheader[0].value == i18n.t("quiz.score", lang, right=n - 1, total=n, pct=round(100 * (n - 1) / n))
+    assert at.header[0].value == i18n.t("quiz.score", lang, right=n - 1, total=n, pct=round(100 * (n - 1) / n))
     assert len(at.main.error) == 1 and len(at.main.success) == n - 1
     assert i18n.t(f"quiz.{wrong.id}.o{wrong.correct}", lang) in at.main.error[0].value
     at.button(key="quiz_reset").click().run()
-    assert not at.exception and not at.subheader
+    assert not at.exception and not at.header
 
 
 @pytest.mark.parametrize("lang", i18n.LANGS)
@@ -358,7 +358,7 @@ def test_references_page(lang):
         assert f"arXiv:{arxiv}" in text
     assert "TensorRT-LLM" in text and "SmolLM2" in text
     assert i18n.t("references.c.kv_cache", lang) in text
-    assert at.subheader[-1].value == i18n.t("references.prov.title", lang)
+    assert at.header[-1].value == i18n.t("references.prov.title", lang)
     prov = at.table[-1].value
     assert "30" in prov.iloc[:, 1].tolist()  # n_layers of the embedded SmolLM2, read from the loaded model
     # issue 14: a Chinese list joins with 、, the year heading never wraps, no "computed from a formula" badge
@@ -428,9 +428,9 @@ def test_quiz_start_over_clears_every_answer_and_draws_a_new_order():
         r.set_value(q.correct)
     at.button(key=f"FormSubmitter:quiz_form-{i18n.t('quiz.submit', 'en')}").click().run()
     n = len(quiz.QUESTIONS)
-    assert at.subheader[0].value == i18n.t("quiz.score", "en", right=n, total=n, pct=100)
+    assert at.header[0].value == i18n.t("quiz.score", "en", right=n, total=n, pct=100)
     at.button(key="quiz_reset").click().run()
-    assert not at.exception and not at.subheader  # no score left
+    assert not at.exception and not at.header  # no score left
     seed = at.session_state["quiz_seed"]
     assert seed != 1234 and at.query_params["quiz"] in (str(seed), [str(seed)])
     assert all(at.radio(key=f"quiz_{seed}_{q.id}").value is None for q in quiz.QUESTIONS)  # no answer kept

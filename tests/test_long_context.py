@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, title_of
 from core import backends
 from core.engine import attnview
 from core.engine.memo import ByteLRU
@@ -336,7 +336,9 @@ def test_long_map_figures_average_or_window_and_hover_every_cell():
     z = np.asarray(fig.data[0].z)
     assert z.shape == (50, 50) and "each cell = mean of 4 × 4" in fig.layout.title.text
     fig = gen_fig.prefill_matrix(w, toks, "t", "en", start=50)
-    np.testing.assert_array_equal(np.asarray(fig.data[0].z), w[50:114, 50:114].astype(np.float32))
+    exact, future = w[50:114, 50:114].astype(np.float32), np.triu(np.ones((64, 64), dtype=bool), 1)
+    assert (exact[future] == 0).all()  # what the causal mask hides is exactly 0 …
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=np.float32), np.where(future, np.nan, exact))  # … and drawn blank (NaN)
     assert fig.data[0].customdata[0][1] == "50·t50 → 51·t51" and len(fig.layout.xaxis.ticktext) <= 12
     norms = np.random.default_rng(3).random((9, 64))  # the multi-head page's [H, positions] map
     fig = PM.matrix_figure(norms, "n", [f"h{h}" for h in range(9)], [f"{p}·t{p}" for p in range(64)], "en",
@@ -393,17 +395,17 @@ def test_token_chips_are_paged_on_a_long_prompt(smol, page):
 
 def test_multihead_and_heads_figures_on_a_long_prompt(smol):
     at = _long_app("multihead")
-    norms = next(f for f in _figs(at) if "‖head output‖" in f["layout"]["title"]["text"])
-    assert len(norms["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in norms["layout"]["title"]["text"]
+    norms = next(f for f in _figs(at) if "‖head output‖" in title_of(f))
+    assert len(norms["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in title_of(norms)
     at.radio(key="multihead_mapmode").set_value("window").run()
-    norms = next(f for f in _figs(at) if "‖head output‖" in f["layout"]["title"]["text"])
-    assert len(norms["data"][0]["x"]) == attnview.CELLS and "Exact values of positions" in norms["layout"]["title"]["text"]
+    norms = next(f for f in _figs(at) if "‖head output‖" in title_of(f))
+    assert len(norms["data"][0]["x"]) == attnview.CELLS and "Exact values of positions" in title_of(norms)
     assert len(norms["layout"]["xaxis"]["ticktext"]) <= attnview.TICKS
     at.switch_page("pages/heads.py")
     at.run()
     assert not at.exception
     bars = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
-    assert len(bars["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in bars["layout"]["title"]["text"]
+    assert len(bars["data"][0]["x"]) <= attnview.CELLS and "Overview of all" in title_of(bars)
     at.radio(key="heads_qwin_mapmode").set_value("window").run()  # the query's row: a window of exact keys
     bars = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
     assert not at.exception and len(bars["data"][0]["x"]) == attnview.CELLS and at.query_params.get("qwin") is not None
@@ -450,7 +452,7 @@ def test_calculator_real_row_on_a_long_prompt_shows_a_key_window(smol):
     assert len(k_editor.value) == attnview.CELLS
     assert any("the softmax runs over all" in c.value for c in at.caption)
     cmp = next(f for f in _figs(at) if f["data"][0]["type"] == "bar")
-    assert all(len(d["x"]) == attnview.CELLS for d in cmp["data"]) and "Exact weights of keys" in cmp["layout"]["title"]["text"]
+    assert all(len(d["x"]) == attnview.CELLS for d in cmp["data"]) and "Exact weights of keys" in title_of(cmp)
 
 
 def test_stepper_attention_figures_on_a_long_prompt(smol):
@@ -458,12 +460,12 @@ def test_stepper_attention_figures_on_a_long_prompt(smol):
     at.button(key="generation_prefill").click().run()
     assert not at.exception and not at.error
     figs = _figs(at)
-    row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in f["layout"]["title"]["text"])
-    mat = next(f for f in figs if f["data"][0]["type"] == "heatmap" and "Prefill" in f["layout"]["title"]["text"])
+    row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in title_of(f))
+    mat = next(f for f in figs if f["data"][0]["type"] == "heatmap" and "Prefill" in title_of(f))
     assert len(row["data"][0]["x"]) <= attnview.CELLS and len(mat["data"][0]["z"]) <= attnview.CELLS
     at.radio(key="generation_mapmode").set_value("window").run()
     figs = _figs(at)
-    row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in f["layout"]["title"]["text"])
+    row = next(f for f in figs if f["data"][0]["type"] == "bar" and "over the cache" in title_of(f))
     assert len(row["data"][0]["x"]) == attnview.CELLS and len(row["layout"]["xaxis"]["ticktext"]) <= 12
 
 

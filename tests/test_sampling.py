@@ -6,6 +6,7 @@ import floats
 import numpy as np
 import pytest
 
+from conftest import title_of
 from core.gen.sampling import (
     SamplingConfig,
     apply_repetition_penalty,
@@ -186,7 +187,7 @@ def test_logits_page_lens_caption_matches_its_figure():
     assert not at.exception
     import json
 
-    lens = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Logit lens" in json.loads(c.proto.spec)["layout"]["title"]["text"]]
+    lens = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Logit lens" in title_of(json.loads(c.proto.spec))]
     assert len(lens) == 1 and lens[0]["layout"]["yaxis"].get("autorange") != "reversed"
     assert any("**top row**" in c.value for c in at.caption) and not any("**bottom row**" in c.value for c in at.caption)
     # no metric carries a delta that is only a caption (item: "↑ id 2")

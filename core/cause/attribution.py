@@ -185,12 +185,14 @@ def last_row_attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray
 
 def chip_colours(values: Sequence[float] | np.ndarray) -> list[str]:
     """A background per token: red pushes toward the answer, blue toward the foil, the strength
-    proportional to |value| / max |value| (white for 0)."""
+    proportional to |value| / max |value| (white for 0). The strongest stays light enough for the page's
+    text to read on it at 4.5:1 or more (alpha 0.45: 5.9:1 on red, 6.4:1 on blue; at 0.70 it fell to 3.9:1),
+    and the chips write each value under its token (its sign too), so neither depends on colour alone."""
     v = np.asarray(values, dtype=np.float64)
     top = float(np.abs(v).max()) if v.size else 0.0
     out = []
     for x in v:
         a = 0.0 if top == 0 else min(1.0, abs(x) / top)
         rgb = (220, 38, 38) if x > 0 else (37, 99, 235)
-        out.append(f"rgba({rgb[0]},{rgb[1]},{rgb[2]},{0.08 + 0.62 * a:.2f})" if a > 0 else "rgba(255,255,255,1)")
+        out.append(f"rgba({rgb[0]},{rgb[1]},{rgb[2]},{0.08 + 0.37 * a:.2f})" if a > 0 else "rgba(255,255,255,1)")
     return out

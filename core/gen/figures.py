@@ -178,18 +178,23 @@ def workloads(names: Sequence[str], rows: Sequence[dict[str, Any]], lang: str) -
     memory split (weights + KV, GiB)."""
     ttft, decode = [r["ttft_s"] for r in rows], [r["decode_s"] for r in rows]
     kv_gib, weights_gib = [r["kv_bytes"] / 2**30 for r in rows], [r["weight_bytes"] / 2**30 for r in rows]
-    # each name on two lines, level: three long names side by side ran into each other (or into a slant)
+    # each name on two lines, level; the two splits stacked, bars lying down, the legend in a row above: the
+    # figure reads the same at 390 px (a phone) as at 1,400 (side by side, the legend beside ran into the names)
     names = [n.replace("、", "<br>").replace(", ", ",<br>") for n in names]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(t("kv_cache.time_split", lang), t("kv_cache.mem_split", lang)))
-    fig.add_trace(go.Bar(x=names, y=list(ttft), name=t("kv_cache.dom_prefill", lang), marker_color=PALETTE["prefill"]), 1, 1)
-    fig.add_trace(go.Bar(x=names, y=list(decode), name=t("kv_cache.decode_total", lang), marker_color=PALETTE["decode"]), 1, 1)
-    fig.add_trace(go.Bar(x=names, y=list(weights_gib), name=t("kv_cache.weights", lang), marker_color=PALETTE["weights"]), 1, 2)
-    fig.add_trace(go.Bar(x=names, y=list(kv_gib), name=t("kv_cache.dom_kv", lang), marker_color=PALETTE["kv"]), 1, 2)
-    fig.update_xaxes(tickangle=0)
-    fig.update_layout(barmode="stack", legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))  # beside, never over the axis
-    fig.update_yaxes(title="s", row=1, col=1)
-    fig.update_yaxes(title="GiB", row=1, col=2)
-    return _layout(fig, t("kv_cache.fig_workloads", lang), height=400)
+    fig = make_subplots(rows=2, cols=1, subplot_titles=(t("kv_cache.time_split", lang), t("kv_cache.mem_split", lang)), vertical_spacing=0.2)
+    fig.add_trace(go.Bar(y=names, x=list(ttft), orientation="h", name=t("kv_cache.dom_prefill", lang), marker_color=PALETTE["prefill"]), 1, 1)
+    fig.add_trace(go.Bar(y=names, x=list(decode), orientation="h", name=t("kv_cache.decode_total", lang), marker_color=PALETTE["decode"],
+                         marker_pattern_shape="/"), 1, 1)
+    fig.add_trace(go.Bar(y=names, x=list(weights_gib), orientation="h", name=t("kv_cache.weights", lang), marker_color=PALETTE["weights"]), 2, 1)
+    fig.add_trace(go.Bar(y=names, x=list(kv_gib), orientation="h", name=t("kv_cache.dom_kv", lang), marker_color=PALETTE["kv"],
+                         marker_pattern_shape="/"), 2, 1)
+    fig.update_yaxes(autorange="reversed")  # the first shape on top, as in the table above
+    fig.update_layout(barmode="stack", legend=dict(orientation="h", x=0, xanchor="left", y=1.12, yanchor="bottom"))
+    fig.update_xaxes(title="s", row=1, col=1)
+    fig.update_xaxes(title="GiB", row=2, col=1)
+    fig = _layout(fig, t("kv_cache.fig_workloads", lang), height=560)
+    fig.update_layout(margin=dict(t=110))
+    return fig
 
 
 def segments_html(segments: Sequence[tuple[str, bool]]) -> str:

@@ -148,7 +148,7 @@ def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang:
     ``attnview.CELLS`` keys; beyond, the whole row in summed blocks (``start`` None) or a window of
     exact weights from ``start``. Every bar's token (or block and its strongest key) is in the hover."""
     rb = attnview.row_bars(weights[: query + 1], lambda p: position_label(tokens, p), start, lang=lang)
-    fig = go.Figure(go.Bar(x=rb.x, y=rb.y, width=rb.width, customdata=rb.hover, marker_color="#0ea5e9",
+    fig = go.Figure(go.Bar(x=rb.x, y=rb.y, width=rb.width, customdata=rb.hover, marker_color=palette.colour("main"),
                            hovertemplate="%{customdata}<br>" + ("Σ w" if rb.view.summed else "w") + " = %{y:.4f}<extra></extra>"))
     title = attnview.titled(_t("heads.fig_query_title", lang, q=position_label(tokens, query)), rb.note, width=110)
     fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.weight", lang), height=360,

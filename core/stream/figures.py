@@ -165,9 +165,10 @@ def fig_logit_lens(ids: np.ndarray, probs: np.ndarray, texts: Sequence[str], tok
               for i in range(T)] for l in range(L1)]
     fig = go.Figure(go.Heatmap(
         z=probs, x=list(range(offset, offset + T)), y=list(range(L1)), zmin=0, zmax=1, colorscale=palette.SEQUENTIAL, hoverinfo="text", hovertext=hover,
-        text=cell if show_text else None, texttemplate="%{text}" if show_text else None, textfont=dict(size=12),  # ≥ 12 px: readable projected
-        colorbar=dict(title="p"),
+        text=cell if show_text else None, colorbar=dict(title="p"),
     ))
+    if show_text:  # each token in the ink that reads on its cell (4.6:1 at least; plotly's own pick fell to 3.9:1), ≥ 12 px
+        fig.add_trace(go.Scatter(**palette.text_layer(probs, cell, list(range(offset, offset + T)), list(range(L1)), 0.0, 1.0, size=12)))
     _pos_axis(fig, tokens, offset=offset, title=t("ui.position", lang))
     fig.update_yaxes(title=t("residual.axis_layer", lang))
     fig.update_layout(title=t("logits.fig_lens", lang), height=max(420, 22 * L1 + 120), margin=dict(t=50, b=10))

@@ -56,13 +56,15 @@ def _chip_text(piece: object, label: str) -> str:
 
 def chips_html(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, kinds: Sequence[str] | None = None,
                titles: Sequence[str] | None = None, positions: bool = False, framed_tail: int = 0,
-               limit: int | None = None, start: int = 0, colours: Sequence[str] | None = None) -> str:
+               limit: int | None = None, start: int = 0, colours: Sequence[str] | None = None,
+               notes: Sequence[str] | None = None) -> str:
     """Tokens as HTML chips. ``ids``: shown under each piece; ``positions``: the index before it
     (``start`` + i, for a window of a longer sequence); ``kinds``: "user" | "template" | "special"
     per token; ``titles``: hover text per token; ``framed_tail``: frame the last n chips (e.g. the
     generation prompt, or the token just appended); ``limit``: at most this many chips, then "… +N".
     Neighbouring byte tokens of one character are framed together under that character. ``colours``: a
-    background per token (``#rrggbb`` or ``rgba(…)``) instead of the pastels, e.g. a score's colour."""
+    background per token (``#rrggbb`` or ``rgba(…)``) instead of the pastels, e.g. a score's colour; ``notes``: a
+    short text written under each piece (a score's value), else ``titles`` are also given to screen readers."""
     seq = pieces if isinstance(pieces, TokenWindow) else list(pieces)  # a window keeps its neighbours for the labels
     n = len(seq)
     shown = n if limit is None else min(n, limit)
@@ -85,6 +87,11 @@ def chips_html(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, kinds
         title = f' title="{html.escape(titles[i], quote=True)}"' if titles is not None else ""
         pos = f"<sub>{start + i}</sub> " if positions else ""
         under = f'<br><small style="color:#374151">{int(ids[i])}</small>' if ids is not None else ""
+        if notes is not None:  # a value under its token, in text: not only a colour or a hover (WCAG 1.1.1, 1.4.1)
+            under += f'<br><small style="color:#1f2129">{html.escape(str(notes[i]))}</small>'
+        elif titles is not None:  # the hover text, for a screen reader too (a title= alone is read by few)
+            under += f'<span class="xr-sr"> ({html.escape(titles[i])})</span>'
+
         out.append(f'<span class="xr-chip" data-piece="{html.escape(label, quote=True)}" dir="auto"{title} '
                    f'style="{BASE}{bg}{KIND_STYLE[kind]}{frame}">{pos}{_chip_text(pieces[i], label)}{under}</span>')
         if i == end_group - 1:
@@ -116,7 +123,8 @@ def _cut(values: Sequence[Any] | None, a: int, b: int) -> list[Any] | None:
 
 def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: str, where: Any = None, size: int = PAGE,
               param: str = "chips", kinds: Sequence[str] | None = None, titles: Sequence[str] | None = None,
-              colours: Sequence[str] | None = None, framed_tail: int = 0, **kw: Any) -> tuple[int, int]:
+              colours: Sequence[str] | None = None, notes: Sequence[str] | None = None, framed_tail: int = 0,
+              **kw: Any) -> tuple[int, int]:
     """The chips of a sequence of any length: all of them up to ``size``; beyond, ``size`` at a time
     from a start the user picks (a number input, in the URL as ``param``) and a line "tokens a–b of N".
     Positions are numbered in the whole sequence; per-token lists (ids, kinds, titles, colours) are cut
@@ -124,7 +132,7 @@ def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: s
     n = len(pieces)
     box = where or st
     if n <= size:
-        show(pieces, ids, where=box, kinds=kinds, titles=titles, colours=colours, framed_tail=framed_tail, **kw)
+        show(pieces, ids, where=box, kinds=kinds, titles=titles, colours=colours, notes=notes, framed_tail=framed_tail, **kw)
         return 0, n
     c1, c2 = box.columns([1, 2], vertical_alignment="bottom")
     first = widgets.number_url(ui.t("chips.start"), 0, n - 1, 0, key=f"{key}_chips_start", param=param, where=c1, step=size)
@@ -132,5 +140,5 @@ def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: s
     kw["positions"] = True  # a page of a longer sequence: each chip says where it stands
     c2.caption(ui.t("chips.range", a=f"{a:,}", b=f"{b - 1:,}", T=f"{n:,}"))
     show(token_window(pieces, a, b), _cut(ids, a, b), where=box, kinds=_cut(kinds, a, b), titles=_cut(titles, a, b),
-         colours=_cut(colours, a, b), framed_tail=max(0, framed_tail - (n - b)), start=a, **kw)
+         colours=_cut(colours, a, b), notes=_cut(notes, a, b), framed_tail=max(0, framed_tail - (n - b)), start=a, **kw)
     return a, b

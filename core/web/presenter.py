@@ -124,7 +124,8 @@ def styled(fig: go.Figure) -> tuple[go.Figure, figtext.FigureText]:
     f.layout.template = pio.templates[LOOK]
     if own is not None and own.layout is not None and own.layout.to_plotly_json() != pio.templates["plotly"].layout.to_plotly_json():
         f.layout.template.layout.update(own.layout)  # a builder's own template settings stay on top of the look
-    if text.name:
+    if text.name:  # drawn as text above the figure; the spec keeps it as layout.meta.title (conftest.title_of)
+        f.layout.meta = {**(f.layout.meta if isinstance(f.layout.meta, dict) else {}), "title": f.layout.title.text}
         f.layout.title.text = None
         m = f.layout.margin.t
         f.layout.margin.t = max(24, (m if m is not None else 80) - 40)
