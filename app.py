@@ -14,7 +14,7 @@ from core.engine import i18n
 from core.engine.offer import LOCAL_ID, Offer, OfferError, canonical_target
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
-from core.web import a11y, cache, nav, presenter, replica, ui, widgets
+from core.web import a11y, cache, guards, nav, presenter, replica, ui, widgets
 
 
 def sidebar() -> None:
@@ -134,6 +134,11 @@ def model_from_link(offer: Offer) -> None:
 
 
 def main() -> None:
+    with guards.url_batch():  # the run's URL writes reach the browser as one message: one history entry at most
+        _main()
+
+
+def _main() -> None:
     st.set_page_config(page_title=nav.APP_NAME, page_icon="🩻", layout="wide",
                        initial_sidebar_state=presenter.sidebar_state())  # a ?present=1 link opens with it collapsed
     try:

@@ -31,7 +31,7 @@ import json
 import streamlit as st
 
 from core.engine import palette
-from core.web import ui
+from core.web import guards, ui
 
 FOCUS = "#1a4fa0"
 HTML_LANG = {"en": "en", "zh": "zh-Hans"}  # BCP 47: a screen reader picks its voice by it
@@ -107,4 +107,4 @@ def apply() -> None:
     still takes one gap of the layout; unseen there)."""
     st.html(CSS)  # style only: Streamlit puts it outside the layout (no gap)
     lang = HTML_LANG.get(ui.lang(), "en")
-    st.sidebar.html(SCRIPT.replace("__LANG__", json.dumps(lang)), unsafe_allow_javascript=True)
+    st.sidebar.html(SCRIPT.replace("__LANG__", json.dumps(lang)) + guards.HISTORY_SCRIPT, unsafe_allow_javascript=True)
