@@ -197,3 +197,30 @@ def test_every_figure_on_a_page_has_its_name_and_table(lang):
         assert spec["layout"]["meta"]["title"] in name  # the text above is this figure's title
         assert 'data-label="' in name and i18n.t("a11y.sum_tables", lang) in name
     assert all(e.label.startswith("📋") for e in at.expander if "<table>" in "".join(m.value for m in e.markdown))
+
+
+# Machado, Oliveira & Fernandes (2009), severity 1.0, applied to linear RGB
+_CVD = {
+    "protanopia": np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]]),
+    "deuteranopia": np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]]),
+    "tritanopia": np.array([[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]]),
+}
+
+
+def _seen(hex_colour: str, kind: str) -> str:
+    rgb = np.array([int(hex_colour.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4)])
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    out = np.clip(_CVD[kind] @ lin, 0, 1)
+    srgb = np.where(out <= 0.0031308, 12.92 * out, 1.055 * out ** (1 / 2.4) - 0.055)
+    return "#" + "".join(f"{int(round(c * 255)):02x}" for c in srgb)
+
+
+@pytest.mark.parametrize("kind", sorted(_CVD))
+def test_what_colour_blind_eyes_still_see(kind):
+    """Under a simulated colour vision deficiency: the sequential scale still rises in lightness at every
+    stop (its order survives), a mask's visible and hidden cells still differ in lightness, and the
+    masked triangle of an attention map (blank) stands out from the scale's low end."""
+    lum = [palette.luminance(_seen(c, kind)) for c in palette.CIVIDIS]
+    assert all(b > a for a, b in zip(lum, lum[1:])), lum
+    assert palette.contrast(_seen(maths_fig.VISIBLE, kind), _seen(palette.HIDDEN, kind)) >= 2.0
+    assert palette.contrast(_seen(palette.CIVIDIS[0], kind), WHITE) >= 3.0
