@@ -224,3 +224,16 @@ def test_what_colour_blind_eyes_still_see(kind):
     assert all(b > a for a, b in zip(lum, lum[1:])), lum
     assert palette.contrast(_seen(maths_fig.VISIBLE, kind), _seen(palette.HIDDEN, kind)) >= 2.0
     assert palette.contrast(_seen(palette.CIVIDIS[0], kind), WHITE) >= 3.0
+
+
+def test_small_multiples_stay_small_and_position_zero_is_named():
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3)
+    for i in range(3):
+        z = np.zeros((37, 37))
+        z[5, 0] = 1.0  # the largest at column 0: its label is "0", not empty
+        fig.add_trace(go.Heatmap(z=z), 1, i + 1)
+    text = figtext.describe(fig, "en")
+    assert [len(t.frame) for t in text.tables] == [figtext.TOP] * 3  # 4,107 cells in all: each lists its largest
+    assert "row 5, column 0." in text.summary

@@ -23,7 +23,7 @@ import pandas as pd
 from core.engine import escape
 from core.engine.i18n import t
 
-MAX_CELLS = 2500  # a heatmap up to 50 × 50 is listed whole; a larger one by its TOP largest cells
+MAX_CELLS = 2500  # a figure's heatmaps up to 2,500 cells in all are listed whole; larger, each by its TOP largest cells
 TOP = 25
 MAX_ROWS = 400  # bars or points listed, at most (a note says when more were drawn)
 _TAGS = re.compile(r"<[^>]+>")
@@ -31,7 +31,7 @@ _TAGS = re.compile(r"<[^>]+>")
 
 def plain(text: Any) -> str:
     """A plotly label as plain text: line breaks as spaces, tags dropped, entities read."""
-    s = re.sub(r"(?i)<br\s*/?>", " ", str(text or ""))
+    s = re.sub(r"(?i)<br\s*/?>", " ", "" if text is None else str(text))
     return re.sub(r"\s+", " ", html.unescape(_TAGS.sub("", s))).strip()
 
 
@@ -90,7 +90,7 @@ def _decorative(tr: Any) -> bool:
     return getattr(tr, "hoverinfo", None) == "skip" or (tr.type == "scatter" and getattr(tr, "fill", None) == "toself")
 
 
-def _heatmap(tr: Any, layout: Any, lang: str) -> tuple[Table, str]:
+def _heatmap(tr: Any, layout: Any, lang: str, whole: bool = True) -> tuple[Table, str]:
     z = np.asarray(tr.z, dtype=np.float64) if tr.z is not None else np.zeros((0, 0))
     z = np.atleast_2d(z)
     R, C = z.shape
@@ -108,7 +108,7 @@ def _heatmap(tr: Any, layout: Any, lang: str) -> tuple[Table, str]:
     summary = t("a11y.sum_heatmap", lang, rows=R, cols=C, lo=_num(lo), hi=_num(hi), row=rows[r], col=cols[c])
     if hidden:
         summary += " " + t("a11y.sum_hidden", lang, n=hidden)
-    if z.size <= MAX_CELLS:
+    if whole and z.size <= MAX_CELLS:
         text = np.asarray(tr.text, dtype=object) if tr.text is not None and not isinstance(tr.text, str) else None
         cells = ([[plain(s) for s in row] for row in text] if text is not None and text.shape == z.shape  # as the cells say it (✓, −∞)
                  else [[_num(v) for v in row] for row in z])
@@ -178,11 +178,14 @@ def describe(fig: Any, lang: str) -> FigureText:
     name = plain(layout.title.text) if layout.title is not None else ""
     tables: list[Table] = []
     sentences: list[str] = []
+    heat = [tr for tr in fig.data if tr.type == "heatmap" and tr.z is not None]
+    # small multiples (a grid of heads) list every cell only while the whole figure stays within MAX_CELLS
+    whole = sum(np.size(tr.z) for tr in heat) <= MAX_CELLS
     for tr in fig.data:
         if _decorative(tr):
             continue
         if tr.type == "heatmap":
-            table, s = _heatmap(tr, layout, lang)
+            table, s = _heatmap(tr, layout, lang, whole)
             tables.append(table)
             sentences.append(s)
         elif tr.type in ("bar", "scatter", "scattergl"):
