@@ -163,7 +163,7 @@ def test_styled_figure_has_the_look_its_title_above_and_keeps_the_builder():
     assert f.layout.title.text is None and f.layout.meta["title"] == "Weights" and f.layout.margin.t == 50
     assert f.layout.height == 333 and fig.layout.title.text == "Weights"  # the cached figure is untouched
     assert text.name == "Weights"
-    assert presenter.CONFIG["displayModeBar"] is False  # no toolbar over the title, no 8 tab stops per figure
+    assert presenter.CONFIG["modeBarButtons"] == [["toImage", "resetScale2d"]]  # 2 tab stops per figure, not 8
 
 
 def test_the_style_sets_caption_contrast_focus_and_section_size():
