@@ -31,7 +31,7 @@ from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, ModelLoadError, 
 from core.toy import run as toy_run
 
 APP = str(ROOT / "app.py")
-RAISERS = ("core/engine/hf.py", "core/engine/offer.py", "core/toy/run.py")
+RAISERS = ("core/engine/hf.py", "core/engine/offer.py", "core/toy/run.py", "core/web/cache.py")  # cache.py: the bar's first words
 HOME = os.path.expanduser("~")
 # A small Llama config (about 0.3 M parameters): cheap to size and to build on the meta device.
 SMALL_LLAMA = {
@@ -68,7 +68,8 @@ def _no_path(text: str, *folders: Path) -> None:
 
 
 def _codes_and_pieces() -> tuple[set[str], set[str]]:
-    """The codes every ``ModelLoadError(...)`` in core raises, and the ``load.part_*`` keys it uses."""
+    """The codes every ``ModelLoadError(...)`` in core raises, and the other ``load.*`` keys the loaders name
+    (``load.part_*`` pieces of a message, the cache's ``load.cache_*`` reasons, progress steps)."""
     codes, pieces = set(), set()
     for rel in RAISERS:
         tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
@@ -80,7 +81,8 @@ def _codes_and_pieces() -> tuple[set[str], set[str]]:
                 else:
                     assert isinstance(arg, ast.Constant) and isinstance(arg.value, str), (rel, ast.dump(arg))
                     codes.add(arg.value)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("load.part_"):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("load.")
+                    and not node.value.startswith("load.err_") and " " not in node.value):
                 pieces.add(node.value)
     return codes, pieces
 
