@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.engine import escape, palette
+from core.engine import escape, palette, tokens
 from core.engine.plotlabels import rank_labels
 
 Translate = Callable[[str], str]
@@ -54,4 +54,51 @@ def norms_figure(norms: np.ndarray, title: str, xlab: str, ylab: str) -> go.Figu
     fig = go.Figure(go.Scatter(x=list(range(len(norms))), y=norms, mode="lines+markers",
                                hovertemplate="resid[%{x}]: ‖x‖ = %{y:.3f}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title=xlab, yaxis_title=ylab, height=300, margin=dict(l=10, r=10, t=40, b=10))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# training vs inference (core.learn.training)
+
+
+def shift_label(pieces: list[str], t: int) -> str:
+    """"3·␣capital → ␣of": position t, its token, and the label it is trained to predict (token t + 1),
+    both by the one label rule (``core.engine.tokens.label``)."""
+    return escape.plot(f"{tokens.position_label(pieces, t)} → {tokens.label(pieces, t + 1)}")
+
+
+def loss_figure(losses: np.ndarray, p_label: np.ndarray, rank: np.ndarray, pieces: list[str], chosen: int,
+                t: Translate) -> go.Figure:
+    """One bar per position t: the cross-entropy of the real next token, −log p(token t + 1 | tokens ≤ t),
+    from one forward pass; the mean (the training loss) as a line; the chosen position highlighted."""
+    x = list(range(len(losses)))
+    colours = [palette.colour("accent") if i == chosen else palette.colour("main") for i in x]
+    ticks = [shift_label(pieces, i) for i in x]
+    fig = go.Figure(go.Bar(x=x, y=[float(v) for v in losses], marker={"color": colours}, name=t("training.fig_loss_bar"),
+                           customdata=np.stack([p_label, rank + 1], axis=1).tolist(), hovertext=ticks,
+                           hovertemplate="%{hovertext}<br>" + t("training.fig_loss_hover") + "<extra></extra>"))
+    mean = float(np.mean(losses))
+    fig.add_trace(go.Scatter(x=[-0.5, len(losses) - 0.5], y=[mean, mean], mode="lines", line=palette.line("second", width=2),
+                             name=t("training.fig_loss_mean").format(v=f"{mean:.3f}"), hoverinfo="skip"))
+    step = max(1, len(x) // 32)  # at most ~32 tick labels; every bar keeps its label in the hover text
+    fig.update_xaxes(tickvals=x[::step], ticktext=ticks[::step], tickangle=-60)
+    fig.update_layout(title=t("training.fig_loss_title"), xaxis_title=t("training.fig_loss_x"), yaxis_title=t("training.fig_loss_y"),
+                      height=440, margin={"l": 50, "r": 10, "t": 50, "b": 140}, showlegend=True,
+                      legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"})
+    return fig
+
+
+def same_logits_figure(p_parallel: np.ndarray, p_prefix: np.ndarray, pieces: list[str], t: Translate) -> go.Figure:
+    """The best next-token candidates at one position, their probabilities from row t of the parallel pass
+    beside those from a separate pass of the prefix alone: two routes, the same bars."""
+    ranks = list(range(len(pieces)))
+    fig = go.Figure()
+    for role, name, p in (("main", t("training.fig_same_parallel"), p_parallel), ("second", t("training.fig_same_prefix"), p_prefix)):
+        fig.add_trace(go.Bar(x=[float(v) for v in p], y=ranks, orientation="h", name=name, marker={"color": palette.colour(role)},
+                             text=[f"{v:.2%}" for v in p], textposition="auto", hovertext=escape.plot_all(pieces),
+                             hovertemplate="%{hovertext}: %{x:.4%}<extra>" + escape.plot(name) + "</extra>"))
+    fig.update_yaxes(tickvals=ranks, ticktext=rank_labels(pieces), autorange="reversed")
+    fig.update_layout(title=t("training.fig_same_title"), xaxis_title=t("training.fig_same_x"), barmode="group",
+                      xaxis_tickformat=".0%", height=380, margin={"l": 40, "r": 10, "t": 50, "b": 40},
+                      legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"})
     return fig

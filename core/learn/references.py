@@ -61,6 +61,9 @@ REFERENCES: dict[str, Reference] = {
                "SmolLM2: When Smol Goes Big — Data-Centric Training of a Small Language Model", "arXiv", "2502.02737"),
         Reference("smollm2_card", "Hugging Face", 2024, "SmolLM2-135M-Instruct model card", "huggingface.co",
                   "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct"),
+        Reference("williams1989", "Williams & Zipser", 1989,
+                  "A Learning Algorithm for Continually Running Fully Recurrent Neural Networks",
+                  "Neural Computation 1(2)", "https://doi.org/10.1162/neco.1989.1.2.270"),
         _arxiv("wolf2020", "Wolf et al.", 2020, "Transformers: State-of-the-Art Natural Language Processing",
                "EMNLP 2020 (System Demonstrations)", "1910.03771"),
     )
@@ -79,6 +82,7 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
     "sampling": ("brown2020",),
     "model": ("allal2025", "smollm2_card"),
     "library": ("wolf2020",),
+    "training": ("williams1989", "vaswani2017"),
 }
 
 

@@ -22,10 +22,11 @@ from core.cause import attribution, patching
 from core.engine import budget, tokens
 from core.engine.memo import ByteLRU
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
-from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, say
+from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase, say
 from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
+from core.learn import training
 from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
@@ -33,13 +34,19 @@ from core.toy import load_loss_curve, word_order_demo
 from core.web import jobs
 
 
+def progress_text(frac: float, msg: Any, lang: str) -> str:
+    """What the loading bar says: how far it is, then what is being done, in the reader's language (a
+    sentence of the catalogue, ``hf.Said``; a plain message as it is)."""
+    return f"{min(max(frac, 0.0), 1.0):.0%} · {say(getattr(msg, 'phrase', msg), lang)}"
+
+
 @st.cache_resource(show_spinner=False, max_entries=4)
 def get_model(spec: str) -> LoadedModel:
-    bar = st.progress(0.0, text="Loading model …")
     lang = st.session_state.get("lang", "en")
+    bar = st.progress(0.0, text=progress_text(0.0, Phrase("load.start"), lang))
 
     def progress(frac: float, msg: str) -> None:  # a sentence of the catalogue (hf.Said) in the reader's language
-        bar.progress(min(max(frac, 0.0), 1.0), text=say(getattr(msg, "phrase", msg), lang))
+        bar.progress(min(max(frac, 0.0), 1.0), text=progress_text(frac, msg, lang))
 
     try:
         return backends.load_model(spec or None, progress=progress)
@@ -281,6 +288,31 @@ def get_breakdown(spec: str) -> dict[str, int]:
 def token_texts(spec: str, ids: tuple[int, ...]) -> list[str]:
     """Readable, visible text of a few token ids (the candidate tables)."""
     return tokens.visible_tokens(get_model(spec).tokenizer, ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# training vs inference (core.learn.training)
+
+
+def scored_trace(spec: str, prompt: str, chat: bool) -> Trace:
+    """The cached trace, or (a prompt over ``training.MAX_POSITIONS`` tokens) the cached trace of its first ones."""
+    tr = get_trace(spec, prompt, chat)
+    if tr.n_tokens <= training.MAX_POSITIONS:
+        return tr
+    return store().get(("trace_head", spec, prompt, chat, training.MAX_POSITIONS),
+                       lambda: training.scored_trace(get_model(spec), tr))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def teacher_forcing(spec: str, prompt: str, chat: bool) -> training.TeacherForcing:
+    """Every position's next-token loss from the one parallel pass of the (first positions of the) prompt."""
+    return training.teacher_forcing(get_model(spec), scored_trace(spec, prompt, chat), n_total=get_trace(spec, prompt, chat).n_tokens)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def same_logits(spec: str, prompt: str, chat: bool, t: int) -> training.SameLogits:
+    """Row ``t`` of the parallel pass beside a separate forward pass of the prefix 0 … t."""
+    return training.same_logits(get_model(spec), scored_trace(spec, prompt, chat), t)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("nav.maths", "multihead", "🧩"),
     ("nav.maths", "positions", "🌀"),
     ("nav.maths", "toy", "🧪"),
+    ("nav.generation", "training", "🏋️"),
     ("nav.generation", "generation", "⏭️"),
     ("nav.generation", "kv_cache", "🗄️"),
     ("nav.generation", "serving", "🚦"),
