@@ -20,7 +20,7 @@ def _shift(tf: training.TeacherForcing) -> None:
     more = " …" if tf.n > k else ""
     inputs = " ".join(f"`{escape.code(position_label(tf.tokens, i))}`" for i in range(k))
     labels = " ".join(f"`{escape.code(position_label(tf.tokens, i + 1))}`" for i in range(k))
-    st.markdown(f"{ui.t('training.inputs')}: {inputs}{more}  \n{ui.t('training.labels')}: {labels}{more}")
+    st.markdown(f"{ui.t('training.inputs_line', x=inputs + more)}  \n{ui.t('training.labels_line', x=labels + more)}")
 
 
 def _table(tf: training.TeacherForcing, texts: list[str]) -> pd.DataFrame:
