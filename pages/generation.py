@@ -15,10 +15,12 @@ from core.web import presenter, ui, widgets
 P = "generation"
 
 
-def _status(stp: generate.Stepper, pieces: list[str], text: str) -> None:
+def _status(stp: generate.Stepper, pieces: list[str], text: str, pending: bool = False) -> None:
     """The generated text so far and why generation stopped, if it did."""
     st.markdown(ui.t("generation.sequence", n_prompt=len(stp.prompt_ids), n_gen=len(stp.generated)))
     st.code((text or "…"), language=None, wrap_lines=True)
+    if pending:  # the step stopped inside a character: its first bytes wait for the next token
+        st.caption(ui.t("generation.pending_bytes"))
     note = report.stop_note(stp, pieces, ui.lang())
     if note is not None:
         level, msg = note
@@ -97,7 +99,8 @@ def render() -> None:
         st.info(ui.t("generation.hint_start", n=len(enc.ids)))
         return
     pieces = tokens.readable_tokens(loaded.tokenizer, stp.all_ids)
-    _status(stp, pieces, loaded.tokenizer.decode(stp.generated))
+    text = tokens.decoded_text(loaded.tokenizer, stp.generated)
+    _status(stp, pieces, text, text != loaded.tokenizer.decode(stp.generated))
     step = gen_ui.pick_step(len(stp.records), P)
     _pass(loaded, stp.records[step], step)
     _attention(loaded, stp, stp.records[step], pieces)

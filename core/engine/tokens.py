@@ -235,6 +235,26 @@ def byte_groups(pieces: Sequence[Any]) -> list[tuple[int, int, str]]:
     return out
 
 
+def decoded_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The text of ``ids`` as one string, as far as it is whole: when the last tokens are only the
+    first bytes of a UTF-8 character (a step stopped inside 苹 = E8 8B B9), those bytes are shown as
+    still waiting, "‹E8 8B›", never as "�". Anything else decodes as the tokenizer decodes it."""
+    ids = [int(i) for i in ids]
+    text = tokenizer.decode(ids)
+    if not text.endswith("\ufffd"):
+        return text
+    for k in range(1, min(_CONTEXT, len(ids)) + 1):
+        head = tokenizer.decode(ids[:-k]) if k < len(ids) else ""
+        if head.endswith("\ufffd"):
+            continue
+        tail = readable_tokens(tokenizer, ids[-k:])
+        if not all(is_byte_label(p) for p in tail):
+            break
+        data = b"".join(_bytes_of(p) for p in tail)
+        return head + SHOW_OPEN + " ".join(f"{b:02X}" for b in data) + SHOW_CLOSE
+    return text
+
+
 def visible_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each id as a page shows it when it stands alone (a list of candidates, not a sequence):
     decoded on its own, then made visible."""
