@@ -268,7 +268,7 @@ def fake_embedded(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setattr(hf, "embedded_gguf_path", lambda: gguf)
     made: list[Path] = []
 
-    def dequantise(_gguf, tmp):
+    def dequantise(_gguf, tmp, *_progress):
         made.append(tmp)
         for f in tiny_dirs["llama"].iterdir():
             if f.is_file():
@@ -305,7 +305,7 @@ def _rebuilt(hf, conv, made, capsys, says: str) -> None:
     err = [ln for ln in out.splitlines() if ln.startswith("note:")]  # (transformers' own bars aside)
     assert len(err) == 1 and err[0].startswith("note: The converted model in the cache cannot be trusted") and says in err[0], err
     assert "Traceback" not in out
-    said = next(m for m in notes if hasattr(m, "phrase"))  # the page's progress bar, in the reader's language
+    said = next(m for m in notes if getattr(m, "phrase", None) and m.phrase.key == "load.cache_rebuild")  # the page's bar
     assert said.phrase.text("zh").startswith("缓存中转换好的模型不可信（") and "Traceback" not in said.phrase.text("zh")
     assert hf.cache_problem(conv) is None
     assert sorted(p.name for p in conv.parent.iterdir()) == [conv.name]  # nothing set aside is left
@@ -382,7 +382,7 @@ def test_weights_the_library_cannot_read_are_rebuilt_once_then_refused(fake_embe
 def test_a_failed_conversion_leaves_nothing_behind(fake_embedded, monkeypatch):
     hf, conv, _ = fake_embedded
 
-    def disk_full(_gguf, tmp):
+    def disk_full(_gguf, tmp, *_progress):
         (tmp / "model.safetensors").write_bytes(b"x" * 1000)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
