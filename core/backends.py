@@ -274,11 +274,14 @@ def stop_reason(loaded: LoadedModel, token: int, n_new: int, n_total: int, max_n
 def prompt_prefill(loaded: LoadedModel, tr: Trace) -> Step | None:
     """The prefill of ``tr``'s prompt without running it again: the trace's own forward pass already
     computed every layer's keys and values (``tr.k``, ``tr.v``: exactly what a KV cache holds) and the
-    last position's scores. A fresh cache holding them, ready for ``forward_step``; None when the trace
-    kept no keys and values (a long prompt)."""
-    if not (tr.keeps("k") and tr.keeps("v")):  # a long prompt's trace keeps none (reading tr.k would derive them)
-        return None
+    last position's scores. A fresh cache holding them, ready for ``forward_step``. A long prompt's trace
+    keeps none (above ``hf_trace.KV_KEEP_MAX`` tokens: memory): they are then formed again from its kept
+    residual stream, each layer's projections only (``hf_trace.prompt_kv``); None when even that is not
+    possible (the caller runs the prefill)."""
     dtype = next(loaded.model.parameters()).dtype
+    if not (tr.keeps("k") and tr.keeps("v")):  # (reading tr.k would derive whole layers: never here)
+        kv = None if loaded.is_toy else hf_trace.prompt_kv(loaded, tr)
+        return None if kv is None else Step(np.array(tr.last_logits, dtype=np.float32), None, cache_from(loaded, kv), 0.0)
     kv = [(torch.tensor(tr.k[i], dtype=dtype)[None], torch.tensor(tr.v[i], dtype=dtype)[None])  # [1, Hkv, T, dh]
           for i in range(tr.n_layers)]
     return Step(np.array(tr.last_logits, dtype=np.float32), None, cache_from(loaded, kv), 0.0)

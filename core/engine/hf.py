@@ -29,11 +29,13 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers.modeling_gguf_pytorch_utils as gguf_utils
 from huggingface_hub import snapshot_download
 from safetensors.torch import save_file
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
@@ -311,15 +313,16 @@ def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
     conv = converted_dir(gguf)
     clean_stale(conv.parent)
     for attempt in (1, 2):
+        if conv.is_dir():
+            progress(0.02, Said(Phrase("load.step_check")))
         problem = cache_problem(conv) if conv.is_dir() else None
         if problem is not None:
             _rebuild_notice(progress, problem)
             _set_aside(conv)
-        if not (conv / WEIGHTS).is_file():
-            if problem is None:
-                progress(0.1, "first start: de-quantising the GGUF file (once, about 15 s)")
-            _convert_gguf(gguf, conv)
-        progress(0.7, "loading converted weights")
+        converted = not (conv / WEIGHTS).is_file()
+        if converted:
+            _convert_gguf(gguf, conv, progress)
+        progress(0.85 if converted else 0.1, Said(Phrase("load.step_load_first" if converted else "load.step_load")))
         try:
             model, info = _from_pretrained(conv, use_safetensors=True)
             tok = AutoTokenizer.from_pretrained(str(conv), local_files_only=True)
@@ -333,14 +336,45 @@ def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
     problems = check_loading_info(model, info)
     if problems:
         raise ModelLoadError("embedded_incomplete", problems=problems)
-    progress(1.0, "ready")
+    progress(1.0, Said(Phrase("load.ready")))
     return LoadedModel(model, tok, facts_from_hf(model, EMBEDDED_ID), EMBEDDED_ID, "hf", EMBEDDED_SOURCE)
 
 
-def _dequantise(gguf: Path, tmp: Path) -> None:
+# The conversion's progress, said per step in the reader's language (hf.Said): 1 reading the GGUF, 2 de-quantising
+# its tensors (counted as transformers' own loop goes through them), 3 writing the cache, 4 loading it.
+DEQUANT_SPAN = (0.08, 0.6)  # the share of the bar the de-quantisation moves through
+_TENSOR_LOOP = threading.Lock()  # the loop's tqdm is replaced process-wide for one conversion at a time
+
+
+def _counted(progress: ProgressFn) -> Callable[..., Iterator[Any]]:
+    """A stand-in for the ``tqdm`` transformers wraps the GGUF's tensors in: yields them as they are, saying
+    every 5 % how many are done (``load.step_dequant``)."""
+    def loop(items: Iterable[Any], *_a: Any, **_k: Any) -> Iterator[Any]:
+        items = list(items)
+        n, every = len(items), max(1, len(items) // 20)
+        lo, hi = DEQUANT_SPAN
+        for i, item in enumerate(items):
+            if i % every == 0:
+                progress(lo + (hi - lo) * i / max(1, n), Said(Phrase("load.step_dequant", {"done": i, "n": n})))
+            yield item
+        progress(hi, Said(Phrase("load.step_dequant", {"done": n, "n": n})))
+    return loop
+
+
+def _dequantise(gguf: Path, tmp: Path, progress: ProgressFn = noop) -> None:
     """The GGUF de-quantised by transformers, written into ``tmp`` as safetensors + config + tokenizer."""
+    progress(0.03, Said(Phrase("load.step_read")))
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    with _TENSOR_LOOP:
+        own = getattr(gguf_utils, "tqdm", None)
+        if own is not None:
+            gguf_utils.tqdm = _counted(progress)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        finally:
+            if own is not None:
+                gguf_utils.tqdm = own
+    progress(DEQUANT_SPAN[1], Said(Phrase("load.step_write")))
     cfg = model.config.to_dict()
     cfg.pop("quantization_config", None)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -351,14 +385,14 @@ def _dequantise(gguf: Path, tmp: Path) -> None:
     tok.save_pretrained(str(tmp))
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
+def _convert_gguf(gguf: Path, out: Path, progress: ProgressFn = noop) -> None:
     """De-quantise the GGUF once and keep it as safetensors + config + tokenizer + manifest, in a
     temporary folder renamed onto ``out`` when whole (a failure removes it, saying why)."""
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)  # this process's own leftover from a failed attempt
     tmp.mkdir(parents=True, exist_ok=True)
     try:
-        _dequantise(gguf, tmp)
+        _dequantise(gguf, tmp, progress)
         write_manifest(tmp)
     except Exception as e:  # disk full, a killed read …: nothing half-written is left for the next load
         shutil.rmtree(tmp, ignore_errors=True)
@@ -664,7 +698,7 @@ def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
     config = _config_object(folder)
     n_config = check_budget(config)  # before any weight is read or allocated
     check_coverage(stored_tensors(weight_files(folder)), config, n_config)
-    progress(0.3, "loading weights")
+    progress(0.3, Said(Phrase("load.step_weights")))
     try:
         model, info = _from_pretrained(folder, config=config, use_safetensors=True)
     except Exception as e:  # transformers raises many kinds; the page needs one clear sentence
@@ -677,6 +711,6 @@ def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as e:
         raise ModelLoadError("tokenizer", error=_library_error(e, folder)) from None
-    progress(1.0, "ready")
+    progress(1.0, Said(Phrase("load.ready")))
     name, source = _local_source(spec, folder)
     return LoadedModel(model, tok, facts_from_hf(model, name), str(spec), "hf", source)

@@ -21,6 +21,7 @@ The toy model fills the same Trace through its own probes (``core.toy``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -396,6 +397,34 @@ def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
     if tr.replay.attn_calls and sites.attn_norms[layer] is not None:
         return _attention_replay(loaded, sites, tr, layer)
     return _block_replay(loaded, sites, tr, layer)
+
+
+def prompt_kv(loaded: LoadedModel, tr: Trace) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Every layer's keys and values of ``tr``'s prompt ([1, Hkv, T, dh] each, exactly the prefill's KV
+    cache) for a trace that did not keep them (above ``KV_KEEP_MAX`` tokens): each layer's attention module
+    is called again on its norm of the kept ``resid[l]`` with its recorded arguments — the same functions on
+    the same inputs as in the traced pass — and stopped as soon as its keys and values are formed
+    (``xray.recording(kv_only=True)``): the projections and the rotation only, no attention, no MLP (about a
+    tenth of a forward pass at 3,000 tokens, where a second prefill is a whole one). None where the trace
+    keeps no attention recipe (the caller then runs the prefill)."""
+    if tr.replay is None or not tr.replay.attn_calls:
+        return None
+    sites = find_sites(loaded.model)
+    if any(n is None for n in sites.attn_norms):
+        return None
+    kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+    dtype = next(loaded.model.parameters()).dtype
+    with loaded.lock, torch.inference_mode():
+        for layer in range(tr.n_layers):
+            hidden = torch.from_numpy(np.array(tr.resid[layer])).to(dtype)[None]  # [1, T, d], a writable copy
+            with xray.recording(keep_weights=False, kv_only=True) as rec:
+                args, kwargs = tr.replay.call(layer, sites.attn_norms[layer](hidden), attention=True)
+                with contextlib.suppress(xray.KVTaken):  # raised once the keys and values are formed
+                    sites.attns[layer](*args, **kwargs)
+            if len(rec.calls) != 1:
+                return None
+            kv.append((rec.calls[0]["key"], rec.calls[0]["value"]))
+    return kv
 
 
 def _eager_call(rec: xray.AttentionRecord, layer: int) -> dict[str, Any]:

@@ -51,8 +51,11 @@ class AttentionRecord:
     run fast (SDPA where allowed) and only their count and settings are kept (``calls[i]["kwargs"]``)."""
 
     def __init__(self, keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None,
-                 keep_kv: bool = False) -> None:
+                 keep_kv: bool = False, kv_only: bool = False) -> None:
         self.keep_weights = keep_weights
+        # keep the call's key and value, then stop the module there (``KVTaken``): its keys and values
+        # without the attention itself (``core.engine.hf_trace.prompt_kv``)
+        self.kv_only = kv_only
         # the fast path keeps each call's key and value too (references, no copy): a prefill's KV cache
         self.keep_kv = keep_kv
         self.last_row = last_row
@@ -60,6 +63,10 @@ class AttentionRecord:
         # kept in this dtype; None: one eager call, weights kept as eager returns them
         self.weights_dtype = weights_dtype
         self.calls: list[dict[str, Any]] = []
+
+
+class KVTaken(Exception):  # not an error: a kv_only recording stops the module here
+    """Raised by an attention call inside ``recording(kv_only=True)`` once its key and value are kept."""
 
 
 def allow_fast(model: Any) -> None:
@@ -153,6 +160,9 @@ def _scalars(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any):
     rec: AttentionRecord | None = getattr(_local, "record", None)
+    if rec is not None and rec.kv_only:
+        rec.calls.append({"layer": getattr(module, "layer_idx", None), "key": key.detach(), "value": value.detach()})
+        raise KVTaken
     wants_weights = rec is not None and rec.keep_weights
     if not wants_weights and type(module) in _FAST and kwargs.get("softcap") is None:
         mask = _causal_or_none(attention_mask, query.shape[2], key.shape[2])
@@ -201,11 +211,11 @@ def register() -> None:
 
 
 @contextlib.contextmanager
-def recording(keep_weights: bool = True, last_row: bool = False,
-              weights_dtype: torch.dtype | None = None, keep_kv: bool = False) -> Iterator[AttentionRecord]:
+def recording(keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None,
+              keep_kv: bool = False, kv_only: bool = False) -> Iterator[AttentionRecord]:
     """Record the attention calls this thread makes inside the block; always cleared on exit."""
     prev = getattr(_local, "record", None)
-    rec = AttentionRecord(keep_weights, last_row, weights_dtype, keep_kv)
+    rec = AttentionRecord(keep_weights, last_row, weights_dtype, keep_kv, kv_only)
     _local.record = rec
     try:
         yield rec

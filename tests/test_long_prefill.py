@@ -1,0 +1,76 @@
+"""A long prompt's continuation starts from the trace, not from a second prefill (issue 28).
+
+Above ``hf_trace.KV_KEEP_MAX`` tokens a trace keeps no keys and values (memory); the journey's loop then
+forms them again from the trace's kept residual stream, each layer's projections only
+(``hf_trace.prompt_kv``). Bound lowered here so that a short prompt takes the long prompts' route."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core import backends
+from core.engine import hf_trace, xray
+from core.learn import journey
+
+PROMPT = "The transformer reads every token of its context at once. Each block lets positions exchange information."
+
+
+@pytest.fixture
+def short_bound(monkeypatch):
+    monkeypatch.setattr(hf_trace, "KV_KEEP_MAX", 8)
+
+
+def _same_cache(a, b) -> None:
+    for (k1, v1), (k2, v2) in zip(backends.cache_layers(a), backends.cache_layers(b), strict=True):
+        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+
+
+def test_a_long_trace_gives_the_prefill_without_running_it(smol, short_bound):
+    tr = backends.trace(smol, PROMPT)
+    assert tr.n_tokens > hf_trace.KV_KEEP_MAX and not tr.keeps("k") and not tr.keeps("v")
+    calls = []
+    handles = [m.register_forward_pre_hook(lambda *_: calls.append(1)) for m in (smol.model, *smol.model.model.layers)]
+    try:
+        kept = backends.prompt_prefill(smol, tr)
+    finally:
+        for h in handles:
+            h.remove()
+    assert kept is not None and calls == []  # no forward pass of the model or of a block: the projections alone
+    fresh = backends.forward_step(smol, tr.token_ids.tolist())
+    assert np.array_equal(kept.last_logits, fresh.last_logits)
+    _same_cache(kept.cache, fresh.cache)  # bitwise the prefill's KV cache
+    assert tr.__dict__["_derived"] == {}  # the shared trace did not grow
+
+
+def test_a_long_trace_continues_as_a_plain_generate(smol, short_bound):
+    tr = backends.trace(smol, PROMPT)
+    ids = tr.token_ids.tolist()
+    got = journey.greedy_continuation(smol, ids, max_new=8, prefill=backends.prompt_prefill(smol, tr))
+    assert got == journey.greedy_continuation(smol, ids, max_new=8)
+    with torch.inference_mode():
+        ref = smol.model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
+    assert got[0] == ref[: len(got[0])]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_tiny_families_too(tiny_loaded, arch, short_bound):
+    if arch not in tiny_loaded:
+        pytest.skip(f"no tiny {arch}")
+    loaded = tiny_loaded[arch]
+    ids = list(range(3, 40))
+    tr = backends.trace_ids(loaded, ids)
+    kept = backends.prompt_prefill(loaded, tr)
+    assert kept is not None
+    _same_cache(kept.cache, backends.forward_step(loaded, ids).cache)
+
+
+def test_a_kv_only_recording_stops_the_module(smol):
+    """kv_only: the attention call keeps its key and value and stops the module (no attention computed)."""
+    tr = backends.trace(smol, "Hello")
+    kv = hf_trace.prompt_kv(smol, tr)
+    assert kv is not None and len(kv) == smol.facts.n_layers
+    with xray.recording(kv_only=True) as rec, pytest.raises(xray.KVTaken), torch.inference_mode():
+        smol.model(input_ids=torch.tensor([tr.token_ids.tolist()]), use_cache=False)
+    assert len(rec.calls) == 1
