@@ -189,7 +189,7 @@ def workloads(names: Sequence[str], rows: Sequence[dict[str, Any]], lang: str) -
     fig.add_trace(go.Bar(y=names, x=list(kv_gib), orientation="h", name=t("kv_cache.dom_kv", lang), marker_color=PALETTE["kv"],
                          marker_pattern_shape="/"), 2, 1)
     fig.update_yaxes(autorange="reversed")  # the first shape on top, as in the table above
-    fig.update_layout(barmode="stack", legend=dict(orientation="h", x=0, xanchor="left", y=1.12, yanchor="bottom"))
+    fig.update_layout(barmode="stack", legend=dict(orientation="h", x=0, xanchor="left", y=1.12, yanchor="bottom", traceorder="normal"))
     fig.update_xaxes(title="s", row=1, col=1)
     fig.update_xaxes(title="GiB", row=2, col=1)
     fig = _layout(fig, t("kv_cache.fig_workloads", lang), height=560)

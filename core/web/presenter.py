@@ -118,6 +118,15 @@ CONFIG = {"modeBarButtons": [["toImage", "resetScale2d"]], "displaylogo": False}
 PROJECTOR_MAX_H = 600  # px: a figure and its title fit a 1280 × 720 projector without scrolling
 
 
+def _top_is_free(f: go.Figure) -> bool:
+    """No legend above the plot, no axis drawn on top, no annotation (subplot titles) in the top margin."""
+    if f.layout.legend.y is not None and f.layout.legend.y >= 1:
+        return False
+    if any(name.startswith("xaxis") and f.layout[name].side == "top" for name in f.layout):
+        return False
+    return not f.layout.annotations
+
+
 def styled(fig: go.Figure) -> tuple[go.Figure, figtext.FigureText]:
     """A copy of ``fig`` in the page's look (``LOOK``), its title taken out to be drawn as text above it,
     and the figure in words and numbers (``figtext.describe``), in the page's language."""
@@ -130,8 +139,9 @@ def styled(fig: go.Figure) -> tuple[go.Figure, figtext.FigureText]:
     if text.name:  # drawn as text above the figure; the spec keeps it as layout.meta.title (conftest.title_of)
         f.layout.meta = {**(f.layout.meta if isinstance(f.layout.meta, dict) else {}), "title": f.layout.title.text}
         f.layout.title.text = None
-        m = f.layout.margin.t
-        f.layout.margin.t = max(24, (m if m is not None else 80) - 40)
+        if _top_is_free(f):  # nothing else lives in the title's band: give its room back
+            m = f.layout.margin.t
+            f.layout.margin.t = max(24, (m if m is not None else 80) - 40)
     return f, text
 
 
