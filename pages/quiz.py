@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from core.engine import i18n
-from core.learn import quiz
+from core.learn import checklist, quiz
 from core.web import nav, presenter, ui
 
 
@@ -93,4 +93,18 @@ def render() -> None:
     st.button(ui.t("quiz.reset"), key="quiz_reset", on_click=_reset)
 
 
+def _checklist() -> None:
+    """The printable self-check list: each point with links to the pages that show it, and a download."""
+    st.header(ui.t("checklist.h"))
+    st.markdown(ui.t("checklist.intro"))
+    for i, ((text, _), point) in enumerate(zip(checklist.rows(ui.t), checklist.POINTS), 1):
+        with st.container(border=True, key=f"checklist_{point.key}"):
+            st.markdown(f"☐ **{i}.** {text}")
+            for col, stem in zip(st.columns(len(point.pages)), point.pages):
+                nav.page_link(stem, where=col)
+    st.download_button(ui.t("checklist.download"), data=checklist.markdown(ui.t), file_name=f"self-check-{ui.lang()}.md",
+                       mime="text/markdown", key="checklist_download", on_click="ignore")
+
+
 render()
+_checklist()

@@ -51,6 +51,10 @@ QUESTIONS: tuple[Question, ...] = (
     Question("same_token", 3, 1, "context", "transformer"),
     Question("search_data", 3, 2, "heads", "attention"),
     Question("gqa_share", 3, 0, "multihead", "gqa"),
+    Question("head_roles", 3, 2, "heads", "attention"),
+    Question("concat_wo", 3, 0, "multihead", "multihead"),
+    Question("two_norms", 3, 1, "residual", "transformer"),
+    Question("long_io", 3, 2, "kv_cache", "kv_cache"),
 )
 BY_ID = {q.id: q for q in QUESTIONS}
 
