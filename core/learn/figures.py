@@ -74,7 +74,8 @@ def loss_figure(losses: np.ndarray, p_label: np.ndarray, rank: np.ndarray, piece
     x = list(range(len(losses)))
     colours = [palette.colour("accent") if i == chosen else palette.colour("main") for i in x]
     ticks = [shift_label(pieces, i) for i in x]
-    fig = go.Figure(go.Bar(x=x, y=[float(v) for v in losses], marker={"color": colours}, name=t("training.fig_loss_bar"),
+    fig = go.Figure(go.Bar(x=x, y=[float(v) for v in losses], marker={"color": colours, "pattern": {"shape": ["/" if i == chosen else "" for i in x]}},  # not by colour alone
+                           name=t("training.fig_loss_bar"),
                            customdata=np.stack([p_label, rank + 1], axis=1).tolist(), hovertext=ticks,
                            hovertemplate="%{hovertext}<br>" + t("training.fig_loss_hover") + "<extra></extra>"))
     mean = float(np.mean(losses))
@@ -93,8 +94,10 @@ def same_logits_figure(p_parallel: np.ndarray, p_prefix: np.ndarray, pieces: lis
     beside those from a separate pass of the prefix alone: two routes, the same bars."""
     ranks = list(range(len(pieces)))
     fig = go.Figure()
-    for role, name, p in (("main", t("training.fig_same_parallel"), p_parallel), ("second", t("training.fig_same_prefix"), p_prefix)):
-        fig.add_trace(go.Bar(x=[float(v) for v in p], y=ranks, orientation="h", name=name, marker={"color": palette.colour(role)},
+    for role, shape, name, p in (("main", "", t("training.fig_same_parallel"), p_parallel),
+                                 ("second", "/", t("training.fig_same_prefix"), p_prefix)):  # told apart by hatching too
+        fig.add_trace(go.Bar(x=[float(v) for v in p], y=ranks, orientation="h", name=name,
+                             marker={"color": palette.colour(role), "pattern": {"shape": shape}},
                              text=[f"{v:.2%}" for v in p], textposition="auto", hovertext=escape.plot_all(pieces),
                              hovertemplate="%{hovertext}: %{x:.4%}<extra>" + escape.plot(name) + "</extra>"))
     fig.update_yaxes(tickvals=ranks, ticktext=rank_labels(pieces), autorange="reversed")
