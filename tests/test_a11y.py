@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_scale_at_interpolates_the_stops():
 
 
 def test_series_stand_out_from_the_page_and_pairs_differ_beyond_colour():
-    for role, (c, dash, symbol) in palette.SERIES.items():
+    for role, (c, _dash, _symbol) in palette.SERIES.items():
         assert palette.contrast(c, WHITE) >= 3.0, role  # a line or a bar is a graphical object (1.4.11)
     for a, b in (("with", "without"), ("linear", "quadratic"), ("prefill", "decode"), ("main", "accent")):
         (_, da, ma), (_, db, mb) = palette.SERIES[a], palette.SERIES[b]
@@ -132,7 +133,7 @@ def test_bars_lines_and_hidden_cells():
     text = figtext.describe(fig, "en")
     assert len(text.tables) == 2  # the hatch decorates: no table of it
     assert text.tables[0].frame.values.tolist() == [["a", "1"], ["b", "3"]]
-    assert "with: 2 values, the largest 3 at b." in text.summary
+    assert "with: 2 values, the largest at b (3)." in text.summary
     z = np.where(np.tril(np.ones((3, 3), bool)), 0.5, np.nan)
     assert i18n.t("a11y.sum_hidden", "en", n=3) in figtext.describe(go.Figure(go.Heatmap(z=z)), "en").summary
 
@@ -212,7 +213,7 @@ def _seen(hex_colour: str, kind: str) -> str:
     lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
     out = np.clip(_CVD[kind] @ lin, 0, 1)
     srgb = np.where(out <= 0.0031308, 12.92 * out, 1.055 * out ** (1 / 2.4) - 0.055)
-    return "#" + "".join(f"{int(round(c * 255)):02x}" for c in srgb)
+    return "#" + "".join(f"{round(c * 255):02x}" for c in srgb)
 
 
 @pytest.mark.parametrize("kind", sorted(_CVD))
@@ -221,7 +222,7 @@ def test_what_colour_blind_eyes_still_see(kind):
     stop (its order survives), a mask's visible and hidden cells still differ in lightness, and the
     masked triangle of an attention map (blank) stands out from the scale's low end."""
     lum = [palette.luminance(_seen(c, kind)) for c in palette.CIVIDIS]
-    assert all(b > a for a, b in zip(lum, lum[1:])), lum
+    assert all(b > a for a, b in pairwise(lum)), lum
     assert palette.contrast(_seen(maths_fig.VISIBLE, kind), _seen(palette.HIDDEN, kind)) >= 2.0
     assert palette.contrast(_seen(palette.CIVIDIS[0], kind), WHITE) >= 3.0
 
@@ -236,4 +237,4 @@ def test_small_multiples_stay_small_and_position_zero_is_named():
         fig.add_trace(go.Heatmap(z=z), 1, i + 1)
     text = figtext.describe(fig, "en")
     assert [len(t.frame) for t in text.tables] == [figtext.TOP] * 3  # 4,107 cells in all: each lists its largest
-    assert "row 5, column 0." in text.summary
+    assert "row 5 and column 0 hold" in text.summary
