@@ -10,6 +10,8 @@ import streamlit as st
 
 from core.cause import figures as cause_fig
 from core.cause import pair
+from core.engine import escape
+from core.engine.tokens import visible
 from core.web import cause, nav, presenter, ui
 
 SAME, DIFFERENT = "✓", "✗"  # the alignment table's "same token" column
@@ -86,7 +88,7 @@ def render() -> None:
     ans = cause.answers(loaded, text)
     tip = pair.suggest(loaded.tokenizer, *logits)
     if tip is not None and (ans is None or (ans.answer_text, ans.foil_text) != tip):
-        st.button(f"{ui.t('cause.use_top')}: {' / '.join(repr(s) for s in tip)}", key="cpair_use_top",
+        st.button(ui.t("cause.use_top", pair=" / ".join(f"“{escape.md(visible(s))}”" for s in tip)), key="cpair_use_top",
                   on_click=cause.set_answers, args=("cpair", *tip))
     _numbers(loaded, logits, ans)
     st.markdown(ui.t("cause.measured_pair"))

@@ -80,6 +80,7 @@ def render() -> None:
         return
     loaded, tr = got
     lang, spec = ui.lang(), ui.model_spec()
+    ui.english_note(ui.prompt())  # a Chinese prompt on SmolLM2: what one character costs, beside English
     _chips(tr, spec)
     if not _lookup(tr, loaded, spec):
         return

@@ -51,6 +51,7 @@ def render() -> None:
     if stage.key == "text":
         st.caption(ui.t("tour.text_label"))
         st.code(tr.text[:3000], language=None, wrap_lines=True)
+        ui.english_note(ui.prompt())  # a Chinese prompt on SmolLM2: trained mostly on English, in numbers
     if view.chips is not None:
         with st.container(key="tour_tokens"):
             chips.show(view.chips, positions=True, limit=200, start=view.chips_start, framed_tail=view.chips_new)

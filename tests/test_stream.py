@@ -426,7 +426,7 @@ def test_logits_page(lang, smol, smol_trace):
     assert not at.exception
     greedy = at.metric[3].value
     assert at.toggle(key="chat").value  # an instruct model: the chat template is on by default …
-    chat_trace = backends.trace(smol, PROMPT, chat=True)
+    chat_trace = backends.trace(smol, at.session_state["prompt"], chat=True)  # the language's first prompt
     best = int(np.argmax(chat_trace.last_logits))
     assert best not in smol.eos_ids()  # … so the first screen answers instead of ending at once
     assert greedy == f"«{tokens.visible(tokens.readable_tokens(smol.tokenizer, [best])[0])}»"

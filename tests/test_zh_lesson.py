@@ -60,3 +60,71 @@ def test_bold_renders_in_every_string():
     md = MarkdownIt("commonmark")
     raw = [(k, lang) for k, lang, s in _strings() if "**" in s and "**" in md.render(re.sub(r"\{[^{}]*\}", "X", s))]
     assert raw == []
+
+
+def test_zh_ui_starts_on_a_chinese_example_and_says_why(smol):
+    """A Chinese UI opens on the zh default (not "What is the capital of France?"), and the tokens page
+    says SmolLM2 was trained mostly on English with the token counts of this tokenizer."""
+    from conftest import all_text, app_run
+    from core.engine import i18n
+    from core.web import ui
+
+    at = app_run("tokens", lang="zh")
+    assert not at.exception
+    assert at.session_state["prompt"] == ui.DEFAULT_PROMPTS["zh"]
+    zh_t, zh_c = tokens.tokens_per_char(smol.tokenizer, ui.DEFAULT_PROMPTS["zh"])
+    en_t, en_c = tokens.tokens_per_char(smol.tokenizer, ui.ZH_SAME_IN_EN)
+    assert (zh_t, zh_c) == (len(smol.tokenizer(ui.DEFAULT_PROMPTS["zh"])["input_ids"]), 7)
+    infos = [i.value for i in at.info]
+    want = i18n.t("ui.english_note", "zh", zh=ui.DEFAULT_PROMPTS["zh"], zh_t=zh_t, zh_c=zh_c, zh_r=f"{zh_t / zh_c:.2f}",
+                  en=ui.ZH_SAME_IN_EN, en_t=en_t, en_c=en_c, en_r=f"{en_t / en_c:.2f}", x=f"{(zh_t / zh_c) / (en_t / en_c):.1f}")
+    assert want in infos
+    assert zh_t / zh_c > 2 * en_t / en_c  # the lesson point holds: a Chinese character costs many times an English one
+    en = app_run("tokens", lang="en")
+    assert en.session_state["prompt"] == ui.DEFAULT_PROMPT
+    assert "SmolLM2-135M was trained mostly on English" not in all_text(en)
+
+
+def test_zh_default_is_what_the_note_says_it_answers(smol):
+    """The note says SmolLM2 answers the zh default "2 + 3 = 5." (greedy, inside the chat template)."""
+    import torch
+
+    from core.web import ui
+
+    ids = tokens.encode(smol.tokenizer, ui.DEFAULT_PROMPTS["zh"], chat=True).ids
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        out = smol.model.generate(x, max_new_tokens=8, do_sample=False)
+    assert smol.tokenizer.decode(out[0, len(ids):]).startswith("2 + 3 = 5.")
+
+
+def test_chinese_pair_fits_smollm2_and_moves_the_answer(smol):
+    """The Chinese pair SmolLM2's tokenizer takes: same token counts, one-digit answers, and the model's
+    preference flips with the order of the Chinese numerals (the logit difference measured, not typed)."""
+    import torch
+
+    from core.cause import pair
+
+    p = pair.preset("count_zh")
+    assert pair.fits(smol.tokenizer, p)
+    pt = pair.encode_pair(smol.tokenizer, p.clean, p.corrupted)
+    ans = pair.answers(smol.tokenizer, p.answer, p.foil)
+    lds = []
+    for ids in (pt.ids_clean, pt.ids_corrupted):
+        with torch.no_grad():
+            lg = smol.model(torch.tensor([list(ids)])).logits[0, -1].float().numpy()
+        lds.append(pair.logit_diff(lg, ans.answer, ans.foil))
+        assert int(lg.argmax()) == (ans.answer if len(lds) == 1 else ans.foil)  # each prompt's top token is its answer
+    assert lds[0] > 2 and lds[1] < -1
+
+
+def test_chinese_pair_page_and_button_colon(smol):
+    from conftest import app_run
+    from core.cause import pair
+
+    p = pair.preset("count_zh")
+    at = app_run("cause_pair", lang="zh", clean=p.clean, corrupt=p.corrupted, answer="2", foil="5")
+    assert not at.exception and not at.info, [i.value for i in at.info]  # the pair fits: no "does not fit" note
+    label = at.button(key="cpair_use_top").label
+    assert label.startswith("用两个提示各自最可能的下一个 Token：") and ": " not in label and "'" not in label
+    assert "“3” / “1”" in label

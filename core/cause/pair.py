@@ -40,6 +40,11 @@ class Preset:
 
 PRESETS: tuple[Preset, ...] = (
     Preset("eiffel", "The Eiffel Tower is in the city of", "The Colosseum is in the city of", " Paris", " Rome"),
+    # Chinese that SmolLM2's tokenizer can take: both prompts 18 tokens, the answers one digit each. The order of
+    # the Chinese numerals (一，二，三 or 三，二，一) decides whether the digits count up ("3") or down ("1");
+    # SmolLM2 puts each first (logit differences +3.3 and −2.4). Chinese words as answers (巴黎 is 5 byte pieces)
+    # need a model whose vocabulary holds them: the pair after this one, for a Qwen model, say.
+    Preset("count_zh", "中文：一，二，三。数字：1，2，", "中文：三，二，一。数字：3，2，", "3", "1"),
     Preset("eiffel_zh", "埃菲尔铁塔位于", "罗马斗兽场位于", "巴黎", "罗马"),
     # the toy was trained to copy repeated segments: after "kqzmw" it predicts what followed "kqzmw" before
     Preset("induction", "kqzmwpkqzmw", "kqzmwrkqzmw", "p", "r"),

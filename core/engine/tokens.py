@@ -255,6 +255,22 @@ def decoded_text(tokenizer: Any, ids: Sequence[int]) -> str:
     return text
 
 
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds a Chinese (CJK unified) character."""
+    return bool(_CJK.search(text))
+
+
+def tokens_per_char(tokenizer: Any, text: str) -> tuple[int, int]:
+    """(tokens, characters) of ``text`` as plain text, no chat template: what one character costs."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return len(ids), len(text)
+
+
 def visible_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each id as a page shows it when it stands alone (a list of candidates, not a sequence):
     decoded on its own, then made visible."""

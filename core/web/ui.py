@@ -16,18 +16,25 @@ import streamlit as st
 from core.engine import digits, escape, i18n
 from core.engine.hf import hide_paths
 from core.engine.offer import LOCAL_ID, Offer, from_env
-from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template
+from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template, has_cjk, tokens_per_char
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache, guards
 
 PRESETS = (
     "What is the capital of France?",
+    "2加3等于几？",
     "苹果很好吃。苹果发布了新系统。",
     "小明把书交给小红，因为她明天要考试。",
     "成都今天适合跑步吗",
 )
 DEFAULT_PROMPT = PRESETS[0]
+# The first prompt per language. SmolLM2 was trained mostly on English: of the Chinese questions tried
+# (capitals, greetings, colours, translation, arithmetic), it repeats or drifts on most ("法国的首都是哪里？" →
+# "法国的首都是哪里�") and answers arithmetic right, in digits ("2加3等于几？" → "2 + 3 = 5."). ZH_SAME_IN_EN
+# is that question in English, so the page can set the two token counts side by side.
+DEFAULT_PROMPTS = {"en": DEFAULT_PROMPT, "zh": "2加3等于几？"}
+ZH_SAME_IN_EN = "What is 2 plus 3?"
 MAX_PROMPT_CHARS = 20_000  # the prompt box's cap, for a prompt typed or arriving by a link alike
 URL_PROMPT_CHARS = 2_000  # a link carries the whole prompt up to this length, or no prompt at all
 GUARDED = guards.install()  # a crafted NaN / ∞ in a number input never breaks a session (core.web.guards)
@@ -114,14 +121,36 @@ def link_prompt() -> tuple[str, int | None]:
     """The prompt a link carries, capped like the prompt box: (text, its length before the cut or None)."""
     raw = st.query_params.get("prompt")
     if raw is None:
-        return DEFAULT_PROMPT, None
+        return default_prompt(), None
     if len(raw) > MAX_PROMPT_CHARS:
         return raw[:MAX_PROMPT_CHARS], len(raw)
     return raw, None
 
 
+def default_prompt() -> str:
+    """The prompt a session starts on without a link's: a Chinese example in a Chinese UI."""
+    return DEFAULT_PROMPTS.get(lang(), DEFAULT_PROMPT)
+
+
 def prompt() -> str:
     return st.session_state.get("prompt", link_prompt()[0])
+
+
+def english_note(text: str) -> None:
+    """For the embedded SmolLM2 and a prompt with Chinese in it: the model was trained mostly on English,
+    with its numbers — tokens per character of this prompt and of the same question in English,
+    counted now by the tokenizer in use."""
+    if model_id() != EMBEDDED_ID or not text or not has_cjk(text):
+        return
+    loaded = loaded_model()
+    if loaded is None:
+        return
+    zh_t, zh_c = tokens_per_char(loaded.tokenizer, text)
+    en = ZH_SAME_IN_EN if text == DEFAULT_PROMPTS["zh"] else DEFAULT_PROMPT
+    en_t, en_c = tokens_per_char(loaded.tokenizer, en)
+    st.info(t("ui.english_note", zh=escape.md(text[:40] + ("…" if len(text) > 40 else "")), zh_t=zh_t, zh_c=zh_c,
+              zh_r=f"{zh_t / zh_c:.2f}", en=en, en_t=en_t, en_c=en_c, en_r=f"{en_t / en_c:.2f}",
+              x=f"{(zh_t / zh_c) / (en_t / en_c):.1f}"))
 
 
 def default_chat() -> bool:
