@@ -89,19 +89,19 @@ def loss_figure(losses: np.ndarray, p_label: np.ndarray, rank: np.ndarray, piece
     return fig
 
 
-def same_logits_figure(p_parallel: np.ndarray, p_prefix: np.ndarray, pieces: list[str], t: Translate) -> go.Figure:
-    """The best next-token candidates at one position, their probabilities from row t of the parallel pass
-    beside those from a separate pass of the prefix alone: two routes, the same bars."""
+def same_logits_figure(z_parallel: np.ndarray, z_prefix: np.ndarray, pieces: list[str], t: Translate) -> go.Figure:
+    """The best next-token candidates at one position, their logits from row t of the parallel pass beside
+    those from a separate pass of the prefix alone: two routes, the same bars."""
     ranks = list(range(len(pieces)))
     fig = go.Figure()
-    for role, shape, name, p in (("main", "", t("training.fig_same_parallel"), p_parallel),
-                                 ("second", "/", t("training.fig_same_prefix"), p_prefix)):  # told apart by hatching too
+    for role, shape, name, p in (("main", "", t("training.fig_same_parallel"), z_parallel),
+                                 ("second", "/", t("training.fig_same_prefix"), z_prefix)):  # told apart by hatching too
         fig.add_trace(go.Bar(x=[float(v) for v in p], y=ranks, orientation="h", name=name,
                              marker={"color": palette.colour(role), "pattern": {"shape": shape}},
-                             text=[f"{v:.2%}" for v in p], textposition="auto", hovertext=escape.plot_all(pieces),
-                             hovertemplate="%{hovertext}: %{x:.4%}<extra>" + escape.plot(name) + "</extra>"))
+                             text=[f"{v:.3f}" for v in p], textposition="auto", hovertext=escape.plot_all(pieces),
+                             hovertemplate="%{hovertext}: %{x:.6f}<extra>" + escape.plot(name) + "</extra>"))
     fig.update_yaxes(tickvals=ranks, ticktext=rank_labels(pieces), autorange="reversed")
-    fig.update_layout(title=t("training.fig_same_title"), xaxis_title=t("training.fig_same_x"), barmode="group",
-                      xaxis_tickformat=".0%", height=380, margin={"l": 40, "r": 10, "t": 50, "b": 40},
+    fig.update_layout(title=t("training.fig_same_title"), xaxis_title=t("training.fig_same_x"), barmode="group", height=380,
+                      margin={"l": 40, "r": 10, "t": 50, "b": 40},
                       legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"})
     return fig

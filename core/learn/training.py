@@ -153,6 +153,10 @@ class SameLogits:
         """(parallel, prefix) probabilities of the ``top_ids`` candidates."""
         return softmax(self.parallel)[self.top_ids], softmax(self.prefix)[self.top_ids]
 
+    def top_logits(self) -> tuple[np.ndarray, np.ndarray]:
+        """(parallel, prefix) logits of the ``top_ids`` candidates (readable bars even where one takes 99 %)."""
+        return self.parallel[self.top_ids], self.prefix[self.top_ids]
+
 
 def softmax(z: np.ndarray) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
