@@ -171,7 +171,7 @@ def test_the_style_sets_caption_contrast_focus_and_section_size():
     assert palette.INK_SOFT in a11y.CSS and "opacity: 1" in a11y.CSS
     assert re.search(r"focus-visible[^{]*\{[^}]*outline: 3px solid", a11y.CSS)
     assert "stHeadingWithActionElements\"] h2" in a11y.CSS
-    assert "__LANG__" in a11y.SCRIPT and 'role", "list"' in a11y.SCRIPT and 'role", "img"' in a11y.SCRIPT
+    assert "__LANG__" in a11y.SCRIPT and 'role", "list"' in a11y.SCRIPT and 'role", "figure"' in a11y.SCRIPT and "aria-hidden" in a11y.SCRIPT
 
 
 def test_pages_use_h2_sections_not_h3():

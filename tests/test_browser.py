@@ -90,7 +90,7 @@ def test_shared_url_restores_state(browser, server):
     assert h1(page) == i18n.t("page.tour", "zh")
     assert page.locator(".st-key-prompt textarea").input_value() == prompt
     assert page.locator('.st-key-tour_layer input[type="range"]').input_value() == "3"
-    assert i18n.t("tour.blocks.title", "zh") in page.locator('[data-testid="stMain"] h3').first.inner_text()
+    assert i18n.t("tour.blocks.title", "zh") in page.locator('[data-testid="stMain"] h2').first.inner_text()
     qs = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
     assert qs["lang"] == ["zh"] and qs["layer"] == ["3"] and qs["step"] == ["3"] and qs["prompt"] == [prompt]
     # Next moves the stage and the URL with it

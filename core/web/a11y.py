@@ -20,9 +20,10 @@ of the page (a MutationObserver, batched per animation frame):
   inside the ``<ul>`` (invalid list markup, axe's "list" and "listitem"): the outer list becomes
   ``role="none"``, each section ``role="list"`` named by its header, the header ``role="none"``; the
   markup is React's, so only attributes are set, never nodes moved;
-* every figure becomes ``role="img"`` named by its title and one-sentence summary (1.1.1): a screen
-  reader no longer reads its tick numbers one by one, and is told that the values are in the table
-  under it (``presenter.chart``'s "as a table" expander).
+* every figure becomes ``role="figure"`` named by its title and one-sentence summary (1.1.1), its drawing
+  (the SVG layers) ``aria-hidden``: a screen reader no longer reads its tick numbers one by one, is told
+  that the values are in the table under it (``presenter.chart``'s "as a table" expander), and still
+  reaches the toolbar's two buttons (a ``role="img"`` may hold nothing focusable: axe's nested-interactive).
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ SCRIPT = """<script>
       const box = chart.closest('[data-testid="stElementContainer"]');
       const title = box && box.previousElementSibling ? box.previousElementSibling.querySelector('p.xr-figtitle') : null;
       const label = title ? title.dataset.label : null;
-      if (label && chart.getAttribute("aria-label") !== label) { chart.setAttribute("role", "img"); chart.setAttribute("aria-label", label); }
+      if (label && chart.getAttribute("aria-label") !== label) { chart.setAttribute("role", "figure"); chart.setAttribute("aria-label", label); }
+      // the drawing itself (tick numbers one by one) is hidden from a screen reader; the toolbar's buttons stay
+      for (const svg of chart.querySelectorAll('svg.main-svg')) if (svg.getAttribute("aria-hidden") !== "true") svg.setAttribute("aria-hidden", "true");
     }
     // text of the other script gets its own lang: Chinese on an English page, English on a Chinese one
     const other = lang.startsWith("zh") ? "en" : "zh-Hans";
