@@ -10,7 +10,8 @@ What a trace *keeps* is what cannot be recomputed cheaply; what it *derives* is 
   [L+1, T, d] at every block boundary, ``final_hidden``; the norms of what each sub-layer added
   (``attn_out_norm``, ``mlp_out_norm`` [L, T]); ``last_logits`` [V];
 * kept for the real model: ``k`` and ``v`` of every layer up to 1,024 tokens (what its forward already
-  computed: the prompt's KV cache, so a continuation decodes without a second prefill); ``replay``, what each block was called with besides its input (masks as
+  computed: the prompt's KV cache, so a continuation decodes without a second prefill; above that, a
+  continuation has them formed again from ``resid``, each layer's projections only: ``hf_trace.prompt_kv``); ``replay``, what each block was called with besides its input (masks as
   bits, rotary cos/sin, position ids) — a few MB even at 4,096 tokens;
 * derived per layer on demand (``core.backends.layer_detail``): q, k, v, the attention weights and
   the two sub-layer outputs, by re-running that one block on ``resid[l]`` with its recorded
