@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.inside import figures as inside_fig
 from core.inside import heads
+from core.learn import examples
 from core.web import cache, presenter, ui, widgets
 
 
@@ -55,6 +56,53 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
 
 
+def _she_view(tr) -> examples.View | None:
+    """Seed 000's 她 → 小红 read off this trace (every layer's weights), when the prompt is that example."""
+    if tr.prompt != examples.SHE.prompt or tr.chat:
+        return None
+    layers = []
+    for layer in range(tr.n_layers):
+        d = ui.layer_detail(tr, layer)
+        if d is None:
+            return None
+        layers.append(d.weights)
+    return examples.best_view(tr.tokens, layers)
+
+
+def _open_example() -> None:
+    """Button callback: the example's prompt, without the chat template; the sliders follow on the next run."""
+    st.session_state["prompt"] = examples.SHE.prompt
+    st.session_state["chat"] = False
+    st.session_state["_heads_example"] = True
+
+
+def _example_put(tr) -> None:
+    """After the example's button: the layer, head and query sliders moved to its view, before they are drawn."""
+    if not st.session_state.pop("_heads_example", False):
+        return
+    v = _she_view(tr)
+    if v is not None:
+        ui.set_qp(layer=v.layer, head=v.head, pos=v.query_pos)
+        for key, value in (("heads_layer", v.layer), ("heads_head", v.head), ("heads_q", v.query_pos)):
+            widgets.put(key, value)
+
+
+def _example(tr, lang: str) -> None:
+    """Seed 000's example in one click: the button (or a link) opens the single-query view at 她."""
+    st.header(ui.t("heads.example_title"))
+    v = _she_view(tr)
+    if v is None:
+        st.markdown(ui.t("heads.example_intro", prompt=examples.SHE.prompt))
+        st.button(ui.t("heads.example_btn"), key="heads_example_btn", on_click=_open_example)
+        return
+    st.markdown(ui.t("heads.example_text", q=", ".join(map(str, v.query_positions)), pos=v.query_pos, l=v.layer, h=v.head,
+                     t=f"{v.on_target:.0%}", o=f"{v.on_other:.0%}", tp="–".join(map(str, (v.target_positions[0], v.target_positions[-1]))),
+                     op="–".join(map(str, (v.other_positions[0], v.other_positions[-1]))) if v.other_positions else "–"))
+    url = examples.link(v, lang) + ("&present=1" if presenter.is_on() else "")
+    st.markdown(f"[{ui.t('heads.example_link')}]({url})")
+    ui.badge("model")
+
+
 def _atlas(tr, layer: int, head: int, lang: str) -> None:
     st.header(ui.t("heads.atlas_title"))
     st.markdown(ui.t("heads.atlas_intro"))
@@ -78,9 +126,11 @@ def render() -> None:
     if tr is None:
         return
     lang = ui.lang()
+    _example_put(tr)
     layer, head = widgets.layer_head_pickers("heads", tr.n_layers, tr.n_heads)
     hide = _grid(tr, layer, head, lang)
     _query(tr, layer, head, hide, lang)
+    _example(tr, lang)
     _atlas(tr, layer, head, lang)
     ui.download_trace("heads")
 

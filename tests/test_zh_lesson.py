@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 from markdown_it import MarkdownIt
 
 from conftest import _smol_tokenizer
@@ -128,3 +129,43 @@ def test_chinese_pair_page_and_button_colon(smol):
     label = at.button(key="cpair_use_top").label
     assert label.startswith("用两个提示各自最可能的下一个 Token：") and ": " not in label and "'" not in label
     assert "“3” / “1”" in label
+
+
+def test_she_view_read_off_hf_eager_attention(smol):
+    """The prepared view of 她 → 小红 is the head HF's own eager attention says it is (the reference:
+    output_attentions on the model, not the trace), at the last byte token of 她."""
+    from conftest import EagerReference, _smol_folder
+    from core.learn import examples
+
+    ex = examples.SHE
+    ids = smol.tokenizer(ex.prompt, add_special_tokens=False)["input_ids"]
+    pieces = tokens.readable_tokens(smol.tokenizer, ids)
+    assert len(examples.locate(pieces, "她")) == 2  # two byte tokens
+    out = EagerReference(_smol_folder()).run(ids, output_attentions=True)  # HF's own model, eager attention
+    layers = [a[0].float().numpy() for a in out.attentions]
+    v = examples.best_view(pieces, layers)
+    q, ts = v.query_pos, list(v.target_positions)
+    shares = np.array([[w[h, q, ts].sum() for h in range(w.shape[0])] for w in layers])
+    assert (v.layer, v.head) == np.unravel_index(int(np.argmax(shares)), shares.shape)
+    assert abs(v.on_target - shares[v.layer, v.head]) < 1e-3 and v.on_target > 2 * v.on_other
+    assert "".join(tokens.token_labels(pieces)[p][0] for p in v.target_positions[::2]) == "小红"
+
+
+def test_she_button_and_link_open_the_view(smol):
+    from conftest import app_run
+    from core.learn import examples
+
+    at = app_run("heads", lang="zh")
+    assert not at.exception
+    at.button(key="heads_example_btn").click().run()
+    assert not at.exception and at.session_state["prompt"] == examples.SHE.prompt and at.session_state["chat"] is False
+    layer, head, pos = at.slider(key="heads_layer").value, at.slider(key="heads_head").value, at.slider(key="heads_q").value
+    link = next(m.value for m in at.markdown if "🔗" in m.value)
+    assert f"layer={layer}&head={head}&pos={pos}" in link and "chat=0" in link
+    assert (at.query_params["layer"], at.query_params["head"], at.query_params["pos"]) == ([str(layer)], [str(head)], [str(pos)]) \
+        or (at.query_params["layer"], at.query_params["head"], at.query_params["pos"]) == (str(layer), str(head), str(pos))
+    # the link, opened in a fresh session, lands on the same view in one step
+    fresh = app_run("heads", lang="zh", prompt=examples.SHE.prompt, chat="0", layer=str(layer), head=str(head), pos=str(pos))
+    assert not fresh.exception
+    assert (fresh.slider(key="heads_layer").value, fresh.slider(key="heads_head").value, fresh.slider(key="heads_q").value) == (layer, head, pos)
+    assert any("🔗" in m.value for m in fresh.markdown)
