@@ -19,9 +19,12 @@ def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
     """The calculator's inputs: the current model (first), a preset or a pasted config.json, bytes/value, tokens, requests."""
     current = ui.t("kv_cache.current", name=facts.name)
     presets = {current: kvcalc.current_shape(facts), **{p.name: p for p in kvcalc.load_presets()}}
+    shown = kvcalc.preset_text(ui.lang())  # a preset's name and source in the page's language
     c = st.columns(4)
-    name = c[0].selectbox(ui.t("kv_cache.model"), [*presets, ui.t("kv_cache.paste")], key=f"{P}_preset")
-    bpv = kvcalc.BYTES_PER_VALUE[c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=1, key=f"{P}_bpv")]
+    name = c[0].selectbox(ui.t("kv_cache.model"), [*presets, ui.t("kv_cache.paste")], key=f"{P}_preset",
+                          format_func=lambda n: shown.get(n, (n,))[0], placeholder=ui.t("ui.choose"))
+    bpv = kvcalc.BYTES_PER_VALUE[c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=1, key=f"{P}_bpv",
+                                                placeholder=ui.t("ui.choose"))]
     tokens = int(c[2].number_input(ui.t("kv_cache.tokens"), 1, 10_000_000, 4096, key=f"{P}_tokens"))
     reqs = int(c[3].number_input(ui.t("kv_cache.requests"), 1, 100_000, 1, key=f"{P}_reqs"))
     if name == current:
@@ -29,7 +32,7 @@ def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
         st.caption(ui.t("kv_cache.current_source", L=g.n_layers, H=g.n_heads, Hkv=g.n_kv_heads, dh=g.dh))
         return g, bpv, tokens, reqs
     if name in presets:
-        st.caption(ui.t("kv_cache.source", src=presets[name].source))
+        st.caption(ui.t("kv_cache.source", src=shown.get(name, (name, presets[name].source))[1]))
         return presets[name], bpv, tokens, reqs
     text = st.text_area(ui.t("kv_cache.paste_here"), '{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}', key=f"{P}_cfg")
     try:
@@ -109,6 +112,9 @@ def _calculator(facts: ModelFacts) -> None:
 
 
 def _measure_costs() -> None:
+    """Button callback: measure the costs afresh, unless this session's measurement still runs."""
+    if measure.busy():
+        return
     st.session_state[f"{P}_costs_run"] = st.session_state.get(f"{P}_costs_run", 0) + 1
 
 
@@ -116,8 +122,9 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
     """Section 3: the three request shapes, simulated from the per-token costs measured here."""
     st.header(ui.t("kv_cache.s3"))
     run = st.session_state.get(f"{P}_costs_run", 0)
-    with st.spinner(ui.t("kv_cache.measuring")):
-        m = cache.measured_costs(spec, run)
+    m = measure.show(cache.measured_costs(spec, run), label=lambda *_: ui.t("kv_cache.measuring"))  # in a server thread
+    if m is None:  # refused (one in flight, or the server's cap): the notice says when to try again
+        return
     costs = kvcalc.Costs.of_model(facts, m.prefill_per_token, m.tpot or 0.0)
     st.markdown(report.costs_text(m, costs, facts.name, ui.lang()))
     if m.busy:

@@ -113,6 +113,26 @@ def test_the_press_callbacks_ignore_a_press_while_a_measurement_runs(monkeypatch
     assert at.session_state["kv_cache_cmp"][5] == 1 and not at.exception
 
 
+def test_the_kv_costs_button_ignores_a_press_while_a_measurement_runs():
+    """The KV page's "Measure the costs again" is a measurement like the others (issue 29 item 5): a press
+    while this session's measurement runs starts no new one; once it is done, a press measures afresh."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["model"] = "toy"
+    at.switch_page("pages/kv_cache.py")
+    at.run()
+    assert not at.exception
+    at.session_state[jobs.MINE] = jobs.Job(("held",))  # a measurement of this session, still running
+    at.button(key="kv_cache_costs_again").click().run()
+    assert "kv_cache_costs_run" not in at.session_state or at.session_state["kv_cache_costs_run"] == 0
+    at.session_state[jobs.MINE] = None
+    at.button(key="kv_cache_costs_again").click().run()
+    assert at.session_state["kv_cache_costs_run"] == 1 and not at.exception
+
+
 def test_the_server_cap_refuses_the_next_fresh_measurement_within_a_minute():
     now = [1000.0]
     lim = jobs.Limiter(3, 60.0, clock=lambda: now[0])

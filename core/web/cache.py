@@ -131,13 +131,13 @@ def _room(loaded: LoadedModel, n: int) -> int:
     return max(1, backends.context_room(loaded) - n)
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def measured_costs(spec: str, run: int = 0) -> generate.TpotMeasure:
+def measured_costs(spec: str, run: int = 0) -> jobs.Job | jobs.Refused:
     """Prefill and decode costs per token on this model, here (``generate.measure_costs``: the one TPOT
-    method). ``run``: a new number measures again."""
+    method). A measurement (see ``measurement``: one in flight per session, fresh ones capped per server):
+    the job, whose value is a ``generate.TpotMeasure``, or a refusal. ``run``: a new number measures again."""
     loaded = get_model(spec)
     n_prefill = min(128, max(8, int(loaded.facts.max_positions or 128) - 16))
-    return generate.measure_costs(loaded, n_prefill=n_prefill)
+    return measurement(("measured_costs", spec, run), lambda job: generate.measure_costs(loaded, n_prefill=n_prefill))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
