@@ -47,7 +47,7 @@ def model_box() -> None:
     labels = {EMBEDDED_ID: ui.t("sb.model_embedded"), TOY_ID: ui.t("sb.model_toy"), LOCAL_ID: ui.t("sb.model_local")}
     current = ui.model_id()
     pick = st.selectbox(ui.t("sb.model"), options, index=options.index(current) if current in options else 0,
-                        format_func=lambda o: labels.get(o, o), key="model_pick")
+                        format_func=lambda o: labels.get(o, o), key="model_pick", placeholder=ui.t("ui.choose"))
     wanted: tuple[str, str] | None = (pick, offer.models[pick]) if pick in offer.models else None
     if pick == LOCAL_ID:
         typed = st.text_input(ui.t("sb.model_path"), value=ui.model_spec() if current == LOCAL_ID else "", key="model_path",
@@ -73,7 +73,7 @@ def prompt_box() -> None:
     whole prompt or, past URL_PROMPT_CHARS, none (a caption says so), never a silently cut one."""
     longs = [f"long:{k}" for k in long_docs.KEYS]
     preset = st.selectbox(ui.t("sb.presets"), ["—", *ui.PRESETS, *longs], key="preset_pick",
-                          format_func=lambda p: ui.t(f"sb.long_{p[5:]}") if p in longs else p)
+                          format_func=lambda p: ui.t(f"sb.long_{p[5:]}") if p in longs else p, placeholder=ui.t("ui.choose"))
     if preset != "—" and st.session_state.get("_last_preset") != preset:
         st.session_state["_last_preset"] = preset
         st.session_state["prompt"] = long_docs.load(preset[5:]).text if preset in longs else preset

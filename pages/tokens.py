@@ -66,9 +66,10 @@ def _pca(spec: str, lang: str) -> None:
 def _rag(spec: str, lang: str) -> None:
     st.header(ui.t("tokens.cmp_title"))
     st.table(embeddings.compare_table(lang), hide_index=True)  # sentences in cells: wrapped, never cut
-    vecs = [cache.sentence_vector(spec, s) for s in embeddings.RAG_SENTENCES]
+    sentences = embeddings.rag_sentences(lang)  # in the page's language
+    vecs = [cache.sentence_vector(spec, s) for s in sentences]
     st.markdown(ui.t("tokens.rag_demo"))
-    st.table(embeddings.similarity_table(embeddings.RAG_SENTENCES, vecs).style.format("{:.3f}"))
+    st.table(embeddings.similarity_table(sentences, vecs).style.format("{:.3f}"))
     st.caption(ui.t("tokens.rag_caveat"))
     ui.badge("model", ui.t("tokens.rag_badge"))
 

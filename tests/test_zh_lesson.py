@@ -169,3 +169,31 @@ def test_she_button_and_link_open_the_view(smol):
     assert not fresh.exception
     assert (fresh.slider(key="heads_layer").value, fresh.slider(key="heads_head").value, fresh.slider(key="heads_q").value) == (layer, head, pos)
     assert any("🔗" in m.value for m in fresh.markdown)
+
+
+def test_zh_kv_page_names_the_tutorial_preset_in_chinese(smol):
+    from conftest import all_text, app_run
+    from core.gen import kvcalc
+
+    at = app_run("kv_cache", lang="zh")
+    assert not at.exception
+    box = at.selectbox(key="kv_cache_preset")
+    assert "教程示例：28 个 Q 头 / 4 个 KV 头" in box.options and not any("Tutorial example" in o for o in box.options)
+    assert box.proto.placeholder == "请选择" and at.selectbox(key="kv_cache_bpv").proto.placeholder == "请选择"
+    box.set_value("Tutorial example: 28 Q / 4 KV heads").run()
+    assert not at.exception and "教程中的 GQA 示例" in all_text(at) and "the tutorials' GQA example" not in all_text(at)
+    assert kvcalc.preset_text("en")["Tutorial example: 28 Q / 4 KV heads"][0] == "Tutorial example: 28 Q / 4 KV heads"
+
+
+def test_zh_tokens_page_rag_sentences_and_wording():
+    from conftest import app_run
+    from core.engine import i18n
+    from core.inside import embeddings
+
+    at = app_run("tokens", lang="zh")
+    assert not at.exception
+    table = at.table[-1].value
+    assert list(table.index) == list(embeddings.RAG_SENTENCES_ZH) or list(table.columns) == list(embeddings.RAG_SENTENCES_ZH)
+    assert i18n.t("nav.start", "zh") != "从这里开始" and "质量" not in i18n.t("heads.metric_first_token", "zh")
+    costs = i18n.t("kv_cache.costs", "zh", pre="1", dec="1", n=1, kv=1, model="m", page=i18n.t("page.generation", "zh"))
+    assert "“Prefill 与 Decode 单步执行”页" in costs and "生成步进页" not in costs

@@ -84,6 +84,13 @@ def load_presets(path: Path | None = None) -> list[HeadGeometry]:
     return [replace(from_config(p, name=p["name"]), source=p.get("source", "")) for p in data["presets"]]
 
 
+def preset_text(lang: str, path: Path | None = None) -> dict[str, tuple[str, str]]:
+    """Each preset's name as the page shows it in ``lang`` and its source sentence: ``name_<lang>`` /
+    ``source_<lang>`` where the file gives one, else the name and source as written."""
+    data = json.loads((path or PRESETS_PATH).read_text(encoding="utf-8"))
+    return {p["name"]: (p.get(f"name_{lang}", p["name"]), p.get(f"source_{lang}", p.get("source", ""))) for p in data["presets"]}
+
+
 # ---------------------------------------------------------------------------------------------
 # The tutorials' three request shapes
 

@@ -156,7 +156,7 @@ def costs_text(m: TpotMeasure, costs: Costs, model: str, lang: str) -> str:
     and the KV bytes per token."""
     dec = timing_phrase(m.decode, lang) if m.decode is not None else "—"
     return t("kv_cache.costs", lang, pre=timing_phrase(m.prefill, lang, per=m.n_prompt), dec=dec, n=m.n_prompt,
-             kv=costs.kv_bytes_per_token, model=model)
+             kv=costs.kv_bytes_per_token, model=model, page=t("page.generation", lang))
 
 
 def workload_names(rows: Sequence[dict[str, Any]], lang: str) -> list[str]:

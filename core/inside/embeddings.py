@@ -21,6 +21,12 @@ from core.engine.types import LoadedModel
 
 # The token-vs-sentence (RAG) demo: two paraphrases and an unrelated sentence.
 RAG_SENTENCES = ("The cat sat on the mat.", "A kitten was resting on the rug.", "Stock prices fell sharply today.")
+RAG_SENTENCES_ZH = ("猫坐在垫子上。", "一只小猫在地毯上休息。", "今天股价大幅下跌。")  # the same three, for a Chinese page
+
+
+def rag_sentences(lang: str) -> tuple[str, ...]:
+    """The three sentences of the granularity demo in the page's language (two alike, one not)."""
+    return RAG_SENTENCES_ZH if lang == "zh" else RAG_SENTENCES
 COMPARE_ROWS = ("id", "emb", "pos", "hidden", "rag")  # the rows of the "which vector is which" table
 COMPARE_COLS = ("what", "unit", "role", "not")
 
