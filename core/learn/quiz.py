@@ -41,7 +41,7 @@ QUESTIONS: tuple[Question, ...] = (
     Question("temperature", 3, 0, "logits", "sampling"),
     Question("sees_prompt", 3, 1, "masks", "decoder_only"),
     Question("just_attention", 3, 2, "anatomy", "transformer"),
-    Question("training_serial", 3, 0, "masks", "transformer"),
+    Question("training_serial", 3, 0, "training", "training"),
     Question("positions", 3, 1, "positions", "positions"),
     Question("more_layers", 3, 2, "anatomy", "model"),
     Question("flash", 3, 0, "attention_lab", "flash_attention"),
