@@ -49,7 +49,8 @@ def _cost_tab(lang: str) -> None:
     spec = ui.model_spec()
     with st.spinner(ui.t("attention_lab.timing_measuring")):  # medians of repeated, interleaved runs (core.maths.attention)
         timing = cache.attention_timing(spec)  # once per server process, shared by every session, until "Measure again"
-    presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"]), width="stretch")
+    presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"], np.asarray(A.COST_LENGTHS)),
+                    width="stretch")  # the formula over the table's lengths; the clock up to 8K (the text's 4K → 8K)
     ui.badge("measured", ui.t("attention_lab.timing_detail", reps=timing["reps"]))
     if timing["n_busy"]:  # a wide spread: the median is only a rough guide
         st.warning(ui.t("attention_lab.timing_busy", n=timing["n_busy"], pct=round(BUSY_SPREAD * 100)))

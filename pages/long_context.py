@@ -16,7 +16,7 @@ def _span(loaded, tr) -> tuple[int, int]:
     T = tr.n_tokens
     doc = long_docs.which(tr.prompt)
     found = long_docs.span_of(loaded.tokenizer, tr.text, tr.token_ids.tolist(), long_docs.load(doc).fact) if doc else None
-    a0, b0 = found or (0, min(T - 1, 9))
+    a0, b0 = found or longctx.default_span(T)  # from position 1: a span with the sink in it ranks the sink
     a, b = st.slider(ui.t("longctx.span"), 0, T - 1, (a0, b0), key=f"longctx_span_{doc or 'free'}_{T}")
     if found:
         st.caption(ui.t("longctx.fact_is", a=found[0], b=found[1], fact=widgets.md(long_docs.load(doc).fact)))

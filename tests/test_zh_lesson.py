@@ -197,3 +197,55 @@ def test_zh_tokens_page_rag_sentences_and_wording():
     assert i18n.t("nav.start", "zh") != "从这里开始" and "质量" not in i18n.t("heads.metric_first_token", "zh")
     costs = i18n.t("kv_cache.costs", "zh", pre="1", dec="1", n=1, kv=1, model="m", page=i18n.t("page.generation", "zh"))
     assert "“Prefill 与 Decode 单步执行”页" in costs and "生成步进页" not in costs
+
+
+def test_cost_tab_charts_reach_the_texts_4k_to_8k(monkeypatch):
+    """The cost tab's text and table go 4K → 8K; its formula panel spans the table's lengths and the
+    measured panel reaches 8K (the timer faked here: this test is about the axes)."""
+    import json
+
+    from conftest import app_run, plotly_array
+    from core.maths import attention as A
+    from core.web import cache
+
+    seen = []
+
+    def fake(lengths):
+        seen.append(tuple(lengths))
+        n = np.asarray(lengths, dtype=float)
+        ms = n**2 / 1e6
+        return {"n": n, "ms": ms, "q1": ms, "q3": ms, "min": ms, "max": ms, "elements": n**2, "reps": 1, "timings": [],
+                "busy": False, "n_busy": 0}
+
+    monkeypatch.setattr(A, "time_attention", fake)
+    cache.attention_timing.clear()
+    try:
+        at = app_run("attention_lab")
+        assert not at.exception
+        fig = next(f for f in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                   if f["layout"].get("yaxis2", {}).get("title", {}).get("text") == "ms")
+        formula_n, measured_n = (list(plotly_array(fig["data"][i]["x"])) for i in (0, 1))
+        assert formula_n == list(A.COST_LENGTHS) and {4096, 8192} <= set(formula_n)
+        assert max(measured_n) == 8192 and 4096 in measured_n and seen == [cache.TIMING_LENGTHS]
+    finally:
+        cache.attention_timing.clear()
+
+
+def test_long_context_free_span_leaves_out_the_sink(smol):
+    """A free prompt's default span starts at 1; the ranking with position 0 in it reports the sink."""
+    from conftest import app_run
+    from core import backends
+    from core.inside import longctx
+
+    assert longctx.default_span(32) == (1, 10) and longctx.default_span(5) == (1, 4) and longctx.default_span(1) == (0, 0)
+    at = app_run("long_context")
+    assert not at.exception
+    span = next(s for s in at.slider if str(s.key).startswith("longctx_span"))
+    lo, _hi = span.value
+    assert lo == 1
+    tr = backends.trace(smol, at.session_state["prompt"], chat=bool(at.session_state["chat"]))
+    with_sink, without = longctx.span_mass(tr.last_attn, 0, 9), longctx.span_mass(tr.last_attn, *span.value)
+    sink = longctx.span_mass(tr.last_attn, 0, 0)
+    top = np.unravel_index(int(with_sink.argmax()), with_sink.shape)
+    assert sink[top] > 0.5 * with_sink[top]  # the old default's top head: most of its span's weight is the sink's
+    assert without.shape == with_sink.shape

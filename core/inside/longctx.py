@@ -27,6 +27,15 @@ def reader_map(last_attn: np.ndarray, cells: int = KEY_CELLS) -> tuple[np.ndarra
     return pooled_keys(np.asarray(last_attn, dtype=np.float64).mean(axis=1), cells)
 
 
+def default_span(n_tokens: int, width: int = 10) -> tuple[int, int]:
+    """The key span a free prompt starts on: ``width`` keys from position 1. Position 0 is the attention
+    sink (most heads park most of their weight there), so a span that includes it would rank the heads by
+    the sink, not by what they read."""
+    if n_tokens <= 1:
+        return 0, 0
+    return 1, min(n_tokens - 1, width)
+
+
 def span_mass(last_attn: np.ndarray, a: int, b: int) -> np.ndarray:
     """[L, H] how much of each head's attention, from the last position, lands on keys a … b."""
     a, b = max(0, int(a)), min(int(b), last_attn.shape[-1] - 1)

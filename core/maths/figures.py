@@ -322,11 +322,13 @@ def rope_offset_figure(table: np.ndarray, offsets: Sequence[int], shifts: Sequen
 
 
 def complexity_figure(n: np.ndarray, ms: np.ndarray, lang: str, q1: np.ndarray | None = None,
-                      q3: np.ndarray | None = None) -> go.Figure:
-    """Score-matrix entries n² (formula) beside the measured attention time, both against n: the
-    median of the timed runs, with their interquartile range (``q1`` … ``q3``) as error bars."""
+                      q3: np.ndarray | None = None, n_formula: np.ndarray | None = None) -> go.Figure:
+    """Score-matrix entries n² (formula, at ``n_formula``: the table's lengths; ``n`` without it) beside the
+    measured attention time against n: the median of the timed runs, with their interquartile range
+    (``q1`` … ``q3``) as error bars."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("attention_lab.fig_elems", lang), _t("attention_lab.fig_time", lang)))
-    fig.add_trace(go.Scatter(x=n, y=n.astype(float) ** 2, mode="markers+lines", name="n²"), 1, 1)
+    nf = np.asarray(n if n_formula is None else n_formula, dtype=float)
+    fig.add_trace(go.Scatter(x=nf, y=nf ** 2, mode="markers+lines", name="n²"), 1, 1)
     ms = np.asarray(ms, dtype=float)
     spread = None
     if q1 is not None and q3 is not None:  # asymmetric bars: a median need not sit mid-way in its spread
@@ -334,10 +336,10 @@ def complexity_figure(n: np.ndarray, ms: np.ndarray, lang: str, q1: np.ndarray |
                       thickness=1.5, width=6)
     fig.add_trace(go.Scatter(x=n, y=ms, mode="markers+lines", name=_t("attention_lab.fig_ms", lang), error_y=spread,
                              hovertemplate="n = %{x}<br>%{y:.3g} ms<extra></extra>"), 1, 2)
-    nv, nt = _log_ticks(n)
-    n2 = n.astype(float) ** 2
+    n2 = nf ** 2
     times = np.concatenate([ms, *(np.asarray(a, dtype=float) for a in (q1, q3) if a is not None)])  # the ticks cover the bars too
-    for c, ys in ((1, n2), (2, times)):
+    for c, ys, xs in ((1, n2, nf), (2, times, np.asarray(n, dtype=float))):
+        nv, nt = _log_ticks(xs)
         fig.update_xaxes(type="log", title=_t("attention_lab.fig_n", lang), tickmode="array", tickvals=nv, ticktext=nt, row=1, col=c)
         yv, yt = _decades(float(np.min(ys[ys > 0])) if np.any(ys > 0) else 1.0, float(np.max(ys)) if len(ys) else 10.0)
         fig.update_yaxes(type="log", tickmode="array", tickvals=yv, ticktext=yt, row=1, col=c)
