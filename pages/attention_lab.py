@@ -59,6 +59,20 @@ def _cost_tab(lang: str) -> None:
     when.caption(ui.t("attention_lab.timing_when", when=f"{timing['measured_at']:%Y-%m-%d %H:%M:%S}", button=label))
     # the callback drops the shared measurement before the rerun, which measures anew under the spinner above
     again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(spec,))
+    _implementations()
+
+
+def _implementations() -> None:
+    """SDPA, eager and a tiled online softmax (FlashAttention's idea) on the same inputs: one answer."""
+    st.header(ui.t("attention_lab.impl_title"))
+    c = A.compare_implementations()
+    st.markdown(ui.t("attention_lab.impl_intro", n=c["n"], h=c["heads"], dh=c["head_dim"], b=c["block"]))
+    rows = [{ui.t("attention_lab.impl_col_name"): ui.t(f"attention_lab.impl_{k}"),
+             ui.t("attention_lab.impl_col_err"): f"{c['max_err'][k]:.2e}",
+             ui.t("attention_lab.impl_col_ratio"): f"{c['max_err'][k] / c['float32_error']:.2f}×"} for k in A.IMPLEMENTATIONS]
+    st.table(rows, hide_index=True)
+    st.markdown(ui.t("attention_lab.impl_verdict", err=f"{max(c['max_err'].values()):.1e}", largest=f"{c['largest']:.2f}"))
+    ui.badge("measured", ui.t("attention_lab.impl_badge"))
 
 
 def _real_example() -> Example | None:

@@ -249,3 +249,42 @@ def test_long_context_free_span_leaves_out_the_sink(smol):
     top = np.unravel_index(int(with_sink.argmax()), with_sink.shape)
     assert sink[top] > 0.5 * with_sink[top]  # the old default's top head: most of its span's weight is the sink's
     assert without.shape == with_sink.shape
+
+
+def test_three_attention_implementations_agree_within_float32():
+    """Seed 000's misconception 10: SDPA, eager and a tiled online softmax (FlashAttention's idea) give the
+    exact (float64) answer as accurately as float32's own eager route does (floats.assert_as_accurate)."""
+    import floats
+
+    from core.maths import attention as A
+
+    for n, block in ((512, 64), (200, 48)):  # a last block shorter than the others too
+        c = A.compare_implementations(n=n, block=block)
+        out, exact = c["outputs"], c["exact"]
+        for name in A.IMPLEMENTATIONS:
+            floats.assert_as_accurate(out[name], out["eager"], exact, f"{name} attention, n={n}")
+            assert c["max_err"][name] == float(np.abs(out[name].astype(np.float64) - exact).max())
+        assert not np.array_equal(out["tiled"], out["eager"])  # a different route, not the same sums
+
+
+def test_cost_tab_shows_the_comparison_in_both_languages(monkeypatch):
+    from conftest import app_run
+    from core.engine import i18n
+    from core.maths import attention as A
+    from core.web import cache
+
+    def fake(lengths):
+        n = np.asarray(lengths, dtype=float)
+        return {"n": n, "ms": n, "q1": n, "q3": n, "min": n, "max": n, "elements": n**2, "reps": 1, "timings": [], "busy": False, "n_busy": 0}
+
+    monkeypatch.setattr(A, "time_attention", fake)
+    cache.attention_timing.clear()
+    try:
+        for lang in ("en", "zh"):
+            at = app_run("attention_lab", lang=lang)
+            assert not at.exception
+            table = next(t.value for t in at.table if i18n.t("attention_lab.impl_col_name", lang) in list(t.value.columns))
+            assert len(table) == 3 and i18n.t("attention_lab.impl_tiled", lang) in list(table.iloc[:, 0])
+            assert i18n.t("attention_lab.impl_title", lang) in [h.value for h in at.header]
+    finally:
+        cache.attention_timing.clear()

@@ -489,3 +489,58 @@ def recombine_layer(loaded: LoadedModel, d: LayerDetail) -> dict[str, np.ndarray
         parts["out"] = parts["out"] + o.bias.detach().float().numpy()
     parts["max_diff"] = np.array(max_abs_diff(parts["out"], d.attn_out))
     return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# three implementations, one answer (seed 000's misconception 10: "FlashAttention changes the model's meaning")
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention written out: scores [H, T, T], the mask, softmax, times V. The whole matrix in memory."""
+    T = q.shape[-2]
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [H, T, T]
+    s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v  # [H, T, dh]
+
+
+def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = 64) -> torch.Tensor:
+    """FlashAttention's idea, plainly: the keys in blocks of ``block``, an online softmax per query (a running
+    maximum m, a running sum l of exp(score − m) and a running output o, each rescaled by exp(m_old − m_new)
+    when a block raises the maximum). No T × T matrix exists at any time, only [H, T, block]; the result is
+    the same softmax(q·kᵀ/√dh)·V up to the order of the sums (float rounding)."""
+    H, T, dh = q.shape
+    scale = 1.0 / math.sqrt(dh)
+    m = torch.full((H, T), float("-inf"), dtype=q.dtype)
+    l = torch.zeros((H, T), dtype=q.dtype)
+    o = torch.zeros((H, T, dh), dtype=q.dtype)
+    rows = torch.arange(T)[:, None]
+    for s0 in range(0, T, block):
+        kb, vb = k[:, s0 : s0 + block], v[:, s0 : s0 + block]  # [H, b, dh]
+        s = q @ kb.transpose(-1, -2) * scale  # [H, T, b]
+        s = s.masked_fill(torch.arange(s0, s0 + kb.shape[1])[None, :] > rows, float("-inf"))  # causal, per block
+        m_new = torch.maximum(m, s.max(dim=-1).values)  # key 0 is in the first block: finite from then on
+        p = torch.exp(s - m_new[..., None])  # a masked score gives exp(−∞) = 0
+        fix = torch.exp(m - m_new)  # the old sums were taken against the old maximum
+        l = l * fix + p.sum(dim=-1)
+        o = o * fix[..., None] + p @ vb
+        m = m_new
+    return o / l[..., None]
+
+
+IMPLEMENTATIONS = ("sdpa", "eager", "tiled")
+
+
+def compare_implementations(n: int = 512, n_heads: int = 4, head_dim: int = 64, block: int = 64, seed: int = 0) -> dict[str, Any]:
+    """The same random causal attention in float32 three ways — torch's SDPA, eager (the matrix written out)
+    and ``tiled_attention`` — each measured against the exact answer (the same inputs in float64, eager).
+    Returns per implementation the largest |output − exact|, and ``float32_error``: eager float32's own
+    distance from the exact answer, the yardstick (float32 can do no better than that on these inputs)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n_heads, n, head_dim, generator=gen) for _ in range(3))
+    with torch.inference_mode():
+        exact = eager_attention(q.double(), k.double(), v.double())
+        outs = {"sdpa": F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0],
+                "eager": eager_attention(q, k, v), "tiled": tiled_attention(q, k, v, block)}
+    err = {name: float((outs[name].double() - exact).abs().max()) for name in IMPLEMENTATIONS}
+    return {"n": n, "heads": n_heads, "head_dim": head_dim, "block": block, "max_err": err, "float32_error": err["eager"],
+            "largest": float(exact.abs().max()), "outputs": {k_: o.numpy() for k_, o in outs.items()}, "exact": exact.numpy()}
