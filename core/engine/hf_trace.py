@@ -38,7 +38,8 @@ from core.engine.trace import TOP_K, LayerDetail, NextTokens, Trace
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
 KV_KEEP_MAX = 1024  # a trace keeps its keys and values (``k``, ``v``: exactly the prefill's KV cache) up to this many
-# tokens: 2·L·Hkv·T·dh floats, 47 MB for SmolLM2 at 1,024; the journey's loop then decodes without a second prefill
+# tokens: 2·L·Hkv·T·dh floats, 47 MB for SmolLM2 at 1,024; the journey's loop then decodes without a second prefill.
+# Above it (189 MB more at 4,096, past the trace's 400 MB bound) ``prompt_kv`` forms them again from ``resid``.
 IDENTITY_RTOL = 1e-4  # resid[l+1] − resid[l] − attn_out − mlp_out, relative to the stream's magnitude
 REPLAY_RTOL = 1e-3  # a replayed block (eager) vs the traced one (SDPA): float32 rounding of two kernels
 
@@ -158,6 +159,14 @@ class Capture:
     seen: dict[str, set[int]] = field(default_factory=dict)  # site → layers seen
     once: dict[str, torch.Tensor] = field(default_factory=dict)  # "embeddings" | "final_hidden" → [T, d]
     problem: str | None = None  # the first broken identity, if any
+    # the identity's sample: what attention [0] and the MLP [1] added at ``identity_rows`` positions, per layer
+    sampled: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # [2, L, rows, d]
+
+
+def identity_rows(T: int) -> slice:
+    """The positions the contract's identity is checked on: 16 spread over the sequence (a block that is not
+    "x + attn + mlp" breaks it at every one)."""
+    return slice(None, None, max(1, T // 16))
 
 
 def _first(x: Any) -> Any:
@@ -180,15 +189,17 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
         if i > 0 and "prev_out" in pending and not (x is pending["prev_out"] or torch.equal(x, pending["prev_out"])):
             cap.problem = cap.problem or "something sits between consecutive blocks; the residual stream is not one chain."
         pending.clear()
-        pending["in"] = x
         cap.resid[i].copy_(x[0])
         cap.block_calls[i] = _without_hidden(args, kwargs)
         mark("resid_pre", i)
 
+    rows = identity_rows(cap.resid.shape[1])
+
     def on_sub(site: str, i: int, out: Any) -> None:
         y = _first(out)
-        pending[site] = y
-        (cap.attn_norm if site == "attn_out" else cap.mlp_norm)[i].copy_(torch.linalg.vector_norm(y[0], dim=-1))
+        attn = site == "attn_out"
+        (cap.attn_norm if attn else cap.mlp_norm)[i].copy_(torch.linalg.vector_norm(y[0], dim=-1))
+        cap.sampled[0 if attn else 1, i].copy_(y[0, rows])  # the identity is checked after the pass, all layers at once
         mark(site, i)
 
     def on_block_out(i: int, out: Any) -> None:
@@ -196,17 +207,6 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
         mark("resid_post", i)
         if i == L - 1:
             cap.resid[L].copy_(y[0])
-        if "attn_out" in pending and "mlp_out" in pending and "in" in pending:
-            # the trace contract's identity, per block: out = in + attn_out + mlp_out, checked on 16
-            # positions spread over the sequence (a block that is not "x + attn + mlp" breaks it at every one)
-            rows = slice(None, None, max(1, y.shape[1] // 16))
-            yr = y[:, rows]
-            gap = torch.sub(yr, pending["in"][:, rows]).sub_(pending["attn_out"][:, rows]).sub_(
-                pending["mlp_out"][:, rows]).abs_().max().item()
-            scale = max(1.0, yr.abs().max().item())  # float32 rounding grows with the stream's magnitude
-            if gap > IDENTITY_RTOL * scale and cap.problem is None:
-                cap.problem = (f"the blocks of {model_name} are not pre-norm residual blocks (resid[l+1] − resid[l] − "
-                               f"attn_out − mlp_out reaches {gap:.3g}): e.g. post-norm or extra branch norms.")
         pending.clear()
         pending["prev_out"] = y
 
@@ -249,7 +249,8 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     L, T, d = len(sites.blocks), len(ids), loaded.facts.d_model
     input_ids = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
     last_only = _last_only_possible(loaded.model, sites)
-    cap = Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T))
+    cap = Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T),
+                  sampled=torch.zeros(2, L, len(range(T)[identity_rows(T)]), d))
     extra = {"logits_to_keep": 1} if last_only else {}
     with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=T <= KV_KEEP_MAX) as rec:
         cap.calls = rec.calls
@@ -261,7 +262,25 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
             _HEAD_ALONE[type(loaded.model)] = mine is not None and torch.allclose(mine[0], cap.logits[0, -1], rtol=1e-5, atol=1e-5)
     if last_only and not _HEAD_ALONE[type(loaded.model)]:
         return capture(loaded, ids)  # this class post-processes its logits: trace it with all of them
+    _check_identity(cap, type(loaded.model).__name__)
     return cap
+
+
+def _check_identity(cap: Capture, model_name: str) -> None:
+    """The trace contract's identity, every block at once after the pass: resid[l+1] = resid[l] + attn_out +
+    mlp_out at ``identity_rows`` (resid[l] is what block l was called with, resid[l+1] what it returned:
+    the chain check saw to it). Float32 rounding grows with the stream's magnitude: relative, floor 1."""
+    L = cap.sampled.shape[1]
+    if cap.problem is not None or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out", "resid_pre", "resid_post")):
+        return  # ``check`` refuses it already, with its own reason
+    r = cap.resid[:, identity_rows(cap.resid.shape[1])]  # [L+1, rows, d]
+    gap = (r[1:] - r[:-1] - cap.sampled[0] - cap.sampled[1]).abs_().flatten(1).amax(1)  # [L]
+    scale = r[1:].abs().flatten(1).amax(1).clamp_(min=1.0)
+    bad = (gap > IDENTITY_RTOL * scale).nonzero()
+    if len(bad):
+        worst = float(gap[int(bad[0, 0])])
+        cap.problem = (f"the blocks of {model_name} are not pre-norm residual blocks (resid[l+1] − resid[l] − "
+                       f"attn_out − mlp_out reaches {worst:.3g}): e.g. post-norm or extra branch norms.")
 
 
 HEAD_BAND_BYTES = 2 * 2**20  # one tile of logits, summarised while it is still in the CPU's cache
