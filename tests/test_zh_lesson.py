@@ -288,3 +288,27 @@ def test_cost_tab_shows_the_comparison_in_both_languages(monkeypatch):
             assert i18n.t("attention_lab.impl_title", lang) in [h.value for h in at.header]
     finally:
         cache.attention_timing.clear()
+
+
+def test_degenerate_fit_says_so_first_and_prints_no_split():
+    """issue 25: a busy machine's fit set the linear part to zero and the page said 'the quadratic
+    (attention) part is 100 %'. A degenerate fit is said first, and no split (no parts, no share) is shown."""
+    from test_diagnose import _curve
+
+    from core.engine import i18n
+    from core.gen import diagnose as dg
+    from core.gen import report
+
+    pts = _curve([128, 256, 512, 1024, 2048], a=0.05, b=0.0, c=2.7e-7)  # no per-token part: the fit can only put b = 0
+    fit = dg.fit_points(pts)
+    assert fit.b == 0 and fit.c > 0 and fit.degenerate
+    assert not dg.fit_points(_curve([64, 256, 1024])).degenerate
+    ex = dg.exercise(pts, 8192)
+    for lang in ("en", "zh"):
+        caveat = i18n.t("diagnose.zero_part", lang, part=i18n.t("diagnose.part_linear", lang))
+        text = report.exercise_prefill_text(ex, lang)
+        assert text.startswith(caveat) and f"{ex.quadratic_share:.0f} %" not in text, text
+        fit_text = report.prefill_fit_text(pts, fit, lang)
+        assert fit_text.startswith(caveat)
+        assert f"**{i18n.t('diagnose.part_linear', lang)}" not in fit_text  # fit_text's "**linear part 0 ms**": no split
+        assert f"**{i18n.t('diagnose.part_linear', lang)}" in report.prefill_fit_text(_curve([64, 256, 1024]), dg.fit_points(_curve([64, 256, 1024])), lang)

@@ -129,6 +129,12 @@ class Fit:
         n = np.asarray(n, dtype=np.float64)
         return self.a + self.b * n + self.c * n * n
 
+    @property
+    def degenerate(self) -> bool:
+        """A part set to zero by the ≥ 0 constraint (on two or more points): the measurements could not tell
+        it apart, so a split into parts would report noise (the other part at 100 %)."""
+        return self.n_points >= 2 and (self.b == 0 or self.c == 0)
+
     def parts(self, n: float) -> dict[str, float]:
         """The fixed, linear and quadratic parts at ``n`` tokens (seconds)."""
         return {"fixed": self.a, "linear": self.b * n, "quadratic": self.c * n * n}

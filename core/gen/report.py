@@ -229,9 +229,9 @@ def symptom_card(symptom: str, lang: str) -> str:
 def _zero_parts(fit: dg.Fit, lang: str) -> str:
     """The caveat when the fit set the linear or the quadratic part to zero (noise or too short a range)."""
     zero = [k for k, v in (("linear", fit.b), ("quadratic", fit.c)) if v == 0]
-    if not zero or fit.n_points < 2:
+    if not fit.degenerate:
         return ""
-    return " " + t("diagnose.zero_part", lang, part=t(f"diagnose.part_{zero[0] if len(zero) == 1 else 'both'}", lang))
+    return t("diagnose.zero_part", lang, part=t(f"diagnose.part_{zero[0] if len(zero) == 1 else 'both'}", lang))
 
 
 def prefill_note(points: Sequence[dg.PrefillPoint], lang: str) -> str:
@@ -245,10 +245,14 @@ def prefill_fit_text(points: Sequence[dg.PrefillPoint], fit: dg.Fit, lang: str) 
     last = points[-1]
     top = last.n_tokens
     parts = fit.parts(top)
+    if fit.degenerate:  # said first, and no split: one part at 100 % would be the noise speaking
+        return _zero_parts(fit, lang) + " " + t("diagnose.fit_degenerate", lang, a=timing.ms(fit.a), b=three_significant(fit.b * 1e6),
+                                                c=three_significant(fit.c * 1e9), err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points,
+                                                n=f"{top:,}", tok=timing.ms(last.tokenise.median), pre=timing.ms(last.prefill.median))
     return t("diagnose.fit_text", lang, a=timing.ms(fit.a), b=three_significant(fit.b * 1e6), c=three_significant(fit.c * 1e9),
              n=f"{top:,}", fixed=timing.ms(parts["fixed"]), lin=timing.ms(parts["linear"]), quad=timing.ms(parts["quadratic"]),
              err=f"{fit.max_rel_error * 100:.0f}", k=fit.n_points, tok=timing.ms(last.tokenise.median),
-             pre=timing.ms(last.prefill.median)) + _zero_parts(fit, lang)
+             pre=timing.ms(last.prefill.median))
 
 
 def prefill_table(points: Sequence[dg.PrefillPoint], lang: str) -> pd.DataFrame:
@@ -331,6 +335,11 @@ def exercise_prefill_text(ex: dg.Exercise, lang: str) -> str:
     how far past the data, and the attention part's share; a caveat when the fit found no n² part."""
     lo, hi = ex.small, ex.large
     kind = t("diagnose.kind_extrap" if lo.is_extrapolation else "diagnose.kind_interp", lang)
+    if ex.fit.degenerate:  # the caveat first; the TTFTs as a rough guide, and no attention share
+        first = t("diagnose.no_quad", lang) if ex.fit.c == 0 else _zero_parts(ex.fit, lang)
+        return first + " " + t("diagnose.ex_extrap_plain", lang, t0=f"{dg.EXERCISE_FROM:,}", s0=timing.ms(lo.seconds), kind0=kind,
+                               t1=f"{dg.EXERCISE_TO:,}", s1=timing.ms(hi.seconds), x=f"{ex.ratio:.1f}", top=f"{hi.measured_up_to:,}",
+                               factor=f"{hi.factor:.1f}")
     return (t("diagnose.ex_extrap", lang, t0=f"{dg.EXERCISE_FROM:,}", s0=timing.ms(lo.seconds), kind0=kind, t1=f"{dg.EXERCISE_TO:,}",
               s1=timing.ms(hi.seconds), x=f"{ex.ratio:.1f}", top=f"{hi.measured_up_to:,}", factor=f"{hi.factor:.1f}",
               quad=f"{ex.quadratic_share:.0f}")
