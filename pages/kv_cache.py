@@ -23,8 +23,8 @@ def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
     c = st.columns(4)
     name = c[0].selectbox(ui.t("kv_cache.model"), [*presets, ui.t("kv_cache.paste")], key=f"{P}_preset",
                           format_func=lambda n: shown.get(n, (n,))[0], placeholder=ui.t("ui.choose"))
-    bpv = kvcalc.BYTES_PER_VALUE[c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=1, key=f"{P}_bpv",
-                                                placeholder=ui.t("ui.choose"))]
+    bpv = kvcalc.BYTES_PER_VALUE[c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=0, key=f"{P}_bpv",
+                                                placeholder=ui.t("ui.choose"), help=ui.t("kv.default_note"))]  # float32: one default
     tokens = int(c[2].number_input(ui.t("kv_cache.tokens"), 1, 10_000_000, 4096, key=f"{P}_tokens"))
     reqs = int(c[3].number_input(ui.t("kv_cache.requests"), 1, 100_000, 1, key=f"{P}_reqs"))
     if name == current:

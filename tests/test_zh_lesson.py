@@ -312,3 +312,19 @@ def test_degenerate_fit_says_so_first_and_prints_no_split():
         assert fit_text.startswith(caveat)
         assert f"**{i18n.t('diagnose.part_linear', lang)}" not in fit_text  # fit_text's "**linear part 0 ms**": no split
         assert f"**{i18n.t('diagnose.part_linear', lang)}" in report.prefill_fit_text(_curve([64, 256, 1024]), dg.fit_points(_curve([64, 256, 1024])), lang)
+
+
+def test_one_kv_default_float32_on_every_page(smol):
+    """issue 25: the tour said 46,080 B per token (float32), multi-head 23,040 (fp16), the KV page 90 MiB at
+    fp16. One default now: float32, the bytes the app's own cache holds."""
+    from conftest import app_run
+    from core.engine import i18n
+
+    f = smol.facts
+    per_token = 2 * f.n_layers * f.n_kv_heads * f.head_dim * 4
+    assert f"{per_token:,} B" in i18n.t("kv.default_note", "en") and f"{per_token:,} 字节" in i18n.t("kv.default_note", "zh")
+    kv = app_run("kv_cache")
+    assert kv.selectbox(key="kv_cache_bpv").value == "fp32"
+    assert any(c.value == f"{per_token * 4096:,} B" for c in kv.caption)  # 4,096 tokens × 46,080 B
+    mh = app_run("multihead")
+    assert not mh.exception and mh.selectbox(key="multihead_bpv").value == 4

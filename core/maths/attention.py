@@ -32,7 +32,7 @@ from core.engine.types import VALUE_WIDTHS, HeadGeometry, LoadedModel
 STEP_NAMES = ("scores", "scaled", "masked", "weights", "output")
 SCALE_D_VALUES = tuple(2**i for i in range(11))  # the d_k slider of "why we scale": 1 … 1024
 COST_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)  # the n² table's context lengths
-BYTE_WIDTHS = (2, 4, 1)  # bytes per cached value the multi-head page offers, serving's fp16/bf16 first
+BYTE_WIDTHS = (4, 2, 1)  # bytes per cached value the multi-head page offers: float32 first, the lesson's one default (kv.default_note)
 
 
 # ---------------------------------------------------------------------------------------------
