@@ -10,9 +10,13 @@ from core.inside import figures as inside_fig
 from core.web import presenter, ui, widgets
 
 
-def _pick(col, label: str, tr, default: int, key: str) -> int:
-    return col.selectbox(label, range(tr.n_tokens), index=min(default, tr.n_tokens - 1),
-                         format_func=lambda i: embeddings.pick_label(tr.tokens, tr.token_ids, i), key=key)
+def _pick(col, label: str, tr, default: int, key: str, param: str) -> int:
+    """A position picker whose choice a link carries (``?param=``), clamped to the prompt."""
+    first = ui.qp_int(param, min(default, tr.n_tokens - 1), 0, tr.n_tokens - 1)
+    i = col.selectbox(label, range(tr.n_tokens), index=first,
+                      format_func=lambda i: embeddings.pick_label(tr.tokens, tr.token_ids, i), key=key)
+    ui.set_qp(**{param: i})
+    return int(i)
 
 
 def _notes(c: embeddings.ContextComparison, pos: int) -> None:
@@ -55,7 +59,8 @@ def render() -> None:
     loaded = ui.loaded_model()
     if loaded is None:
         return
-    preset = st.selectbox(ui.t("context.preset"), list(embeddings.CONTEXT_PAIRS), format_func=ui.fmt("context.preset_{}"), key="context_preset")
+    preset = widgets.selectbox_url(ui.t("context.preset"), list(embeddings.CONTEXT_PAIRS), next(iter(embeddings.CONTEXT_PAIRS)),
+                                   format_func=ui.fmt("context.preset_{}"), key="context_preset", param="pair")  # a link keeps the pair
     a0, b0, word = embeddings.CONTEXT_PAIRS[preset]
     c1, c2 = st.columns(2)
     pa = c1.text_input(ui.t("context.prompt_a"), a0, key=f"context_a_{preset}", max_chars=2000)
@@ -65,8 +70,12 @@ def render() -> None:
     if ta is None or tb is None:
         return
     da, db = embeddings.default_positions(ta.token_ids, tb.token_ids, embeddings.word_ids(loaded.tokenizer, word))
-    ia = _pick(c1, ui.t("context.pos_a"), ta, da, f"context_pa_{preset}_{abs(hash(pa))}")
-    ib = _pick(c2, ui.t("context.pos_b"), tb, db, f"context_pb_{preset}_{abs(hash(pb))}")
+    if st.session_state.get("_context_shown", (preset, pa, pb)) != (preset, pa, pb):  # another pair: the link's positions were the old one's
+        for k in ("pa", "pb"):
+            st.query_params.pop(k, None)
+    st.session_state["_context_shown"] = (preset, pa, pb)
+    ia = _pick(c1, ui.t("context.pos_a"), ta, da, f"context_pa_{preset}_{abs(hash(pa))}", "pa")
+    ib = _pick(c2, ui.t("context.pos_b"), tb, db, f"context_pb_{preset}_{abs(hash(pb))}", "pb")
     if not embeddings.comparable(ta.resid, tb.resid):
         st.error(ui.t("context.mismatch"))
         return

@@ -328,3 +328,20 @@ def test_one_kv_default_float32_on_every_page(smol):
     assert any(c.value == f"{per_token * 4096:,} B" for c in kv.caption)  # 4,096 tokens × 46,080 B
     mh = app_run("multihead")
     assert not mh.exception and mh.selectbox(key="multihead_bpv").value == 4
+
+
+def test_context_link_keeps_the_pair_and_positions(smol):
+    """issue 25: a shared link lost the context page's chosen pair and positions."""
+    from conftest import app_run
+
+    at = app_run("context", lang="zh")
+    assert not at.exception
+    at.selectbox(key="context_preset").set_value("zh_ctx").run()
+    assert not at.exception and at.query_params["pair"] in ("zh_ctx", ["zh_ctx"])
+    pick = next(s for s in at.selectbox if str(s.key).startswith("context_pa_zh_ctx"))
+    pick.set_value(2).run()
+    qp = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert qp["pair"] == "zh_ctx" and qp["pa"] == "2"
+    fresh = app_run("context", lang="zh", pair="zh_ctx", pa="2", pb=qp["pb"])
+    assert not fresh.exception and fresh.selectbox(key="context_preset").value == "zh_ctx"
+    assert next(s for s in fresh.selectbox if str(s.key).startswith("context_pa_zh_ctx")).value == 2
