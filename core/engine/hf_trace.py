@@ -62,10 +62,12 @@ class Replay:
     def nbytes(self) -> int:
         return sum(v.nbytes for t in self.tensors for v in t.values() if isinstance(v, np.ndarray))
 
-    def call(self, layer: int, hidden: torch.Tensor, attention: bool = False) -> tuple[tuple, dict]:
+    def call(self, layer: int, hidden: torch.Tensor, attention: bool = False,
+             cache: dict[int, torch.Tensor] | None = None) -> tuple[tuple, dict]:
         """The block's (or, with ``attention``, its attention module's) (args, kwargs) again, with
-        ``hidden`` as its input."""
-        cache: dict[int, torch.Tensor] = {}
+        ``hidden`` as its input. ``cache``: tensors already decoded (by index: the mask and cos/sin that every
+        layer shares), kept for the next call; a fresh one by default."""
+        cache = {} if cache is None else cache
         args, kwargs = (self.attn_calls if attention else self.calls)[layer]
         return tuple(_decode(a, hidden, self.tensors, cache) for a in args), {
             k: _decode(v, hidden, self.tensors, cache) for k, v in kwargs.items()}
@@ -433,11 +435,12 @@ def prompt_kv(loaded: LoadedModel, tr: Trace) -> list[tuple[torch.Tensor, torch.
         return None
     kv: list[tuple[torch.Tensor, torch.Tensor]] = []
     dtype = next(loaded.model.parameters()).dtype
+    decoded: dict[int, torch.Tensor] = {}  # the mask (bits → [1, 1, T, T] floats) and cos/sin decoded once, not per layer
     with loaded.lock, torch.inference_mode():
         for layer in range(tr.n_layers):
             hidden = torch.from_numpy(np.array(tr.resid[layer])).to(dtype)[None]  # [1, T, d], a writable copy
             with xray.recording(keep_weights=False, kv_only=True) as rec:
-                args, kwargs = tr.replay.call(layer, sites.attn_norms[layer](hidden), attention=True)
+                args, kwargs = tr.replay.call(layer, sites.attn_norms[layer](hidden), attention=True, cache=decoded)
                 with contextlib.suppress(xray.KVTaken):  # raised once the keys and values are formed
                     sites.attns[layer](*args, **kwargs)
             if len(rec.calls) != 1:
