@@ -26,12 +26,14 @@ def _nav(step: int, n: int, where: str) -> None:
 
 
 def render() -> None:
-    ui.header("page.tour", "tour.intro")
+    projector = presenter.is_on()  # on a projector the header is only the title, the buttons and the stage: no scroll to reach it
+    ui.header("page.tour", None if projector else "tour.intro")
     lang, n = ui.lang(), len(tour.STAGES)
     step = ui.qp_int("step", 0, 0, n - 1)
     ui.set_qp(step=step)
     stage = tour.STAGES[step]
-    st.progress((step + 1) / n, text=ui.t("tour.progress", i=step + 1, n=n, name=ui.t(f"tour.{stage.key}.title")))
+    if not projector:  # the stage's heading says "i. name" already; the bar repeats it
+        st.progress((step + 1) / n, text=ui.t("tour.progress", i=step + 1, n=n, name=ui.t(f"tour.{stage.key}.title")))
     _nav(step, n, "top")
     st.header(f"{step + 1}. {ui.t(f'tour.{stage.key}.title')}")
 

@@ -345,3 +345,17 @@ def test_context_link_keeps_the_pair_and_positions(smol):
     fresh = app_run("context", lang="zh", pair="zh_ctx", pa="2", pb=qp["pb"])
     assert not fresh.exception and fresh.selectbox(key="context_preset").value == "zh_ctx"
     assert next(s for s in fresh.selectbox if str(s.key).startswith("context_pa_zh_ctx")).value == 2
+
+
+def test_tour_header_is_short_on_a_projector(smol):
+    """issue 25: at 1280 × 720 the presenter tour's header took ~430 px. On a projector the tour leaves out
+    the intro paragraph and the progress bar (the stage heading says 'i. name'); outside it, both stay."""
+    from conftest import app_run
+    from core.engine import i18n
+
+    for present, shown in (("1", False), ("0", True)):
+        at = app_run("tour", lang="en", present=present)
+        assert not at.exception
+        intro = i18n.t("tour.intro", "en")
+        assert any(m.value == intro for m in at.markdown) == shown
+        assert bool(at.get("progress")) == shown
