@@ -359,3 +359,25 @@ def test_tour_header_is_short_on_a_projector(smol):
         intro = i18n.t("tour.intro", "en")
         assert any(m.value == intro for m in at.markdown) == shown
         assert bool(at.get("progress")) == shown
+
+
+def test_attention_lab_link_opens_its_tab(monkeypatch):
+    """issue 25: a shared link lost the open tab. ?tab=cost opens the cost tab and the URL keeps it."""
+    from conftest import app_run
+    from core.maths import attention as A
+    from core.web import cache
+
+    def fake(lengths):
+        n = np.asarray(lengths, dtype=float)
+        return {"n": n, "ms": n, "q1": n, "q3": n, "min": n, "max": n, "elements": n**2, "reps": 1, "timings": [], "busy": False, "n_busy": 0}
+
+    monkeypatch.setattr(A, "time_attention", fake)
+    cache.attention_timing.clear()
+    try:
+        at = app_run("attention_lab", tab="cost")
+        assert not at.exception
+        assert at.query_params["tab"] in ("cost", ["cost"])
+        tabs = at.tabs
+        assert "attention_lab_tab" not in at.session_state or at.session_state["attention_lab_tab"] == tabs[2].label
+    finally:
+        cache.attention_timing.clear()
