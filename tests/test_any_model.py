@@ -277,7 +277,7 @@ def test_sentences_about_the_model_come_from_its_config(families, fam):
     assert at.selectbox(key="kv_cache_preset").value == t("kv_cache.current", lang, name=folder.name)
     src = t("kv_cache.current_source", lang, L=f["L"], H=f["H"], Hkv=f["Hkv"], dh=f["dh"])
     assert src in [e.value for e in at.caption]
-    total = 2 * f["L"] * f["Hkv"] * f["dh"] * 2 * 4096  # fp16 values, 4,096 tokens, one request
+    total = 2 * f["L"] * f["Hkv"] * f["dh"] * 4 * 4096  # float32 values (the lesson's one default), 4,096 tokens, one request
     assert f"{total:,} B" in [e.value for e in at.caption]
 
 
