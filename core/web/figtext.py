@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.engine import escape
 from core.engine.i18n import t
 
 MAX_CELLS = 2500  # a figure's heatmaps up to 2,500 cells in all are listed whole; larger, each by its TOP largest cells
@@ -150,8 +149,13 @@ def _series(tr: Any, layout: Any, lang: str) -> tuple[Table, str, float, str]:
     return Table(name, frame, note), name, float("nan"), ""
 
 
+_MD_ENTITIES = {c: f"&#{ord(c)};" for c in "[]()!*_`~|$\\:{}#"}
+
+
 def _cell(x: Any) -> str:
-    return escape.unlink(html.escape(str(x), quote=True))
+    """Text as itself in the table's HTML: tags as entities, and Markdown's active characters as numeric
+    entities too (the same glyphs; no renderer can read ``![x](http…)`` in it as an image or a link)."""
+    return "".join(_MD_ENTITIES.get(ch, ch) for ch in html.escape(str(x), quote=True))
 
 
 def to_html(text: FigureText) -> str:
