@@ -541,7 +541,7 @@ def test_kv_cache_page(lang):
     assert all(not m.proto.delta for m in at.metric)
     at.selectbox(key="kv_cache_preset").set_value("Llama-3-8B").run()
     at.number_input(key="kv_cache_tokens").set_value(1).run()
-    assert any("131,072" in c.value for c in at.caption)
+    assert any("262,144" in c.value for c in at.caption)  # 2 × 32 layers × 8 KV heads × 128 × 4 B (float32, the default) × 1 token
     at.selectbox(key="kv_cache_preset").set_value(at.selectbox(key="kv_cache_preset").options[-1]).run()
     at.text_area(key="kv_cache_cfg").set_value("{oops").run()
     assert not at.exception and at.error  # a clear message, no traceback
