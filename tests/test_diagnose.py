@@ -399,7 +399,7 @@ def test_page_in_both_languages_with_a_one_token_prompt(lang, monkeypatch):
         fit = " ".join(m.value for m in at.markdown)
         # a fit whose linear or quadratic part is 0 (the ≥ 0 constraint, which a loaded machine's timings can
         # hit) says so instead of splitting (issue 25); either way it states its points and its error
-        assert "reproduces each of its 3 measured points" in fit or "within ±" in fit and "of its 3 measured points" in fit
+        assert "reproduces each of its 3 measured points" in fit or ("within ±" in fit and "of its 3 measured points" in fit)
         at.radio(key="diagnose_sym").set_value("slow_answer").run()
         assert not at.exception, [e.value for e in at.exception]
         assert "per 1,000 cached tokens" in " ".join(m.value for m in at.markdown)
