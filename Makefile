@@ -35,7 +35,7 @@ browser:
 # It listens on 127.0.0.1 (this machine only: core/web/server.py's default); HOST=0.0.0.0 opens it to the network.
 run: install
 	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
-	  sh -c '$(VPY) -m core.engine.offer && exec $(VPY) -m core.web.server --server.port $(PORT) $(if $(HOST),--server.address $(HOST))'
+	  sh -c '$(VPY) -m core.web.offer && exec $(VPY) -m core.web.server --server.port $(PORT) $(if $(HOST),--server.address $(HOST))'
 
 # nginx for `make serve` and its tests, from Debian's packages like Chromium (/usr/sbin is not on a normal user's PATH).
 nginx:

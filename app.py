@@ -10,11 +10,11 @@ import sys
 
 import streamlit as st
 
-from core.engine import i18n
-from core.engine.offer import LOCAL_ID, Offer, OfferError, canonical_target
+from core.common import i18n
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
 from core.web import a11y, cache, guards, nav, presenter, replica, ui, widgets
+from core.web.offer import LOCAL_ID, Offer, OfferError, canonical_target
 
 
 def sidebar() -> None:

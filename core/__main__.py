@@ -33,7 +33,7 @@ import numpy as np
 
 from core import backends
 from core.cause import pair, patching
-from core.engine import digits
+from core.common import digits
 from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate, serving_cli

@@ -109,9 +109,9 @@ def default_threads(replicas: int) -> int:
 
 
 def _digits() -> ModuleType:
-    """core/engine/digits.py, the one reader of whole numbers, loaded as a file: importing the core package
+    """core/common/digits.py, the one reader of whole numbers, loaded as a file: importing the core package
     would load torch into the launcher, which only starts and watches processes."""
-    spec = importlib.util.spec_from_file_location("xray_digits", Path(__file__).resolve().parents[1] / "core" / "engine" / "digits.py")
+    spec = importlib.util.spec_from_file_location("xray_digits", Path(__file__).resolve().parents[1] / "core" / "common" / "digits.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -566,7 +566,7 @@ class Launcher:
 def check_offer() -> None:
     """The offered-models setting (XRAY_MODELS / XRAY_ALLOW_LOCAL), checked once for every replica by the
     project's own checker, in a child process (it imports the model code, which this launcher does not)."""
-    out = subprocess.run([sys.executable, "-m", "core.engine.offer"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "core.web.offer"], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
         lines = (out.stderr or out.stdout).strip().splitlines()
         raise UsageError(lines[-1] if lines else f"the model setting check failed (exit code {out.returncode})")

@@ -7,10 +7,11 @@ import numpy as np
 import streamlit as st
 
 from core import backends
-from core.engine import attnview, tokens
+from core.engine import tokens
 from core.engine.types import UnsupportedArchitectureError
 from core.inside import ablation, heads
 from core.inside import figures as inside_fig
+from core.plot import attnview
 from core.web import cache, presenter, ui, widgets
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core.engine import attnview
-from core.engine.numbers import max_abs_diff
-from core.engine.timing import BUSY_SPREAD
+from core.common.numbers import max_abs_diff
+from core.common.timing import BUSY_SPREAD
 from core.maths import attention as A
 from core.maths import figures as P
+from core.plot import attnview
 from core.web import cache, presenter, ui, widgets
 
 PRESETS = ("worked", "seed42", "real")

@@ -10,7 +10,7 @@ import streamlit as st
 
 from core.cause import figures as cause_fig
 from core.cause import pair
-from core.engine import escape
+from core.common import escape
 from core.engine.tokens import visible
 from core.web import cause, nav, presenter, ui
 

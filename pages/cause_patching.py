@@ -9,7 +9,7 @@ import streamlit as st
 
 from core.cause import figures as cause_fig
 from core.cause import pair, patching
-from core.engine.numbers import three_significant
+from core.common.numbers import three_significant
 from core.engine.tokens import position_label
 from core.web import cache, cause, presenter, ui, widgets
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine import escape, tokens
+from core.common import escape
+from core.engine import tokens
 from core.engine.tokens import position_label
 from core.engine.types import LoadedModel
 from core.gen import figures as gen_fig

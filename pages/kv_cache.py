@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.common.numbers import human_bytes
 from core.engine import tokens
-from core.engine.numbers import human_bytes
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report, workloads

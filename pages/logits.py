@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from core.engine.numbers import entropy_bits, top_k
+from core.common.numbers import entropy_bits, top_k
 from core.engine.tokens import position_label
 from core.gen import sampling
 from core.stream import candidates, lens

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine import attnview
 from core.engine.tokens import position_labels
 from core.inside import figures as inside_fig
 from core.maths import attention as A
 from core.maths import figures as P
+from core.plot import attnview
 from core.web import presenter, ui, widgets
 
 TABS = ("causal", "padding", "causal_padding", "bidirectional", "cross", "sliding", "real")

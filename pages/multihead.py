@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine import attnview
 from core.engine.types import HeadGeometry
 from core.maths import attention as A
 from core.maths import figures as P
+from core.plot import attnview
 from core.web import cache, presenter, ui, widgets
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.engine import i18n
+from core.common import i18n
 from core.learn import checklist, quiz
 from core.web import nav, presenter, ui
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from core.engine import escape
+from core.common import escape
 from core.engine.tokens import position_label
 from core.stream import figures as ps
 from core.stream import lens

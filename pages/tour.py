@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.engine import i18n, tokens
+from core.common import i18n
+from core.engine import tokens
 from core.learn import figures as learn_fig
 from core.learn import tour
 from core.web import chips, nav, presenter, ui, widgets

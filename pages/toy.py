@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine import attnview
 from core.engine.tokens import NOTE_NO_TEMPLATE
 from core.engine.types import TOY_ID
+from core.plot import attnview
 from core.toy import figures as toy_fig
 from core.web import cache, live, presenter, ui, widgets
 

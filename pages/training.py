@@ -4,7 +4,7 @@ forcing), beside inference's one position at a time — the same logits for the 
 import pandas as pd
 import streamlit as st
 
-from core.engine import escape
+from core.common import escape
 from core.engine.tokens import label, position_label
 from core.learn import figures as lf
 from core.learn import training

@@ -14,8 +14,9 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from core.engine import attnview, i18n, palette
+from core.common import i18n
 from core.maths import figures as maths_fig
+from core.plot import attnview, palette
 from core.web import a11y, figtext, presenter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +140,7 @@ def test_bars_lines_and_hidden_cells():
 
 
 def test_the_table_is_real_markup_and_shows_outside_text_as_text():
-    from core.engine import escape
+    from core.common import escape
 
     # labels as every builder hands them to plotly (escape.plot): a typed <b> is text, not bold
     fig = go.Figure(go.Bar(x=escape.plot_all(["<b>x</b>", "[a](https://evil.example)"]), y=[1, 2], name="<i>n</i>"))

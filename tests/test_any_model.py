@@ -13,8 +13,8 @@ from conftest import ROOT, _smol_tokenizer
 from core import __main__ as cli
 from core import backends
 from core.cause import pair
+from core.common.i18n import t
 from core.engine import tokens
-from core.engine.i18n import t
 from core.engine.trace import MAX_TOKENS
 from core.gen import generate
 
@@ -353,7 +353,7 @@ def test_pyproject_lists_every_package_and_reads_the_version_from_core():
 
 
 def test_assets_are_found_in_the_checkout_or_refused_with_the_way_round(monkeypatch, tmp_path):
-    from core.engine import paths
+    from core.common import paths
 
     assert paths.assets_dir() == ROOT / "assets"  # a checkout: beside core/ (there is no core/assets here)
     paths.assets_dir.cache_clear()
@@ -395,7 +395,7 @@ def test_wheel_ships_the_assets_and_an_install_finds_them(tmp_path):
     assert not any(n.startswith(("assets/", "tests/", "pages/")) for n in names)
     site = tmp_path / "site"
     zipfile.ZipFile(whl).extractall(site)
-    code = ("import core, core.engine.paths as p, core.engine.i18n as i, core.gen.kvcalc as kv, core.gen.workloads as w;"
+    code = ("import core, core.common.paths as p, core.common.i18n as i, core.gen.kvcalc as kv, core.gen.workloads as w;"
             "from core.learn import long_docs;"
             "print(p.assets_dir()); print(i.t('warn.truncated_model', 'zh', n=9, k=8)); print(len(kv.load_presets()));"
             "m = core.load_model('toy'); print(m.facts.name); print(core.__version__)")

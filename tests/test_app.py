@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, all_text, app_run
 from core import backends
-from core.engine import i18n
+from core.common import i18n
 from core.web.nav import STEMS
 
 APP = str(ROOT / "app.py")
@@ -338,7 +338,7 @@ def test_logit_lens_cell_text_is_readable():
     at 4.5:1 or more (issue 26: plotly's own pick reached 3.9:1 on mid-scale cells)."""
     import numpy as np
 
-    from core.engine import palette
+    from core.plot import palette
     from core.stream import figures as stream_fig
 
     probs = np.array([[0.0, 0.25], [0.5, 0.6], [0.75, 1.0]])

@@ -20,7 +20,7 @@ import urllib.parse
 import pytest
 from browser_helpers import CHROMIUM, SHOTS, Watch, axe_violations, chromium, grow, h1, settle, shoot, streamlit_server, url_path
 
-from core.engine import i18n
+from core.common import i18n
 from core.web.nav import STEMS
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable installed (browser tests need one)")

@@ -31,7 +31,8 @@ import torch
 from conftest import ROOT, plotly_array
 from core import backends
 from core.cause import attribution, pair, patching
-from core.engine import i18n, roles, tokens
+from core.common import i18n
+from core.engine import roles, tokens
 from core.engine.types import UnsupportedArchitectureError
 from core.toy import load_trained
 from core.toy.model import ToyConfig, ToyTransformer

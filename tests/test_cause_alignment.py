@@ -16,7 +16,7 @@ import pytest
 
 from conftest import app_run
 from core.cause import pair
-from core.engine import i18n
+from core.common import i18n
 
 FILLER = "Here is a sentence about a place. " * 6
 LONG = (FILLER + "The Eiffel Tower is a famous landmark in the city of", FILLER + "The Colosseum is a famous landmark in the city of")

@@ -146,7 +146,7 @@ def test_the_label_rule_marks_what_the_user_typed(smol):
 
 
 def test_the_tokens_page_says_which(smol):
-    from core.engine import i18n
+    from core.common import i18n
 
     at = app_run("tokens", lang="en", prompt=INJECT, chat="1")
     assert not at.exception, [e.message for e in at.exception]

@@ -16,7 +16,8 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
 from core import backends
-from core.engine import budget, i18n, timing
+from core.common import i18n, timing
+from core.engine import budget
 from core.engine.types import ConfigError
 from core.gen import diagnose as dg
 from core.gen import report
@@ -435,14 +436,14 @@ def test_browser_link_reopens_its_symptom():
 
 def test_coefficients_are_rounded_to_three_significant_digits():
     """A fitted coefficient never claims more digits than three (it used to print 21,453 as is)."""
-    from core.engine.numbers import three_significant
+    from core.common.numbers import three_significant
 
     assert [three_significant(x) for x in (21453, -21453, 1234567, 123.456, 1.23456, 0.0123456, 0.5, 0)] == \
         ["21,500", "-21,500", "1,230,000", "123", "1.23", "0.0123", "0.500", "0"]
 
 
 def test_see_page_link_uses_the_languages_own_colon():
-    from core.engine.i18n import t
+    from core.common.i18n import t
 
     assert t("ui.see_page", "en", page="Long context") == "See the page: Long context"
     assert t("ui.see_page", "zh", page="长上下文") == "查看页面：长上下文"

@@ -1,7 +1,7 @@
 """What comes from outside is shown as text, never as markup (issue 29, item 1).
 
 A link's parameters, a text box, a prompt, a token's text and a model's strings reach the page through
-ONE escaping helper, ``core.engine.escape``: ``md`` for Markdown (links, images, GFM autolinks and HTML
+ONE escaping helper, ``core.common.escape``: ``md`` for Markdown (links, images, GFM autolinks and HTML
 made inert), ``plot`` for plotly labels (``<b>``, ``<br>``, ``<i>`` shown as typed). Each echo point is
 tried with a link, an image, bare autolinks and HTML: in AppTest the rendered Markdown bodies must hold
 no live link syntax, and in the figure specs no label may carry a tag.
@@ -16,10 +16,10 @@ import pytest
 
 from conftest import app_run
 from core.cause import pair
-from core.engine import escape
-from core.engine.offer import LOCAL_ID
+from core.common import escape
 from core.engine.types import ModelLoadError, Phrase
 from core.web import widgets
+from core.web.offer import LOCAL_ID
 
 LINK = "[Claim your grade](https://evil.example/login)"
 IMAGE = "![x](https://evil.example/pixel.png)"

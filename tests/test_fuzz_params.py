@@ -2,7 +2,7 @@
 
 ``/quiz?quiz=²`` showed a traceback: ``str.isdigit`` is true for superscripts and other scripts' digits,
 and ``int()`` then refused them (or took ``"٣"`` as 3). Now every whole number from outside — a link's
-parameter, a CLI argument, a launcher setting, a JSON value — goes through ``core.engine.digits``.
+parameter, a CLI argument, a launcher setting, a JSON value — goes through ``core.common.digits``.
 
 The parsing functions are fuzzed directly with many generated values (hypothesis); the pages with a
 modest number of generated links each (an AppTest run is slow), checking no exception element and no
@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from conftest import all_text, app_run
 from core import __main__ as cli
+from core.common import digits
 from core.engine import config as cfgread
-from core.engine import digits
 from core.engine.types import ConfigError
 from core.learn import quiz
 from core.web import ui

@@ -14,9 +14,9 @@ from floats import allowed_error, assert_f16_as_accurate, assert_rows_sum_to_one
 
 from core import __main__ as cli
 from core import backends
+from core.common.i18n import t
+from core.common.numbers import human_bytes, softmax
 from core.engine import tokens
-from core.engine.i18n import t
-from core.engine.numbers import human_bytes, softmax
 from core.engine.types import ConfigError, kv_bytes
 from core.gen import chat_template, generate, kvcalc
 from core.gen import figures as gen_fig
@@ -204,7 +204,7 @@ def test_chat_prompt_extended_inside_the_template(smol):
 
 
 def test_comparison_said_the_right_way_round_and_why_it_stopped():
-    from core.engine.timing import Timing
+    from core.common.timing import Timing
     from core.gen import report
 
     def fake(w, wo, ids=(5, 6, 2), n=12, stop="eos"):
@@ -409,7 +409,7 @@ def test_plot_specs_carry_the_numbers(smol):
 
 def test_timing_range_in_one_unit():
     """Issue 14: an IQR straddling a second read 'IQR 850.0 ms–1.70 s'."""
-    from core.engine import timing
+    from core.common import timing
     from core.gen import report
 
     text = report.timing_phrase(timing.of([0.8, 0.85, 1.1, 1.7, 1.8]), "en")
@@ -629,7 +629,7 @@ def test_stepper_tpot_text_says_what_recording_costs():
     what recording cost, the right way round — and no verdict at all on a busy machine."""
     from types import SimpleNamespace
 
-    from core.engine.timing import Timing
+    from core.common.timing import Timing
     from core.gen import report
 
     pure = generate.TpotMeasure(Timing((0.10, 0.10, 0.10)), Timing((0.040, 0.041, 0.040, 0.042)), 30, 8)

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from core import backends
+from core.common import numbers
 from core.engine import config as cfgread
-from core.engine import numbers, roles, tokens
+from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
 from core.engine.types import ConfigError, HeadGeometry, kv_bytes
 from core.gen import generate, kvcalc

@@ -17,8 +17,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT
+from core.common import i18n
 from core.engine import config as cfgread
-from core.engine import i18n
 from core.engine.types import ConfigError
 from core.gen import kvcalc
 from core.stream import anatomy

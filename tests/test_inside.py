@@ -614,8 +614,8 @@ def test_ablation_change_said_in_points_not_percent(smol):
 def test_overview_maps_stretch_their_colours_and_say_so():
     """issue 14: an overview cell averages b × b weights, so on a 0…1 scale a long prompt's maps were blank
     white squares; the scale now ends at the largest cell drawn, and the note under the map says so."""
-    from core.engine import attnview
     from core.inside import figures as inside_fig
+    from core.plot import attnview
 
     T = 300
     w = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]  # uniform causal rows

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from core import backends
-from core.engine import i18n, tokens
+from core.common import i18n
+from core.engine import tokens
 from core.engine.tokens import visible
 from core.engine.types import kv_bytes
 from core.learn import quiz, references, tour

@@ -24,14 +24,15 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, all_text, app_run
 from core import backends
-from core.engine import budget, hf, i18n
-from core.engine.offer import ENV_ALLOW_LOCAL, ENV_MODELS
+from core.common import i18n
+from core.engine import budget, hf
 from core.engine.trace import load_npz
 from core.engine.types import EMBEDDED_ID, TOY_ID, ConfigError, ModelLoadError, Phrase
 from core.toy import run as toy_run
+from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS
 
 APP = str(ROOT / "app.py")
-RAISERS = ("core/engine/hf.py", "core/engine/offer.py", "core/toy/run.py", "core/web/cache.py")  # cache.py: the bar's first words
+RAISERS = ("core/engine/hf.py", "core/web/offer.py", "core/toy/run.py", "core/web/cache.py")  # cache.py: the bar's first words
 HOME = os.path.expanduser("~")
 # A small Llama config (about 0.3 M parameters): cheap to size and to build on the meta device.
 SMALL_LLAMA = {

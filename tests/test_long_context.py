@@ -14,10 +14,10 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, title_of
 from core import backends
-from core.engine import attnview
-from core.engine.memo import ByteLRU
+from core.common.memo import ByteLRU
 from core.inside import longctx
 from core.learn import long_docs
+from core.plot import attnview
 
 APP = str(ROOT / "app.py")
 
@@ -424,7 +424,7 @@ def test_toy_heatmaps_label_every_kth_position_and_hover_every_cell():
 def test_toy_figures_keep_their_titles_and_plain_log_ticks():
     """issue 14: the live-training pattern's title was cut at the figure's right edge; the word-order
     figure's log axis read '1μ … 100μ … 0.01'."""
-    from core.engine.i18n import t
+    from core.common.i18n import t
     from core.toy import figures as toy_fig
 
     for lang in ("en", "zh"):

@@ -23,10 +23,10 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, all_text, app_run
 from core import backends
-from core.engine import i18n
-from core.engine.offer import ENV_ALLOW_LOCAL, ENV_MODELS, LOCAL_ID, Offer, OfferError, canonical_target, from_env, parse_models
+from core.common import i18n
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.web import nav, ui
+from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS, LOCAL_ID, Offer, OfferError, canonical_target, from_env, parse_models
 
 NOT_OFFERED = {lang: i18n.t("sb.model_not_offered", lang) for lang in i18n.LANGS}
 
@@ -120,14 +120,14 @@ def test_a_malformed_flag_is_refused():
 
 
 def test_the_setting_is_checked_before_the_server_starts(tmp_path):
-    """`python -m core.engine.offer` (what `make run` runs first): the offer, or the reason and exit 2."""
+    """`python -m core.web.offer` (what `make run` runs first): the offer, or the reason and exit 2."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop(ENV_ALLOW_LOCAL, None)
-    ok = subprocess.run([sys.executable, "-m", "core.engine.offer"], cwd=ROOT, capture_output=True, text=True,
+    ok = subprocess.run([sys.executable, "-m", "core.web.offer"], cwd=ROOT, capture_output=True, text=True,
                         env={**env, ENV_MODELS: f"mine={tmp_path}"}, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "mine" in ok.stdout and EMBEDDED_ID in ok.stdout and "off" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "core.engine.offer"], cwd=ROOT, capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "core.web.offer"], cwd=ROOT, capture_output=True, text=True,
                          env={**env, ENV_MODELS: "mine="}, timeout=120)
     assert bad.returncode == 2 and "nothing after '='" in bad.stderr
 

@@ -40,7 +40,7 @@ import pytest
 from browser_helpers import CHROMIUM, Watch, chromium, settle, url_path
 
 from conftest import ROOT
-from core.engine import i18n
+from core.common import i18n
 from core.web.nav import STEMS
 from deploy import serve
 

@@ -143,7 +143,7 @@ def test_greedy_and_seeded_choice():
 
 
 def test_entropy_bits():
-    from core.engine.numbers import entropy_bits
+    from core.common.numbers import entropy_bits
 
     assert entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)  # float64, four terms: rel 1e-6 ≫ their rounding
     assert entropy_bits(np.array([1.0, 0.0, 0.0])) == 0.0

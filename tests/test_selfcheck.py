@@ -11,7 +11,7 @@ import pytest
 
 from conftest import app_run
 from core import backends
-from core.engine import i18n
+from core.common import i18n
 from core.gen import generate
 from core.learn import checklist, quiz
 from core.web.nav import STEMS

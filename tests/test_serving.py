@@ -24,7 +24,7 @@ from transformers.generation.continuous_batching.cache_allocators import cache_a
 import core.__main__ as cli
 from conftest import EagerReference, _smol_folder
 from core import backends
-from core.engine import i18n
+from core.common import i18n
 from core.gen import serving
 from core.gen.serving import Request, WorkloadError
 

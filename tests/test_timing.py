@@ -1,4 +1,4 @@
-"""core.engine.timing, the one timing helper: medians, spreads, the busy flag and comparisons the
+"""core.common.timing, the one timing helper: medians, spreads, the busy flag and comparisons the
 right way round — all with made-up clocks and samples, never a real timed assertion."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from core.engine import timing
-from core.engine.timing import Timing
+from core.common import timing
+from core.common.timing import Timing
 
 
 def test_median_quartiles_and_spread_by_hand():

@@ -14,7 +14,7 @@ import torch
 from floats import assert_rows_sum_to_one, attention64, softmax_error
 
 from core import toy
-from core.engine import i18n
+from core.common import i18n
 from core.toy import ByteTokenizer, ToyConfig, ToyTransformer
 from core.toy import figures as toy_fig
 

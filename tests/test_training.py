@@ -16,7 +16,7 @@ import torch
 
 from conftest import app_run, title_of
 from core import backends
-from core.engine import i18n
+from core.common import i18n
 from core.learn import training
 
 PROMPT = "The capital of France is Paris. The capital of Italy is Rome."

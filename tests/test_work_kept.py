@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from core.cause import pair, patching
-from core.engine import i18n
+from core.common import i18n
 from core.engine.types import TOY_ID
 from core.web import cache, jobs
 

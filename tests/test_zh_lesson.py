@@ -67,7 +67,7 @@ def test_zh_ui_starts_on_a_chinese_example_and_says_why(smol):
     """A Chinese UI opens on the zh default (not "What is the capital of France?"), and the tokens page
     says SmolLM2 was trained mostly on English with the token counts of this tokenizer."""
     from conftest import all_text, app_run
-    from core.engine import i18n
+    from core.common import i18n
     from core.web import ui
 
     at = app_run("tokens", lang="zh")
@@ -187,7 +187,7 @@ def test_zh_kv_page_names_the_tutorial_preset_in_chinese(smol):
 
 def test_zh_tokens_page_rag_sentences_and_wording():
     from conftest import app_run
-    from core.engine import i18n
+    from core.common import i18n
     from core.inside import embeddings
 
     at = app_run("tokens", lang="zh")
@@ -269,7 +269,7 @@ def test_three_attention_implementations_agree_within_float32():
 
 def test_cost_tab_shows_the_comparison_in_both_languages(monkeypatch):
     from conftest import app_run
-    from core.engine import i18n
+    from core.common import i18n
     from core.maths import attention as A
     from core.web import cache
 
@@ -295,7 +295,7 @@ def test_degenerate_fit_says_so_first_and_prints_no_split():
     (attention) part is 100 %'. A degenerate fit is said first, and no split (no parts, no share) is shown."""
     from test_diagnose import _curve
 
-    from core.engine import i18n
+    from core.common import i18n
     from core.gen import diagnose as dg
     from core.gen import report
 
@@ -318,7 +318,7 @@ def test_one_kv_default_float32_on_every_page(smol):
     """issue 25: the tour said 46,080 B per token (float32), multi-head 23,040 (fp16), the KV page 90 MiB at
     fp16. One default now: float32, the bytes the app's own cache holds."""
     from conftest import app_run
-    from core.engine import i18n
+    from core.common import i18n
 
     f = smol.facts
     per_token = 2 * f.n_layers * f.n_kv_heads * f.head_dim * 4
@@ -351,7 +351,7 @@ def test_tour_header_is_short_on_a_projector(smol):
     """issue 25: at 1280 × 720 the presenter tour's header took ~430 px. On a projector the tour leaves out
     the intro paragraph and the progress bar (the stage heading says 'i. name'); outside it, both stay."""
     from conftest import app_run
-    from core.engine import i18n
+    from core.common import i18n
 
     for present, shown in (("1", False), ("0", True)):
         at = app_run("tour", lang="en", present=present)

@@ -15,8 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import escape, i18n
-from core.engine.plotlabels import position_label
+from core.common import escape, i18n
+from core.plot.plotlabels import position_label
 
 ANSWER_COLOUR, FOIL_COLOUR, OTHER_COLOUR = "#dc2626", "#2563eb", "#94a3b8"
 # 0 = the corrupted run (white), 1 = the clean run (deep red), below 0 = further from clean (blue)

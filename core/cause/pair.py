@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from core.common.i18n import t
 from core.engine import tokens
-from core.engine.i18n import t
 from core.engine.types import CodedError, EmptyPromptError
 
 MAX_TOKENS = 64  # a layer × position sweep is L·T patched runs: keep the pair short

@@ -1,6 +1,7 @@
-"""The engine: the leaf of the house. Model types and facts, tokens and the one label rule, the
-Trace record, the one role map of a model's parts, the one scoped-hook helper, config reading,
-Hugging Face loading and the xray attention. Nothing here imports anything above it.
+"""The engine: the model's own machinery, on the common floor (``core.common``) and below everything
+else. Model types and facts, tokens and the one label rule, the Trace record, the one role map of a
+model's parts, the one scoped-hook helper, config reading, Hugging Face loading and the xray attention.
+Nothing here imports anything above it.
 """
 
 import os

@@ -26,8 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.common import digits
 from core.engine import config as cfgread
-from core.engine import digits
 
 log = logging.getLogger(__name__)
 

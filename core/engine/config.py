@@ -19,7 +19,7 @@ import json
 import math
 from typing import Any
 
-from core.engine import digits
+from core.common import digits
 from core.engine.types import ConfigError, HeadGeometry
 
 # canonical name (Llama's) → every spelling seen in HF config files, in order of preference

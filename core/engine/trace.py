@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.numbers import softmax
+from core.common.numbers import softmax
 from core.engine.types import HeadGeometry
 
 MAX_TOKENS = 4096  # the trace limit: longer prompts are cut, with a visible notice

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.engine import escape, i18n
+from core.common import escape, i18n
 
 if TYPE_CHECKING:  # annotations only: this module stays importable without torch
     from torch import nn

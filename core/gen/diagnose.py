@@ -1,6 +1,6 @@
 """Diagnose a slow or wrong answer: the measurements behind the tutorial's symptom → root-cause table.
 
-Pure (no Streamlit). Every time is a ``Timing`` (median, spread, busy flag) from ``core.engine.timing``;
+Pure (no Streamlit). Every time is a ``Timing`` (median, spread, busy flag) from ``core.common.timing``;
 prefill and decode are timed the app's one way (``core.gen.generate``: a ``Stepper`` timed inside the
 model's lock). What is here:
 
@@ -37,10 +37,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.engine import budget, timing
+from core.common import timing
+from core.common.numbers import softmax, top_k
+from core.common.timing import Timing
+from core.engine import budget
 from core.engine import config as cfgread
-from core.engine.numbers import softmax, top_k
-from core.engine.timing import Timing
 from core.engine.tokens import encode
 from core.engine.types import HeadGeometry, LoadedModel, ModelFacts
 from core.gen import generate, kvcalc

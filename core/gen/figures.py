@@ -15,9 +15,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape, palette
-from core.engine.i18n import t
-from core.engine.plotlabels import position_label, rank_labels
+from core.common import escape
+from core.common.i18n import t
+from core.plot import attnview, palette
+from core.plot.plotlabels import position_label, rank_labels
 
 PALETTE = {role: palette.colour(role) for role in ("prefill", "decode", "with", "without", "kv", "weights")}
 

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 import core.backends as backends
-from core.engine import timing
-from core.engine.numbers import softmax, top_k
-from core.engine.timing import Timing
+from core.common import timing
+from core.common.numbers import softmax, top_k
+from core.common.timing import Timing
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS
 from core.engine.types import LoadedModel

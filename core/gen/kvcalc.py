@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.common.paths import asset
 from core.engine import config as cfgread
-from core.engine.paths import asset
 from core.engine.types import HeadGeometry, ModelFacts
 
 PRESETS_PATH = asset("model_presets.json")

@@ -11,10 +11,11 @@ from typing import Any
 
 import pandas as pd
 
-from core.engine import budget, timing
-from core.engine.i18n import t
-from core.engine.numbers import human_bytes, three_significant
-from core.engine.timing import Timing
+from core.common import timing
+from core.common.i18n import t
+from core.common.numbers import human_bytes, three_significant
+from core.common.timing import Timing
+from core.engine import budget
 from core.engine.tokens import visible
 from core.engine.types import ModelFacts
 from core.gen import diagnose as dg
@@ -23,7 +24,7 @@ from core.gen.generate import CacheComparison, Stepper, StepRecord, TpotMeasure
 from core.gen.kvcalc import Costs
 
 # ---------------------------------------------------------------------------------------------
-# Timings, said the same way everywhere (core.engine.timing measures them)
+# Timings, said the same way everywhere (core.common.timing measures them)
 
 
 def timing_phrase(tm: Timing, lang: str, per: int = 1) -> str:

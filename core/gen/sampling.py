@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.numbers import softmax
+from core.common.numbers import softmax
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.engine.paths import asset
+from core.common.paths import asset
 from core.gen import serving
 
 DIR = asset("serving")

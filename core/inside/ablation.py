@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from core.common.i18n import t
 from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
-from core.engine.i18n import t
 from core.engine.roles import out_proj  # the one finder of W_O (re-exported: ablation.out_proj)
 from core.engine.types import EmptyPromptError, LoadedModel
 

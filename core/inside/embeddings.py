@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from core.common.i18n import t
 from core.engine import tokens
-from core.engine.i18n import t
 from core.engine.types import LoadedModel
 
 # The token-vs-sentence (RAG) demo: two paraphrases and an unrelated sentence.

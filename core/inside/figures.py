@@ -14,9 +14,10 @@ import plotly.graph_objects as go
 from plotly.colors import get_colorscale
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape, i18n, palette
-from core.engine.attnview import MapView
-from core.engine.plotlabels import position_label, visible
+from core.common import escape, i18n
+from core.plot import attnview, palette
+from core.plot.attnview import MapView
+from core.plot.plotlabels import position_label, visible
 
 
 def _t(key: str, lang: str, **kw: Any) -> str:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.engine import attnview
-from core.engine.attnview import MapView
 from core.engine.types import attention_kind
+from core.plot import attnview
+from core.plot.attnview import MapView
 
 ATLAS_EAGER = 512  # up to this many tokens the atlas (every layer derived) is computed with the page; beyond, on request
 METRICS = ("prev_token", "first_token", "entropy", "max_weight")  # the atlas's metrics, as HeadAtlas names them

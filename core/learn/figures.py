@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from core.engine import escape, palette, tokens
-from core.engine.plotlabels import rank_labels
+from core.common import escape
+from core.engine import tokens
+from core.plot import palette
+from core.plot.plotlabels import rank_labels
 
 Translate = Callable[[str], str]
 

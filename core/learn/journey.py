@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 import core.backends as backends
-from core.engine.i18n import t
-from core.engine.numbers import top_k
+from core.common.i18n import t
+from core.common.numbers import top_k
 from core.engine.tokens import readable_tokens, visible
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel

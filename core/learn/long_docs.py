@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from core.engine.paths import asset
+from core.common.paths import asset
 
 LONG_DIR = asset("long")
 

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.engine import digits
+from core.common import digits
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from core.engine.numbers import entropy_bits
+from core.common.numbers import entropy_bits
 from core.engine.tokens import label, token_labels, visible
 from core.engine.trace import Trace
 from core.engine.types import kv_bytes

@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from core.engine import i18n, timing
-from core.engine.numbers import max_abs_diff, softmax
+from core.common import i18n, timing
+from core.common.numbers import max_abs_diff, softmax
 from core.engine.roles import find_sites
 from core.engine.tokens import position_label
 from core.engine.trace import LayerDetail

@@ -13,9 +13,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape, i18n, palette
+from core.common import escape, i18n
 from core.engine.types import HeadGeometry
 from core.maths.attention import kv_sharing_matrix
+from core.plot import attnview, palette
 
 # a mask's cells: visible = mid blue, hidden = light grey under a × pattern (palette.hatch): told apart by
 # lightness (2.3:1) and pattern, not by hue (the pale red/green pair they replace turned one olive for deuteranopes)

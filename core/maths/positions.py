@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 
 import core.backends as backends
-from core.engine import i18n
-from core.engine.numbers import max_abs_diff
+from core.common import i18n
+from core.common.numbers import max_abs_diff
 from core.engine.roles import find_sites
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import LoadedModel, ModelFacts

@@ -18,10 +18,10 @@ from typing import Any
 
 import pandas as pd
 
+from core.common.i18n import t
+from core.common.numbers import human_bytes
 from core.engine import budget
 from core.engine import config as cfgread
-from core.engine.i18n import t
-from core.engine.numbers import human_bytes
 from core.engine.roles import find_sites
 from core.engine.types import ConfigError, HeadGeometry, LoadedModel
 

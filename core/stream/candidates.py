@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from core.engine.i18n import t
-from core.engine.numbers import softmax, top_k
+from core.common.i18n import t
+from core.common.numbers import softmax, top_k
 
 TOP_N = 10  # rows of the candidates table
 N_BARS = 30  # candidates the filtering figure draws

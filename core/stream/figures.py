@@ -14,9 +14,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.engine import attnview, escape, palette
-from core.engine.i18n import t
-from core.engine.plotlabels import position_label, rank_labels
+from core.common import escape
+from core.common.i18n import t
+from core.plot import attnview, palette
+from core.plot.plotlabels import position_label, rank_labels
 from core.stream.lens import MlpSteps, NormSteps
 
 KEPT, REMOVED, ACCENT = palette.colour("main"), "#c7c7c7", palette.colour("accent")

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.engine import attnview, palette
-from core.engine.i18n import t
-from core.engine.plotlabels import position_label
+from core.common.i18n import t
 from core.engine.trace import Trace
+from core.plot import attnview, palette
+from core.plot.plotlabels import position_label
 
 TOY_TICKS = 16  # tick labels on a toy heatmap's axis at most (every cell's tokens are in the hover)
 

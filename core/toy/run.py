@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from core.engine.paths import asset
+from core.common.paths import asset
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS, Trace
 from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError

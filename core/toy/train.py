@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from core.engine import timing
+from core.common import timing
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.run import ASSETS, CONFIG_FILE, LOSS_FILE, WEIGHTS_FILE
 from core.toy.tokenizer import ByteTokenizer
@@ -206,7 +206,7 @@ def train_live(steps: int, seed: int, on_step: Callable[[int, int, float], None]
     ``on_step(step, steps, loss)`` after every step; ``on_snapshot(step, losses, head, weights)``
     every LIVE_EVERY steps and at the last step (once). Returns the losses, the time taken, ``completed`` (the
     step budget was met) and ``stop`` ("done" or "time": the time budget ran out first), the time of
-    each training step alone (``step_timing``, a ``core.engine.timing.Timing`` as a dict; the page's
+    each training step alone (``step_timing``, a ``core.common.timing.Timing`` as a dict; the page's
     redraws are counted apart, in ``ui_seconds``) and the induction report of the model reached."""
     seconds = LIVE_SECONDS if seconds is None else float(seconds)
     ids = live_sequence()

@@ -32,7 +32,7 @@ import json
 
 import streamlit as st
 
-from core.engine import palette
+from core.plot import palette
 from core.web import guards, ui
 
 FOCUS = "#1a4fa0"

@@ -19,8 +19,8 @@ import streamlit as st
 
 import core.backends as backends
 from core.cause import attribution, patching
+from core.common.memo import ByteLRU
 from core.engine import budget, tokens
-from core.engine.memo import ByteLRU
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase, say
 from core.gen import diagnose, generate, serving

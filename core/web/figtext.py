@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.engine.i18n import t
+from core.common.i18n import t
 
 MAX_CELLS = 2500  # a figure's heatmaps up to 2,500 cells in all are listed whole; larger, each by its TOP largest cells
 TOP = 25

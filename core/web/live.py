@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.engine.i18n import t
+from core.common.i18n import t
 from core.engine.tokens import readable_tokens
 from core.toy import figures as toy_fig
 from core.toy import train as toy_train

@@ -17,8 +17,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
-from core.engine import escape, palette
+from core.common import escape
 from core.learn import references
+from core.plot import palette
 from core.web import figtext, ui
 
 KEY = "present"

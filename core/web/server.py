@@ -18,7 +18,7 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
-from core.engine import offer
+from core.web import offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
 ARENAS = 2  # malloc arenas for all threads together (glibc's default: 8 per core, one per busy session thread)

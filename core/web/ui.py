@@ -13,13 +13,13 @@ from typing import Any
 
 import streamlit as st
 
-from core.engine import digits, escape, i18n
+from core.common import digits, escape, i18n
 from core.engine.hf import hide_paths
-from core.engine.offer import LOCAL_ID, Offer, from_env
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template, has_cjk, tokens_per_char
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache, guards
+from core.web.offer import LOCAL_ID, Offer, from_env
 
 PRESETS = (
     "What is the capital of France?",

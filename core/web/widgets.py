@@ -15,7 +15,7 @@
   clamped to the widget's range), written back on every run.
 * ``md`` / ``code``: text a user typed (or a token of it) made inert where the page renders Markdown:
   no HTML tag, no image or link (autolinks too), no emphasis; ``code`` for text quoted inside a `code span`.
-  Both are ``core.engine.escape``'s, the one escaping helper (``escape.plot`` for plotly labels).
+  Both are ``core.common.escape``'s, the one escaping helper (``escape.plot`` for plotly labels).
 * ``config_error``: a ConfigError as a sentence in the user's language, its detail made inert.
 """
 
@@ -26,8 +26,9 @@ from typing import Any
 
 import streamlit as st
 
-from core.engine import attnview, escape
+from core.common import escape
 from core.engine.types import ConfigError
+from core.plot import attnview
 from core.web import ui
 
 md, code = escape.md, escape.code  # the one escaping helper, under the names pages use

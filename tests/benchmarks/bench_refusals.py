@@ -9,7 +9,7 @@ model: tests/test_loading_guard.py's ``weight_reads``; a warm start reads the co
 never converts the GGUF again: tests/test_models.py). How long they take depends on the machine and on
 what else runs on it, so it is measured here, where a busy machine shows as a wide spread rather than a
 failed test. Each is run once untimed, then ``--reps`` times (``--load-reps`` for the warm start); the
-median is printed with its interquartile range and min–max (``core.engine.timing``).
+median is printed with its interquartile range and min–max (``core.common.timing``).
 
 Printed, one ``name=value`` line each (milliseconds; the bound the tests used to assert in brackets):
 ``cli_bad_argument_ms`` (``generate --top-p 0``, [2 s]), ``cli_bad_path_ms`` (``-o`` in a missing
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import core.__main__ as cli  # noqa: E402 - the project root first
 from core.backends import load_model  # noqa: E402
-from core.engine import budget, timing  # noqa: E402
+from core.common import timing  # noqa: E402
+from core.engine import budget  # noqa: E402
 from core.engine.types import ModelLoadError  # noqa: E402
 from tests.test_loading_guard import BIG_LLAMA  # noqa: E402 - the tests' 1.27 B-parameter config
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.engine import escape, tokens
+from core.common import escape
+from core.engine import tokens
 
 
 def position_label(pieces: Sequence[Any], i: int, offset: int = 0) -> str:

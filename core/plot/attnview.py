@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from core.engine import i18n
+from core.common import i18n
 from core.engine.tokens import position_label
 
 CELLS = 64  # the most rows/columns a map figure draws (and the most bars a row figure draws)

@@ -12,7 +12,7 @@ import json
 import string
 from functools import lru_cache
 
-from core.engine.paths import asset
+from core.common.paths import asset
 
 LANGS = ("en", "zh")
 LANG_NAMES = {"en": "English", "zh": "简体中文"}

@@ -12,7 +12,7 @@ chooses what is offered:
 
 Folders are canonicalised (``Path(...).expanduser().resolve()``), so ``<P>``, ``<P>/`` and ``<P>/.``
 are one model, loaded once. A malformed setting raises ``OfferError`` with a sentence for the
-operator; ``python -m core.engine.offer`` checks the setting and prints what is offered (``make run``
+operator; ``python -m core.web.offer`` checks the setting and prints what is offered (``make run``
 does so before it starts the server).
 """
 
