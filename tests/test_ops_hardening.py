@@ -219,34 +219,18 @@ def test_make_run_passes_host_only_when_asked():
     assert "--server.address 0.0.0.0" in _make_run_line("HOST=0.0.0.0")
 
 
-def test_the_server_listens_on_127_0_0_1_only(tmp_path):
+def test_the_server_listens_on_127_0_0_1_only(monkeypatch):
     """``python -m core.web.server`` without an address (what ``make run`` starts): every socket it listens
     on is bound to 127.0.0.1, none to 0.0.0.0 or another interface."""
-    import time
-
     import psutil
+    from browser_helpers import streamlit_server
 
-    from deploy import serve
-
-    port = next(p for p in range(8720, 8800) if serve.port_free("0.0.0.0", p))
-    env = {k: v for k, v in ENV.items() if k != "STREAMLIT_SERVER_ADDRESS"}
-    proc = subprocess.Popen([PY, "-m", "core.web.server", "--server.port", str(port), "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while not serve.health_ok(f"http://127.0.0.1:{port}", timeout=2):
-            assert proc.poll() is None and time.time() < deadline, "the server did not start"
-            time.sleep(0.5)
-        listening = {c.laddr.ip for c in psutil.Process(proc.pid).net_connections(kind="inet")
+    monkeypatch.delenv("STREAMLIT_SERVER_ADDRESS", raising=False)
+    with streamlit_server(port_from=8720, start_s=120) as server:
+        port = int(server.base.rsplit(":", 1)[1])
+        listening = {c.laddr.ip for c in psutil.Process(server.proc.pid).net_connections(kind="inet")
                      if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
         assert listening == {"127.0.0.1"}, listening
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 # ---------------------------------------------------------------------------------------------
