@@ -13,7 +13,7 @@ import streamlit as st
 from core.common import i18n
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
-from core.web import a11y, cache, guards, nav, presenter, replica, ui, widgets
+from core.web import a11y, cache, guards, nav, presenter, replica, ui, visits, widgets
 from core.web.offer import LOCAL_ID, Offer, OfferError, canonical_target
 
 
@@ -156,6 +156,7 @@ def _main() -> None:
     page = nav.navigation()
     nav.label_document(page)
     a11y.apply()
+    visits.mark(nav.route(page.url_path))  # the self-study order ticks off the pages this session has opened
     page.run()
 
 
