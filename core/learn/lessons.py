@@ -163,8 +163,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("A14", ("multihead", "kv_cache")),  # MHA、MQA 与 GQA
     Section("A15", ("residual", "anatomy")),  # Attention 之后为什么还需要 FFN？
     Section("A16", ("residual",)),  # Residual Connection 有什么作用？
-    Section("A17", ("anatomy", "toy")),  # LayerNorm 与 RMSNorm
-    Section("A18", ("residual", "toy")),  # Pre-Norm 与 Post-Norm
+    Section("A17", ("norms", "anatomy")),  # LayerNorm 与 RMSNorm
+    Section("A18", ("norms", "residual")),  # Pre-Norm 与 Post-Norm
     Section("A19", ("residual", "journey")),  # 为什么要堆叠很多层？
     Section("A20", ("logits",)),  # 从 Hidden State 到 Logits
     Section("A21", ("masks", "references")),  # 为什么现代文本 LLM 常用 Decoder-only？
@@ -176,7 +176,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("A27", ("toy",)),  # 实战二：实现一个简化 Transformer Block
     Section("A28", ("anatomy",)),  # 实战三：查看真实模型的 Transformer 配置
     Section("A29", ("journey", "kv_cache")),  # 实战四：观察 Hidden States、Attention 和 KV Cache
-    Section("A30", ("ablation", "cause_patching")),  # Attention 权重能解释模型吗？
+    Section("A30", ("ablation", "cause_pair", "cause_patching")),  # Attention 权重能解释模型吗？
     Section("A31", ("cause_patching", "cause_attribution")),  # Transformer 的知识存在哪里？
     Section("A32", ("quiz",)),  # 常见误区
     Section("A33", ("anatomy",)),  # 如何阅读一个真实 LLM 架构？
@@ -192,7 +192,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("B5", ("masks", "training")),  # 五、因果 Mask
     Section("B6.1", ("residual",)),  # 6.1 前馈网络负责逐位置改写
     Section("B6.2", ("residual",)),  # 6.2 残差连接保留原信息和梯度通道
-    Section("B6.3", ("residual", "toy")),  # 6.3 归一化控制数值尺度
+    Section("B6.3", ("norms", "residual")),  # 6.3 归一化控制数值尺度
     Section("B7", ("logits", "generation")),  # 七、Decoder-only：下一个 Token 是怎样生成的？
     Section("B8.1", ("generation",)),  # 8.1 Prefill 一次处理完整输入
     Section("B8.2", ("generation",)),  # 8.2 Decode 每轮只处理一个新 Token
@@ -210,7 +210,7 @@ SECTIONS: tuple[Section, ...] = (
 # the maths by hand, then cause and effect (which needs the maths), generation, and checking yourself.
 ORDER: tuple[str, ...] = (
     "journey", "tour", "tokens", "context", "positions", "attention_lab", "masks", "heads", "multihead",
-    "residual", "anatomy", "toy", "logits", "ablation", "cause_pair", "cause_patching", "cause_attribution",
+    "residual", "anatomy", "toy", "norms", "logits", "ablation", "cause_pair", "cause_patching", "cause_attribution",
     "training", "generation", "kv_cache", "long_context", "serving", "chat", "diagnose", "quiz", "references",
 )
 
