@@ -102,3 +102,52 @@ def test_local_folder_loads_with_facts(tiny_loaded):
     f = tiny_loaded["qwen2"].facts
     assert (f.position_type, f.norm_type, f.ffn_type, f.attention_kind) == ("RoPE", "RMSNorm", "SwiGLU", "GQA")
     assert tiny_loaded["mistral"].facts.attention_kind == "MQA"
+
+
+def _config_reads(monkeypatch, spec: str | None) -> dict[tuple[str, str], int]:
+    """{(source, field): reads} that core/ makes during one load: attributes of a transformers config
+    object, and ``.get``/``[]`` on the ``config.json`` dict (issue 27: the config is read once)."""
+    import sys
+    from collections import Counter
+
+    from transformers import PretrainedConfig
+
+    from conftest import ROOT
+    from core.engine import config as cfgread
+
+    core, reads = str(ROOT / "core"), Counter()
+    own = PretrainedConfig.__getattribute__
+
+    def ours() -> bool:
+        return sys._getframe(2).f_code.co_filename.startswith(core)
+
+    def attribute(self, name):
+        if not name.startswith("__") and ours():
+            reads["object", name] += 1
+        return own(self, name)
+
+    class Counted(dict):
+        def get(self, key, default=None):
+            if ours():
+                reads["json", key] += 1
+            return super().get(key, default)
+
+    loads = json.loads
+    monkeypatch.setattr(PretrainedConfig, "__getattribute__", attribute)
+    monkeypatch.setattr(cfgread.json, "loads", lambda text, *a, **k: Counted(loads(text, *a, **k)))
+    try:
+        load_model(spec)
+    finally:
+        monkeypatch.undo()
+    return dict(reads)
+
+
+def test_a_load_reads_each_config_field_once(monkeypatch, tiny_dirs):
+    """One ModelConfig per source (config.json as written, transformers' object): the loader's checks, the
+    budget, the coverage check and the facts all read it; no raw field is read twice (before: 104 reads of
+    52 fields for a tiny Llama, ``head_dim`` 10 times)."""
+    for spec in (None, str(tiny_dirs["llama"])):
+        reads = _config_reads(monkeypatch, spec)
+        assert reads and ("object", "num_attention_heads") in reads, reads
+        twice = {k: n for k, n in reads.items() if n > 1 and k != ("json", "text_config")}  # the JSON's wrapper: merged, then checked
+        assert not twice, (spec, twice)

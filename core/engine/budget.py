@@ -14,8 +14,8 @@ too big for the machine is refused with the figure instead of filling the memory
   the operator sets it, else 40 % of the machine's memory (never less than 1 GB, so the embedded
   SmolLM2, about 0.54 GB, always fits; it is never checked against the setting either).
 
-Works on a ``config.json`` dict and on a transformers config object alike (through
-``core.engine.config``'s reader). Pure Python: no torch.
+Works on JSON text, a ``config.json`` dict, a transformers config object, or the ``ModelConfig`` the
+loader read once (``core.engine.config.read``). Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -43,17 +43,6 @@ UNGATED_TYPES = frozenset({
 })
 # Families with a learned position table (wte + wpe), and how many extra rows it has (OPT keeps two).
 LEARNED_POSITIONS = {"gpt2": 0, "gpt_bigcode": 0, "gpt_neo": 0, "opt": 2, "biogpt": 2}
-# A gated family that names a LayerNorm epsilon (StableLM, the toy with LayerNorm) has LayerNorm's bias too.
-LAYER_NORM_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "layernorm_epsilon")
-
-
-def _field(cfg: Any, key: str, default: Any = None) -> Any:
-    return cfgread.get(cfg, key, default)
-
-
-def _flag(cfg: Any, key: str, default: bool) -> bool:
-    v = _field(cfg, key)
-    return default if v is None else bool(v)
 
 
 def estimate_params(cfg: Any) -> dict[str, int]:
@@ -66,27 +55,25 @@ def estimate_params(cfg: Any) -> dict[str, int]:
     tied. Mixture-of-experts: the MLP once per expert plus the router ("other"). The roles are
     ``core.stream.anatomy.ROLES``'s. Raises ``ConfigError`` naming a missing or impossible field.
     """
-    if isinstance(cfg, (str, dict)):
-        cfg = cfgread.parse(cfg)  # a multimodal wrapper's text_config is where the shape lives
-    g = cfgread.geometry(cfg, name="config")
-    d = g.d_model or cfgread.pos_int(cfg, "hidden_size")
+    m = cfgread.read(cfg)  # the config, read once (a multimodal wrapper's text_config is where the shape lives)
+    g = m.geometry(name="config")
+    d = g.d_model or m.need(m.d_model, "hidden_size")
     L, H, Hkv, hd = g.n_layers, g.n_heads, g.n_kv_heads, g.dh
-    V = cfgread.pos_int(cfg, "vocab_size")
-    mt = str(_field(cfg, "model_type", "") or "")
-    ungated = mt in UNGATED_TYPES or _field(cfg, "n_embd") is not None
-    gated = _flag(cfg, "mlp_gated", not ungated)
-    ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
+    V = m.need(m.vocab_size, "vocab_size")
+    mt = m.model_type or ""
+    ungated = mt in UNGATED_TYPES or m.gpt2_names
+    gated = not ungated if m.mlp_gated is None else m.mlp_gated
+    ff = m.d_ff if m.d_ff is not None else cfgread.whole(4 * d, "intermediate_size")
     q_out, kv_out = H * hd, Hkv * hd
-    layer_norm = ungated or any(_field(cfg, k) is not None for k in LAYER_NORM_KEYS)
+    layer_norm = ungated or m.layer_norm_named  # a gated family naming a LayerNorm epsilon (StableLM) too
     norm = 2 * d if layer_norm else d  # LayerNorm has a bias too
-    experts = _field(cfg, "num_local_experts") or _field(cfg, "num_experts") or 0
-    experts = int(experts) if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1 else 0
+    experts = m.n_experts if m.n_experts and m.n_experts > 1 else 0
 
     out: dict[str, int] = {"embed": V * d}
     if gated:
-        qkv_bias = True if mt == "qwen2" else _flag(cfg, "attention_bias", False)
-        o_bias = False if mt == "qwen2" else _flag(cfg, "attention_bias", False)
-        mlp_bias = _flag(cfg, "mlp_bias", False)
+        qkv_bias = True if mt == "qwen2" else bool(m.attention_bias)
+        o_bias = False if mt == "qwen2" else bool(m.attention_bias)
+        mlp_bias = bool(m.mlp_bias)
         out["attn_q"] = L * (d * q_out + (q_out if qkv_bias else 0))
         out["attn_k"] = L * (d * kv_out + (kv_out if qkv_bias else 0))
         out["attn_v"] = L * (d * kv_out + (kv_out if qkv_bias else 0))
@@ -95,7 +82,7 @@ def estimate_params(cfg: Any) -> dict[str, int]:
                "mlp_down": ff * d + (d if mlp_bias else 0)}
     else:
         if mt in LEARNED_POSITIONS:
-            n_pos = cfgread.pos_int(cfg, "max_position_embeddings")
+            n_pos = m.need(m.max_positions, "max_position_embeddings")
             out["pos_embed"] = (n_pos + LEARNED_POSITIONS[mt]) * d
         out["attn_qkv"] = L * (d * (q_out + 2 * kv_out) + q_out + 2 * kv_out)
         out["attn_o"] = L * (q_out * d + d)
@@ -105,7 +92,7 @@ def estimate_params(cfg: Any) -> dict[str, int]:
     if experts:
         out["other"] = L * d * experts  # the router
     out["norm"] = (2 * L + 1) * norm + (L * 2 * hd if mt == "qwen3" else 0)  # Qwen3 also norms q and k per head
-    if not _flag(cfg, "tie_word_embeddings", ungated):
+    if not (ungated if m.tied_embeddings is None else m.tied_embeddings):
         out["lm_head"] = V * d
     return out
 

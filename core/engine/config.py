@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from core.common import digits
@@ -64,6 +65,8 @@ MAX_DEPTH = 32  # a real config.json is nested 3 or 4 levels deep
 MAX_CHARS = 2_000_000  # a real config.json is a few kB (a few hundred kB with a big label map)
 TEXT_FIELDS = ("model_type", "hidden_act", "norm_placement", "_name_or_path")
 DICT_FIELDS = ("rope_scaling", "rope_parameters", "text_config")
+# A config that names a LayerNorm epsilon (GPT-2, StableLM, the toy with LayerNorm) has LayerNorm's bias too.
+LAYER_NORM_KEYS = ("layer_norm_epsilon", "layer_norm_eps", "layernorm_epsilon")
 BOOL_FIELDS = ("tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias", "mlp_gated", "multi_query",
                "is_encoder_decoder")
 # Every code a ConfigError raised here may carry; each has its sentence, anatomy.err_<code>, in both languages.
@@ -103,19 +106,14 @@ def whole(value: Any, key: str, limit: int | None = None) -> int:
     """``value`` as a count or a size: a whole number ≥ 1 and ≤ ``limit`` (``LIMITS[key]`` by default).
     A float is taken only when it is whole (``4096.0``); text, booleans, fractions, ±Infinity and NaN
     are refused, never truncated."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _refuse("not_integer", key, value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _refuse("not_finite", key, value)
-    n = digits.whole(value, text=False)  # the one whole-number check
-    if n is None:
-        raise _refuse("not_integer", key, value)
-    if n <= 0:
-        raise _refuse("not_positive", key, value)
     top = LIMITS.get(key, MAX_DIM) if limit is None else limit
-    if n > top:
+    c = digits.check(value, 1, top, text=False)  # the one whole-number check
+    if c.why == digits.ABOVE:
         raise ConfigError("too_big", f"{key} = {show(value)} > {top:,}")
-    return n
+    if not c.ok:
+        code = {digits.NOT_FINITE: "not_finite", digits.BELOW: "not_positive"}.get(c.why, "not_integer")
+        raise _refuse(code, key, value)
+    return c.n
 
 
 def positive_number(value: Any, key: str, limit: float) -> float:
@@ -238,28 +236,8 @@ def _depth_ok(obj: Any) -> None:
 
 def check(cfg: dict[str, Any]) -> dict[str, Any]:
     """Every field the app reads, validated (returns ``cfg``); ConfigError naming the first impossible one.
-    Absent fields pass: whoever needs one asks ``pos_int``, which says it is missing."""
-    for key in TEXT_FIELDS:
-        text(get(cfg, key), key)
-    archs = cfg.get("architectures")
-    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
-        raise _refuse("not_list", "architectures", archs)
-    for key in DICT_FIELDS:
-        mapping(cfg.get(key), key)
-    for key in BOOL_FIELDS:
-        flag(cfg.get(key), key)
-    for key in LIMITS:
-        opt_int(cfg, key)
-    rope(cfg)
-    heads, kv, d = (opt_int(cfg, k) for k in ("num_attention_heads", "num_key_value_heads", "hidden_size"))
-    layers = opt_int(cfg, "num_hidden_layers")
-    if heads is not None and (d is not None or get(cfg, "head_dim") is not None):
-        width = heads * head_size(cfg, d, heads)
-        check_heads(heads, kv or heads, width // heads, layers)
-        ff = opt_int(cfg, "intermediate_size") or 4 * (d or 0)
-        if layers is not None and d is not None and layers * d * (width + ff) > MAX_WEIGHTS:
-            raise ConfigError("too_big", f"num_hidden_layers × hidden_size × (num_attention_heads × head_dim + intermediate_size) "
-                                         f"= {layers * d * (width + ff):,} > {MAX_WEIGHTS:,}")
+    Absent fields pass: whoever needs one asks for it, and is told it is missing (``ModelConfig.need``)."""
+    ModelConfig.of(cfg)
     return cfg
 
 
@@ -267,6 +245,12 @@ def parse(text_or_dict: str | dict[str, Any]) -> dict[str, Any]:
     """JSON text (or an already parsed dict) → a validated dict (see ``check``); ConfigError otherwise
     ('json' | 'too_long' | 'too_deep' | 'not_object' | a field's code). A multimodal wrapper's
     ``text_config`` (where the language model's shape lives) is merged in."""
+    return check(_json_object(text_or_dict))
+
+
+def _json_object(text_or_dict: str | dict[str, Any]) -> dict[str, Any]:
+    """JSON text (or a parsed dict) → one JSON object, not nested absurdly deep, a wrapper's
+    ``text_config`` merged in; its fields are not validated yet."""
     if isinstance(text_or_dict, str):
         if len(text_or_dict) > MAX_CHARS:
             raise ConfigError("too_long", f"{len(text_or_dict):,}")
@@ -284,24 +268,169 @@ def parse(text_or_dict: str | dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("not_object", type(cfg).__name__)
     _depth_ok(cfg)
     inner = mapping(cfg.get("text_config"), "text_config")
-    if inner:
-        cfg = {**cfg, **inner}
-    return check(cfg)
+    return {**cfg, **inner} if inner else cfg
+
+
+def read(cfg: Any) -> ModelConfig:
+    """THE way into a config: JSON text, a ``config.json`` dict (parsed and validated: ``parse``), a
+    transformers config object, or a ``ModelConfig`` already read (returned as it is)."""
+    if isinstance(cfg, ModelConfig):
+        return cfg
+    return ModelConfig.of(_json_object(cfg) if isinstance(cfg, (str, dict)) else cfg)
 
 
 def geometry(cfg: Any, name: str | None = None, source: str = "") -> HeadGeometry:
     """The attention geometry a config implies (layers, query/KV heads, head_dim)."""
-    cfg = parse(cfg) if isinstance(cfg, (str, dict)) else cfg
-    layers = pos_int(cfg, "num_hidden_layers")
-    heads = pos_int(cfg, "num_attention_heads")
-    multi_query = flag(_field(cfg, "multi_query"), "multi_query")
-    kv = pos_int(cfg, "num_key_value_heads", 1 if multi_query else heads)  # no field: classic MHA
-    hidden = get(cfg, "hidden_size")
-    if get(cfg, "head_dim") is None and hidden is None:
-        raise ConfigError("missing", "head_dim or hidden_size")
-    d = pos_int(cfg, "hidden_size") if hidden is not None else None
-    head_dim = head_size(cfg, d, heads)
-    check_heads(heads, kv, head_dim, layers)
-    max_pos = opt_int(cfg, "max_position_embeddings")
-    label = name or text(_field(cfg, "_name_or_path"), "_name_or_path") or text(_field(cfg, "model_type"), "model_type") or "config.json"
-    return HeadGeometry(str(label)[:80], layers, heads, kv, head_dim, d, max_pos, source)
+    return read(cfg).geometry(name, source)
+
+
+# ---------------------------------------------------------------------------------------------
+# one model's config, read once
+
+
+class _Once:
+    """A config seen through a memo: each raw field (one spelling) is read from the dict or the config
+    object at most once, however many readers ask for it. ``get``/``pos_int``/``rope`` take it like a
+    transformers config object (``getattr``)."""
+
+    __slots__ = ("_cfg", "_seen")
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+        self._seen: dict[str, Any] = {}
+
+    def __getattr__(self, key: str) -> Any:  # only for names that are not the two slots
+        if key.startswith("__"):
+            raise AttributeError(key)
+        seen = self._seen
+        if key not in seen:
+            cfg = self._cfg
+            seen[key] = cfg.get(key) if isinstance(cfg, dict) else getattr(cfg, key, None)
+        return seen[key]
+
+
+def _eos(value: Any) -> tuple[int, ...]:
+    """``eos_token_id``: one id, a list of ids, or absent (whole numbers ≥ 0 only)."""
+    ids = value if isinstance(value, (list, tuple)) else (() if value is None else (value,))
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise _refuse("not_integer", "eos_token_id", value)
+    return tuple(int(i) for i in ids)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model's config, read ONCE from a ``config.json`` dict or a transformers config object and
+    validated field by field as it is read (``of``: the rules of this module's docstring), then handed
+    to every reader: the loader's checks (``hf.check_causal_config``), the memory budget
+    (``budget.estimate_params``), the attention geometry and the facts a page shows (``hf.facts_from_hf``).
+
+    A field the config leaves out is None here (``need`` says it is missing when a reader needs it); the
+    defaults (MHA when no KV heads are given, d_model // heads when no head_dim …) are the readers'."""
+
+    model_type: str | None = None
+    architectures: tuple[str, ...] | None = None
+    is_encoder_decoder: bool = False
+    n_layers: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None  # as written: None → MHA (or MQA when multi_query)
+    multi_query: bool | None = None
+    head_dim: int | None = None  # as written: None → d_model // n_heads
+    d_model: int | None = None
+    d_ff: int | None = None
+    vocab_size: int | None = None
+    max_positions: int | None = None
+    sliding_window: int | None = None  # None: no window (0 in a config means none too)
+    use_sliding_window: bool | None = None
+    n_experts: int | None = None  # a mixture-of-experts MLP; None: dense
+    hidden_act: str | None = None
+    norm_placement: str | None = None
+    name_or_path: str | None = None
+    rope_theta: float | None = None
+    rope_type: str | None = None
+    has_rope: bool = False  # rope_parameters or rope_theta present
+    alibi: bool = False
+    post_norm: bool = False  # OPT's do_layer_norm_before = false, Bloom's post-LayerNorm residual
+    tied_embeddings: bool | None = None
+    mlp_gated: bool | None = None
+    attention_bias: bool | None = None
+    mlp_bias: bool | None = None
+    gpt2_names: bool = False  # spelled like GPT-2 (n_embd): the classic two-matrix MLP
+    layer_norm_named: bool = False  # names a LayerNorm epsilon (LayerNorm's bias exists too)
+    eos_token_ids: tuple[int, ...] = ()
+    dtype: str | None = None  # the dtype the config says its weights were saved in
+
+    @classmethod
+    def of(cls, cfg: Any) -> ModelConfig:
+        """Read and validate every field the app uses, each raw field once; ConfigError naming the first
+        impossible one (its code and ``field = value`` as the config spelled it)."""
+        if isinstance(cfg, ModelConfig):
+            return cfg
+        c = _Once(cfg)
+        texts = {key: text(get(c, key), key) for key in TEXT_FIELDS}
+        archs = _field(c, "architectures")
+        if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+            raise _refuse("not_list", "architectures", archs)
+        for key in DICT_FIELDS:
+            if key == "text_config" and not isinstance(cfg, dict):
+                continue  # a transformers object keeps it as a config object of its own
+            mapping(_field(c, key), key)
+        flags = {key: flag(_field(c, key), key) for key in BOOL_FIELDS}
+        ints = {key: opt_int(c, key) for key in LIMITS}
+        theta, rope_type = rope(c)
+        heads, kv, d, layers = (ints[k] for k in ("num_attention_heads", "num_key_value_heads", "hidden_size",
+                                                   "num_hidden_layers"))
+        given_dh = ints["head_dim"]
+        if heads is not None and (d is not None or given_dh is not None):
+            width = heads * head_size(c, d, heads)
+            check_heads(heads, kv or heads, width // heads, layers)
+            ff = ints["intermediate_size"] or 4 * (d or 0)
+            if layers is not None and d is not None and layers * d * (width + ff) > MAX_WEIGHTS:
+                raise ConfigError("too_big", f"num_hidden_layers × hidden_size × (num_attention_heads × head_dim + intermediate_size) "
+                                             f"= {layers * d * (width + ff):,} > {MAX_WEIGHTS:,}")
+        stored = _field(c, "dtype") or (_field(c, "torch_dtype") if isinstance(cfg, dict) else None)  # transformers 5 warns on torch_dtype
+        return cls(
+            model_type=texts["model_type"], architectures=None if archs is None else tuple(archs),
+            is_encoder_decoder=bool(flags["is_encoder_decoder"]),
+            n_layers=layers, n_heads=heads, n_kv_heads=kv, multi_query=flags["multi_query"], head_dim=given_dh,
+            d_model=d, d_ff=ints["intermediate_size"], vocab_size=ints["vocab_size"],
+            max_positions=ints["max_position_embeddings"], sliding_window=ints["sliding_window"],
+            use_sliding_window=flags["use_sliding_window"], n_experts=ints["num_local_experts"] or ints["num_experts"],
+            hidden_act=texts["hidden_act"], norm_placement=texts["norm_placement"], name_or_path=texts["_name_or_path"],
+            rope_theta=theta, rope_type=rope_type,
+            has_rope=_field(c, "rope_parameters") is not None or _field(c, "rope_theta") is not None,
+            alibi=bool(_field(c, "alibi")) or _field(c, "position_embedding_type") == "alibi",
+            post_norm=_field(c, "do_layer_norm_before") is False or bool(_field(c, "apply_residual_connection_post_layernorm")),
+            tied_embeddings=flags["tie_word_embeddings"], mlp_gated=flags["mlp_gated"],
+            attention_bias=flags["attention_bias"], mlp_bias=flags["mlp_bias"],
+            gpt2_names=_field(c, "n_embd") is not None,
+            layer_norm_named=any(_field(c, k) is not None for k in LAYER_NORM_KEYS),
+            eos_token_ids=_eos(_field(c, "eos_token_id")),
+            dtype=None if stored is None else str(stored).replace("torch.", ""),
+        )
+
+    @staticmethod
+    def need(value: int | None, key: str) -> int:
+        """A field a reader cannot do without: its value, or ConfigError('missing') naming it."""
+        if value is None:
+            raise ConfigError("missing", key)
+        return value
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads: as written, else one in all (multi_query), else one per query head (classic MHA)."""
+        if self.n_kv_heads is not None:
+            return self.n_kv_heads
+        return 1 if self.multi_query else self.need(self.n_heads, "num_attention_heads")
+
+    def geometry(self, name: str | None = None, source: str = "") -> HeadGeometry:
+        """The attention geometry (layers, query/KV heads, head_dim); ConfigError when a field it needs is absent."""
+        layers = self.need(self.n_layers, "num_hidden_layers")
+        heads = self.need(self.n_heads, "num_attention_heads")
+        kv = self.kv_heads
+        if self.head_dim is None and self.d_model is None:
+            raise ConfigError("missing", "head_dim or hidden_size")
+        head_dim = self.head_dim if self.head_dim is not None else self.d_model // heads  # ≥ 1: checked in ``of``
+        check_heads(heads, kv, head_dim, layers)
+        label = name or self.name_or_path or self.model_type or "config.json"
+        return HeadGeometry(str(label)[:80], layers, heads, kv, head_dim, self.d_model, self.max_positions, source)

@@ -85,63 +85,47 @@ def converted_dir(gguf: Path) -> Path:
 # Facts
 
 
-def _norm_info(model: PreTrainedModel) -> tuple[str, str]:
-    names = {type(m).__name__ for m in model.modules()}
-    norm = "RMSNorm" if any("RMSNorm" in n for n in names) else "LayerNorm"
-    cfg = model.config
-    post = getattr(cfg, "do_layer_norm_before", True) is False or getattr(cfg, "apply_residual_connection_post_layernorm", False)
-    return norm, "post-norm" if post else "pre-norm"
-
-
-def _position_type(model: PreTrainedModel) -> str:
-    cfg = model.config
-    if getattr(cfg, "rope_parameters", None) is not None or hasattr(cfg, "rope_theta"):
+def _position_type(model: PreTrainedModel, cfg: cfgread.ModelConfig) -> str:
+    if cfg.has_rope or any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()):
         return "RoPE"
-    if any(type(m).__name__.endswith("RotaryEmbedding") for m in model.modules()):
-        return "RoPE"
-    if getattr(cfg, "alibi", False) or getattr(cfg, "position_embedding_type", "") == "alibi":
+    if cfg.alibi:
         return "ALiBi"
-    if getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None):
-        # GPT-2 style wpe, OPT's learned positions …
+    if cfg.max_positions:  # GPT-2 style wpe, OPT's learned positions …
         for name, _ in model.named_modules():
             if name.endswith(("wpe", "embed_positions", "position_embeddings")):
                 return "learned"
     return "none"
 
 
-def facts_from_hf(model: PreTrainedModel, name: str) -> ModelFacts:
-    cfg = model.config
-    n_heads = int(cfgread.get(cfg, "num_attention_heads"))
-    d_model = int(cfgread.get(cfg, "hidden_size"))
-    n_kv = int(cfgread.get(cfg, "num_key_value_heads", n_heads))
-    head_dim = int(cfgread.get(cfg, "head_dim", d_model // n_heads))
-    d_ff = cfgread.get(cfg, "intermediate_size")
-    norm, place = _norm_info(model)
-    eos = getattr(cfg, "eos_token_id", None)
-    eos = tuple(eos) if isinstance(eos, (list, tuple)) else ((int(eos),) if eos is not None else ())
-    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+def facts_from_hf(model: PreTrainedModel, name: str, cfg: cfgread.ModelConfig | None = None) -> ModelFacts:
+    """What a learner reads off ``model``: its config (``cfg``, the one the loader read, else
+    ``model.config`` read now, once) and what only the built modules say (the norm's kind, a gate, tied
+    weights, the parameter count)."""
+    cfg = cfgread.read(model.config) if cfg is None else cfg
+    n_heads, d_model = cfg.need(cfg.n_heads, "num_attention_heads"), cfg.need(cfg.d_model, "hidden_size")
+    names = {type(m).__name__ for m in model.modules()}
     out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
-    tied = tied or (out_emb is not None and out_emb.weight.data_ptr() == in_emb.weight.data_ptr())
+    tied = bool(cfg.tied_embeddings) or (out_emb is not None and out_emb.weight.data_ptr() == in_emb.weight.data_ptr())
     return ModelFacts(
         name=name,
         model_type=str(cfg.model_type),
-        n_layers=int(cfgread.get(cfg, "num_hidden_layers")),
+        n_layers=cfg.need(cfg.n_layers, "num_hidden_layers"),
         n_heads=n_heads,
-        n_kv_heads=n_kv,
-        head_dim=head_dim,
+        n_kv_heads=n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads,
+        head_dim=d_model // n_heads if cfg.head_dim is None else cfg.head_dim,
         d_model=d_model,
-        d_ff=int(d_ff) if d_ff else 4 * d_model,
-        vocab_size=int(cfg.vocab_size),
-        norm_type=norm,
-        norm_placement=place,
-        position_type=_position_type(model),
-        activation=str(cfgread.get(cfg, "hidden_act", "?")),
+        d_ff=cfg.d_ff or 4 * d_model,
+        vocab_size=cfg.need(cfg.vocab_size, "vocab_size"),
+        norm_type="RMSNorm" if any("RMSNorm" in n for n in names) else "LayerNorm",
+        norm_placement="post-norm" if cfg.post_norm else "pre-norm",
+        position_type=_position_type(model, cfg),
+        activation=str(cfg.hidden_act or "?"),
         ffn_type="SwiGLU" if any(n.endswith("gate_proj") for n, _ in model.named_modules()) else "MLP",
         tied_embeddings=tied,
         n_params=int(model.num_parameters()),
-        max_positions=int(cfgread.get(cfg, "max_position_embeddings", 0)),
-        rope_theta=cfgread.rope(cfg)[0],
-        eos_token_ids=eos,
+        max_positions=cfg.max_positions or 0,
+        rope_theta=cfg.rope_theta,
+        eos_token_ids=cfg.eos_token_ids,
         dtype=str(model.dtype).replace("torch.", ""),
     )
 
@@ -503,21 +487,23 @@ def _library_error(e: Exception, folder: Path) -> str:
     return _code(f"{type(e).__name__}: {_scrub(str(e), folder)}")
 
 
-def check_causal_config(cfg_dict: dict[str, Any]) -> None:
-    """Refuse, with a reason, a config that is not a decoder-only causal LM."""
-    mt = cfg_dict.get("model_type")
+def check_causal_config(cfg: cfgread.ModelConfig | dict[str, Any]) -> None:
+    """Refuse, with a reason, a config that is not a decoder-only causal LM (the config read once, or a
+    ``config.json`` dict, read here)."""
+    if isinstance(cfg, dict):
+        mt, enc_dec, archs = cfg.get("model_type"), cfg.get("is_encoder_decoder"), cfg.get("architectures")
+    else:
+        mt, enc_dec, archs = cfg.model_type, cfg.is_encoder_decoder, cfg.architectures
     if not mt:
         raise ModelLoadError("no_model_type")
     if not isinstance(mt, str):
         raise ModelLoadError("model_type_not_text", kind=type(mt).__name__)
     if mt not in CONFIG_MAPPING:
         raise ModelLoadError("unknown_model_type", model_type=_code(mt, 80))
-    if cfg_dict.get("is_encoder_decoder"):
+    if enc_dec:
         raise ModelLoadError("encoder_decoder", model_type=_code(mt, 80))
-    archs = cfg_dict.get("architectures") or []
-    if isinstance(archs, str):
-        archs = [archs]
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+    archs = [archs] if isinstance(archs, str) else archs or []
+    if not isinstance(archs, (list, tuple)) or not all(isinstance(a, str) for a in archs):
         raise ModelLoadError("architectures_not_list")
     causal_suffixes = ("ForCausalLM", "LMHeadModel")
     if archs and not any(a.endswith(causal_suffixes) for a in archs):
@@ -526,10 +512,10 @@ def check_causal_config(cfg_dict: dict[str, Any]) -> None:
         raise ModelLoadError("no_causal_head", model_type=_code(mt, 80))
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
-    """config.json, read by the app's one validated reader (``core.engine.config.parse``: its size, the
-    JSON, its depth and every field the app reads), or ``ModelLoadError`` saying what is wrong. A file
-    far too long to be a config is refused without reading it whole."""
+def _read_config(folder: Path) -> cfgread.ModelConfig:
+    """config.json as it is written, read once by the app's one validated reader (``core.engine.config.read``:
+    its size, the JSON, its depth and every field the app reads), or ``ModelLoadError`` saying what is wrong.
+    A file far too long to be a config is refused without reading it whole."""
     limit = 4 * cfgread.MAX_CHARS  # bytes: a UTF-8 character takes at most 4
     try:
         with (folder / "config.json").open("rb") as f:
@@ -542,7 +528,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     if len(data) > limit:
         raise ModelLoadError("config_too_long", limit=f"{cfgread.MAX_CHARS:,}")
     try:
-        return cfgread.parse(text)
+        return cfgread.read(text)
     except ConfigError as e:
         if e.code == "json":
             raise ModelLoadError("config_json", detail=_inert(e.detail, 200)) from None
@@ -563,18 +549,20 @@ def _config_object(folder: Path) -> Any:
         raise ModelLoadError("config_transformers", error=_library_error(e, folder)) from None
 
 
-def check_budget(config: Any) -> int:
-    """The parameter count ``config`` implies, or ``ModelLoadError`` when its float32 weights would
-    not fit this server's budget (``core.engine.budget``). Reads the config only: nothing is allocated."""
+def check_budget(config: Any) -> dict[str, int]:
+    """The parameters per role ``config`` implies (``budget.estimate_params``), or ``ModelLoadError`` when
+    its float32 weights would not fit this server's budget (``core.engine.budget``), or when the config
+    cannot be read (a transformers object is read here). Reads the config only: nothing is allocated."""
     try:
-        n = budget.n_params(config)
+        parts = budget.estimate_params(config)
     except ConfigError as e:
         raise ModelLoadError("config_unsized", reason=e.reason()) from None
+    n = sum(parts.values())
     need, allowed = budget.weight_bytes(n), budget.budget_bytes()
     if need > allowed:
         raise ModelLoadError("too_big", n=budget.fmt_count(n), need=budget.fmt_gb(need), allowed=budget.fmt_gb(allowed),
                              env=budget.BUDGET_ENV)
-    return n
+    return parts
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -643,12 +631,13 @@ def _held(key: str, stored: dict[str, int], prefix: str) -> bool:
     return key in stored or (bool(prefix) and key.startswith(prefix + ".") and key[len(prefix) + 1:] in stored)
 
 
-def check_coverage(stored: dict[str, int], config: Any, n_config: int) -> None:
+def check_coverage(stored: dict[str, int], config: Any, parts: dict[str, int]) -> None:
     """Refuse, before allocating, weight files that hold far fewer values than the config describes
-    (a config beside one unrelated tensor would otherwise load as a model of random weights), naming
-    what is missing. Loose on purpose (the estimate is exact only for the common families): the exact
-    check, name by name, is ``check_loading_info`` after loading."""
-    parts = budget.estimate_params(config)
+    (``parts``: ``check_budget``'s estimate per role; ``config``, transformers' object, only names what is
+    missing) (a config beside one unrelated tensor would otherwise load as a model of random weights).
+    Loose on purpose (the estimate is exact only for the common families): the exact check, name by name,
+    is ``check_loading_info`` after loading."""
+    n_config = sum(parts.values())
     body = n_config - parts.get("lm_head", 0)  # an LM head may be tied in fact though the config says not
     held = sum(stored.values())
     if held >= COVERAGE_FLOOR * body:
@@ -694,10 +683,14 @@ def _local_source(spec: str, folder: Path) -> tuple[str, str]:
 
 def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
     folder = _resolve_local(spec)  # from here on, it is a model folder: specific reasons may be given
-    check_causal_config(_read_config(folder))  # every field the app reads, validated where it enters
-    config = _config_object(folder)
-    n_config = check_budget(config)  # before any weight is read or allocated
-    check_coverage(stored_tensors(weight_files(folder)), config, n_config)
+    check_causal_config(_read_config(folder))  # config.json as written: every field the app reads, validated where it enters
+    config = _config_object(folder)  # … and as transformers reads it, its defaults filled in: what the model is built from
+    try:
+        shape = cfgread.read(config)  # read once, for the budget, the coverage check and the facts
+    except ConfigError as e:
+        raise ModelLoadError("config_unsized", reason=e.reason()) from None
+    parts = check_budget(shape)  # before any weight is read or allocated
+    check_coverage(stored_tensors(weight_files(folder)), config, parts)
     progress(0.3, Said(Phrase("load.step_weights")))
     try:
         model, info = _from_pretrained(folder, config=config, use_safetensors=True)
@@ -713,4 +706,4 @@ def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
         raise ModelLoadError("tokenizer", error=_library_error(e, folder)) from None
     progress(1.0, Said(Phrase("load.ready")))
     name, source = _local_source(spec, folder)
-    return LoadedModel(model, tok, facts_from_hf(model, name), str(spec), "hf", source)
+    return LoadedModel(model, tok, facts_from_hf(model, name, shape), str(spec), "hf", source)

@@ -252,7 +252,7 @@ def analyse_config(cfg: dict[str, Any]) -> ConfigReport:
     gated = _flag(cfg, "mlp_gated", mt not in budget.UNGATED_TYPES and "n_embd" not in cfg)
     ff = cfgread.pos_int(cfg, "intermediate_size", 4 * d)
     theta, rope_type = cfgread.rope(cfg)
-    ln = mt in budget.UNGATED_TYPES or any(k in cfg for k in budget.LAYER_NORM_KEYS)
+    ln = mt in budget.UNGATED_TYPES or any(k in cfg for k in cfgread.LAYER_NORM_KEYS)
     sw = cfgread.opt_int(cfg, "sliding_window") if _flag(cfg, "use_sliding_window", True) else None
     return ConfigReport(
         model_type=mt,
