@@ -319,7 +319,7 @@ def test_cause_and_effect_comes_after_the_maths():
     maths = [i for i, p in enumerate(lessons.ORDER) if p in ("attention_lab", "masks", "multihead", "positions")]
     cause = [i for i, p in enumerate(lessons.ORDER) if p.startswith("cause_")]
     assert max(maths) < min(cause)
-    sections = [sec for sec, _, _ in nav.PAGES]
+    sections = [row[0] if isinstance(row, tuple) else row.section for row in nav.PAGES]  # a row: (section, stem, icon) or its dataclass
     assert max(i for i, s in enumerate(sections) if s == "nav.maths") < min(i for i, s in enumerate(sections) if s == "nav.cause")
 
 
