@@ -94,7 +94,7 @@ def render() -> None:
         before, after = cache.probs(spec, ids, ()), cache.probs(spec, ids, target.ablate)
         kl_layer = cache.layer_sweep(spec, ids, target.layer)
     except UnsupportedArchitectureError as e:
-        st.error(ui.t("err.unsupported", msg=widgets.md(e)))
+        st.error(ui.t("err.unsupported", msg=ui.error_md(e)))
         return
     _metrics(loaded, ablation.effect(before, after))
     atlas = _table_and_map(tr, loaded, before, after, target, lang)

@@ -270,3 +270,88 @@ def test_anatomy_config_of_names_no_folder(smol):
     cfg = anatomy.config_of(smol)
     assert "_name_or_path" not in cfg and cfg["hidden_size"] == smol.facts.d_model
     assert not [v for v in cfg.values() if isinstance(v, str) and v.startswith(("/", "~"))]
+
+
+# ---------------------------------------------------------------------------------------------
+# one error shape: every refusal core raises is a CodedError, said in the page's language
+
+
+CODED = {"UnsupportedArchitectureError": "arch.err_", "EmptyPromptError": "prompt.err_", "ConfigError": "anatomy.err_"}
+
+
+def test_every_coded_raise_in_core_has_a_sentence_in_both_languages():
+    """Every ``UnsupportedArchitectureError(...)`` / ``EmptyPromptError(...)`` / ``ConfigError(...)`` in core/
+    names a code (no English sentence as its message), and each code has its sentence in en and zh."""
+    known, seen = i18n.catalogue(), set()
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = getattr(getattr(node, "func", None), "id", None)
+            if not isinstance(node, ast.Call) or name not in CODED or not node.args:
+                continue
+            arg = node.args[0]
+            if isinstance(arg, ast.JoinedStr):  # f"no_{which}_norm": each value it can take
+                codes = [f"no_{w}_norm" for w in ("attn", "mlp")]
+            elif isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                codes = [arg.value]
+            else:  # a code chosen at run time (config.py's _refuse(code, …)): its codes are config.CODES
+                continue
+            for code in codes:
+                assert code.isidentifier(), (path.name, code)  # a code, not a sentence
+                key = CODED[name] + code
+                assert key in known, (path.name, key)
+                assert any("\u4e00" <= ch <= "\u9fff" for ch in known[key]["zh"]), key
+                seen.add(key)
+    assert {"arch.err_no_attn_or_mlp", "arch.err_not_pre_norm", "prompt.err_empty", "anatomy.err_bad_value"} <= seen
+
+
+def test_the_error_shapes_are_one():
+    from core.engine.types import CodedError, EmptyPromptError, UnsupportedArchitectureError
+
+    for e in (UnsupportedArchitectureError("no_lm_head", model="X"), EmptyPromptError("empty"),
+              ConfigError("not_positive", "vocab_size = -5")):
+        assert isinstance(e, CodedError) and e.known and str(e) == e.text("en")
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in e.text("zh")), e.key
+        again = pickle.loads(pickle.dumps(e))
+        assert type(again) is type(e) and again.code == e.code and str(again) == str(e)
+    c = ConfigError("not_positive", "vocab_size = -5")
+    assert (c.code, c.detail) == ("not_positive", "vocab_size = -5") and c.reason().text("zh") == c.text("zh")
+    legacy = UnsupportedArchitectureError("a sentence not yet given its code.")  # still said, framed in the page's language
+    assert legacy.code == "other" and str(legacy) == "a sentence not yet given its code."
+
+
+def _tiny_opt(folder: Path) -> Path:
+    """OPT: its blocks have no mlp sub-module, so the tracer refuses it (tests/test_tracing.py)."""
+    from transformers import AutoTokenizer, OPTConfig, OPTForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(hf.converted_dir(hf.embedded_gguf_path())))
+    torch.manual_seed(0)
+    cfg = OPTConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
+                    word_embed_proj_dim=32, architectures=["OPTForCausalLM"])
+    OPTForCausalLM(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("lang, said, not_said", [
+    ("zh", ("无法如实追踪该架构", "没有注意力子模块"), ("cannot be traced", "has no attention", "sub-module")),
+    ("en", ("This architecture cannot be traced faithfully", "has no attention", "sub-module"), ("无法如实追踪", "子模块")),
+])
+def test_an_unsupported_model_is_explained_in_the_pages_language(smol, tmp_path, monkeypatch, lang, said, not_said):
+    monkeypatch.setenv(ENV_MODELS, f"opt={_tiny_opt(tmp_path / 'opt')}")
+    at = app_run("heads", model="opt", lang=lang)
+    assert not at.exception, [e.value for e in at.exception]
+    errors = " ".join(e.value for e in at.error)
+    for w in said:
+        assert w in errors, errors
+    for w in not_said:
+        assert w not in errors, errors
+    _no_path(all_text(at), tmp_path)
+
+
+def test_the_cli_says_an_unsupported_model_in_english(smol, tmp_path, capsys):
+    from core.__main__ import main
+
+    folder = _tiny_opt(tmp_path / "opt")
+    assert main(["trace", "Hello there", "--model", str(folder), "-o", str(tmp_path / "t.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "has no attention" in err and "sub-module" in err and "子模块" not in err, err

@@ -44,12 +44,12 @@ class Sites:
         """The norm in front of the attention (``which="attn"``) or the MLP (``"mlp"``) of ``layer``."""
         m = (self.attn_norms if which == "attn" else self.mlp_norms)[layer]
         if m is None:
-            raise UnsupportedArchitectureError(f"block {layer} has no {which} norm ({'/'.join(NORM_NAMES[which])}).")
+            raise UnsupportedArchitectureError(f"no_{which}_norm", block=layer, names="/".join(NORM_NAMES[which]))
         return m
 
     def require_final_norm(self) -> nn.Module:
         if self.final_norm is None:
-            raise UnsupportedArchitectureError(f"no final norm ({'/'.join(FINAL_NORM_NAMES)}) was found.")
+            raise UnsupportedArchitectureError("no_final_norm", names="/".join(FINAL_NORM_NAMES))
         return self.final_norm
 
 
@@ -67,7 +67,7 @@ def out_proj(attn: Any) -> Any:
     input is the heads' outputs side by side, [..., H·dh]: head h owns ``head_slice(h, dh)`` of it."""
     m = child_by_name(attn, OUT_PROJ_NAMES)
     if m is None:
-        raise UnsupportedArchitectureError(f"{type(attn).__name__} has no output projection ({'/'.join(OUT_PROJ_NAMES)}).")
+        raise UnsupportedArchitectureError("no_out_proj", module=type(attn).__name__, names="/".join(OUT_PROJ_NAMES))
     return m
 
 
@@ -98,23 +98,22 @@ def _find(model: nn.Module) -> Sites:
     n_layers = n_layers_of(model)
     lists = [m for _, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
     if not lists:
-        raise UnsupportedArchitectureError(f"no list of {n_layers} decoder blocks was found in {type(model).__name__}.")
+        raise UnsupportedArchitectureError("no_blocks", n=n_layers, model=type(model).__name__)
     blocks = tuple(lists[0])
     attns, mlps = [], []
     for i, b in enumerate(blocks):
         a, m = child_by_name(b, ATTN_NAMES), child_by_name(b, MLP_NAMES)
         if a is None or m is None:
-            raise UnsupportedArchitectureError(
-                f"block {i} ({type(b).__name__}) has no attention ({'/'.join(ATTN_NAMES)}) or MLP ({'/'.join(MLP_NAMES)}) sub-module."
-            )
+            raise UnsupportedArchitectureError("no_attn_or_mlp", block=i, module=type(b).__name__, attn="/".join(ATTN_NAMES),
+                                               mlp="/".join(MLP_NAMES))
         if child_by_name(b, CROSS_NAMES) is not None and getattr(getattr(model, "config", None), "add_cross_attention", False):
-            raise UnsupportedArchitectureError("blocks with cross-attention are not decoder-only.")
+            raise UnsupportedArchitectureError("cross_attention")
         attns.append(a)
         mlps.append(m)
     get_out = getattr(model, "get_output_embeddings", None)
     lm_head = get_out() if get_out else getattr(model, "lm_head", None)
     if lm_head is None:
-        raise UnsupportedArchitectureError(f"{type(model).__name__} has no LM head.")
+        raise UnsupportedArchitectureError("no_lm_head", model=type(model).__name__)
     get_in = getattr(model, "get_input_embeddings", None)
     embed = get_in() if get_in else child_by_name(model, EMBED_NAMES)
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None) or model

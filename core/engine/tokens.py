@@ -417,7 +417,7 @@ def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int =
     the assistant's first. Inside the template a special token the user typed is read as text
     (``_chat_ids``); with the template off the text is read as it is (a typed ``<|endoftext|>`` is the token)."""
     if prompt is None or not prompt.strip():
-        raise EmptyPromptError("The prompt is empty.")
+        raise EmptyPromptError("empty")
     notes: list[str] = []
     text = prompt
     templated = chat and has_chat_template(tokenizer)
@@ -427,7 +427,7 @@ def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int =
         notes.append(NOTE_NO_TEMPLATE)
     ids = _chat_ids(tokenizer, text, prompt) if templated else _ids(tokenizer, text, not chat)
     if not ids:
-        raise EmptyPromptError("The prompt produced no tokens.")
+        raise EmptyPromptError("no_tokens")
     limit, by = prompt_limit(max_tokens, max_positions)
     if len(ids) <= limit:
         return Encoded(text, ids, None, tuple(notes))

@@ -30,7 +30,8 @@ VALUE_WIDTHS: dict[str, int] = {"fp32": 4, "fp16 / bf16": 2, "int8": 1}
 
 
 # ---------------------------------------------------------------------------------------------
-# errors (each says what is wrong in a sentence; ModelLoadError and ConfigError in every language)
+# errors: ONE shape, CodedError (a code picks the sentence in the i18n catalogue, params fill it);
+# str(e) is English (the CLI), e.text(lang) / e.markdown(lang) the page's language
 
 
 @dataclass(frozen=True)
@@ -112,28 +113,48 @@ class ModelLoadError(CodedError):
     PREFIX = "load.err_"
 
 
-class EmptyPromptError(ValueError):
-    """The prompt has nothing to trace."""
+class _Sentenced(CodedError):
+    """A coded error that also takes a bare English sentence (a raise site not yet given its code): it is
+    kept as the code ``other``'s detail, so the page still frames it in its language."""
+
+    def __init__(self, code: str, **params: Any) -> None:
+        if not code.isidentifier():  # a sentence, not a code
+            code, params = "other", {"detail": code, **params}
+        super().__init__(code, **params)
 
 
-class UnsupportedArchitectureError(RuntimeError):
-    """The tracer cannot follow this architecture; the message names what is unsupported."""
+class EmptyPromptError(_Sentenced, ValueError):
+    """The prompt has nothing to trace (i18n key ``prompt.err_<code>``: ``empty``, ``no_tokens``)."""
+
+    PREFIX = "prompt.err_"
 
 
-class ConfigError(ValueError):
-    """A config that cannot be read. ``code`` picks the page's message, ``detail`` fills it.
+class UnsupportedArchitectureError(_Sentenced, RuntimeError):
+    """The tracer cannot follow this architecture (i18n key ``arch.err_<code>``); the sentence names what
+    is unsupported, in the page's language."""
+
+    PREFIX = "arch.err_"
+
+
+class ConfigError(CodedError, ValueError):
+    """A config that cannot be read (i18n key ``anatomy.err_<code>``, filled by ``detail``).
 
     code: "json" (not valid JSON) | "not_object" | "missing" (a field is absent: detail names it)
-    | "bad_value" (a field has an impossible value: detail says which and why)."""
+    | "bad_value" (a field has an impossible value: detail says which and why) | a field's code
+    (``core.engine.config.CODES``). ``detail`` says ``field = value`` as the config spelled it."""
+
+    PREFIX = "anatomy.err_"
 
     def __init__(self, code: str, detail: str = "") -> None:
-        super().__init__(f"{code}: {detail}" if detail else code)
-        self.code = code
         self.detail = detail
+        super().__init__(code, detail=" ".join(str(detail).replace("`", "ˋ").split()))
 
     def reason(self) -> Phrase:
         """The refusal as a sentence in any language (``anatomy.err_<code>``: which field, and why)."""
-        return Phrase(f"anatomy.err_{self.code}", {"detail": " ".join(self.detail.replace("`", "ˋ").split())})
+        return Phrase(self.key, dict(self.params))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.code, self.detail)
 
 
 # ---------------------------------------------------------------------------------------------

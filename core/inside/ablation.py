@@ -113,7 +113,7 @@ def _softmax_last(logits: torch.Tensor) -> np.ndarray:
 def next_token_probs(loaded: LoadedModel, ids: Sequence[int], ablate: Ablation = ()) -> np.ndarray:
     """The next-token distribution [V] (float64) after the last of ``ids``, with ``ablate`` zeroed."""
     if not ids:
-        raise EmptyPromptError("no tokens")
+        raise EmptyPromptError("no_tokens")
     x = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
     with loaded.lock, torch.inference_mode(), zero_heads(loaded, ablate):
         logits = loaded.model(input_ids=x, use_cache=False).logits  # [1, T, V]

@@ -45,7 +45,7 @@ def sublayer_norms(tr: Trace, pos: int | None = None) -> tuple[np.ndarray, np.nd
 def _check_pre_norm(loaded: LoadedModel) -> None:
     # Only a pre-norm block reads resid[l] through its norms; post-norm puts the norm on the stream.
     if loaded.facts.norm_placement != "pre-norm":
-        raise UnsupportedArchitectureError("this view follows pre-norm blocks; this model normalises after each addition (post-norm).")
+        raise UnsupportedArchitectureError("post_norm_view")
 
 
 def _w(param: Any) -> np.ndarray | None:
@@ -283,9 +283,9 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, detail: Laye
     """
     mlp = find_sites(loaded.model).mlps[layer]
     if mlp is None or not all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj")):
-        raise UnsupportedArchitectureError(f"the MLP of {type(loaded.model).__name__} is not gated (no gate_proj/up_proj/down_proj).")
+        raise UnsupportedArchitectureError("mlp_not_gated", model=type(loaded.model).__name__)
     if str(loaded.facts.activation).lower() not in ("silu", "swish"):
-        raise UnsupportedArchitectureError(f"the gate uses {loaded.facts.activation}, not SiLU.")
+        raise UnsupportedArchitectureError("gate_not_silu", act=loaded.facts.activation)
     d = detail or backends.layer_detail(loaded, tr, layer)
     h = block_norm_steps(loaded, tr, layer, pos, "mlp", d).out  # [d]
 

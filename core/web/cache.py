@@ -122,7 +122,7 @@ def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0, 
     ids = generate.extended_prompt_ids(loaded.tokenizer, prompt, chat, min_len,
                                        max_len=min(generate.MAX_PROMPT_TOKENS, _room(loaded, n)))
     if not ids:
-        raise EmptyPromptError("empty prompt")
+        raise EmptyPromptError("empty")
     return measurement(("compare_cache", spec, tuple(ids), n, run), lambda job: generate.compare_with_without(loaded, ids, n))
 
 

@@ -132,7 +132,7 @@ def baseline(pt: pair.PairTokens) -> patching.Baseline | None:
     try:
         return cache.cause_baseline(ui.model_spec(), pt.ids_clean, pt.ids_corrupted)
     except UnsupportedArchitectureError as e:
-        st.error(ui.t("cause.unsupported", msg=widgets.md(e)))
+        st.error(ui.t("cause.unsupported", msg=ui.error_md(e)))
         return None
 
 

@@ -17,7 +17,7 @@ from core.common import digits, escape, i18n
 from core.engine.hf import hide_paths
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template, has_cjk, tokens_per_char
 from core.engine.trace import LayerDetail, Trace
-from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
+from core.engine.types import EMBEDDED_ID, TOY_ID, CodedError, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache, guards
 from core.web.offer import LOCAL_ID, Offer, from_env
 
@@ -108,6 +108,15 @@ def load_error_text(e: Exception, spec: str) -> str:
         return e.markdown(lang(), clean)
     # not the loader's refusal: whatever it says, said without paths, as text
     return escape.md(clean(str(e) if isinstance(e, ModelLoadError) else f"{type(e).__name__}: {e}"))
+
+
+def error_md(e: BaseException) -> str:
+    """An error as the page's Markdown, in the reader's language: a ``CodedError`` (every refusal core raises:
+    an unsupported architecture, a config, an empty prompt …) says its catalogue sentence, its values escaped
+    and without server paths; anything else its type and message, escaped, without paths."""
+    if isinstance(e, CodedError):
+        return e.markdown(lang(), hide_paths)
+    return escape.md(hide_paths(f"{type(e).__name__}: {e}"))
 
 
 def model_source(loaded: LoadedModel) -> str:
@@ -203,7 +212,7 @@ def current_trace(prompt_text: str | None = None, *, chat_mode: bool | None = No
         st.info(t("hint.empty_prompt"))
         return None
     except UnsupportedArchitectureError as e:
-        st.error(t("err.unsupported", msg=escape.md(e)))
+        st.error(t("err.unsupported", msg=error_md(e)))
         return None
     except Exception as e:
         st.error(t("err.trace", msg=escape.md(hide_paths(f"{type(e).__name__}: {e}"))))
@@ -236,7 +245,7 @@ def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
         with st.spinner(t("ui.deriving_layer", l=layer, T=tr.n_tokens)):
             return cache.get_layer(spec, tr.prompt, tr.chat, layer)
     except UnsupportedArchitectureError as e:
-        st.error(t("err.unsupported", msg=escape.md(e)))
+        st.error(t("err.unsupported", msg=error_md(e)))
     except Exception as e:  # never a traceback in the page
         st.error(t("err.trace", msg=escape.md(hide_paths(f"{type(e).__name__}: {e}"))))
     return None
