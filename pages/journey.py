@@ -1,6 +1,8 @@
 """The journey of a sentence: text → tokens → IDs → embeddings → blocks → hidden state → logits →
 next token → the loop, with the real shapes and values of the current prompt."""
 
+import functools
+
 import streamlit as st
 
 from core.engine import tokens
@@ -12,12 +14,17 @@ from core.web import cache, chips, nav, presenter, ui, widgets
 TEXT_SHOWN = 600  # characters of the exact text shown in stage 1
 
 
-def stage(idx: int, key: str, link: str | None = None, **kw):
-    """One bordered box per stage: number, title, live sentence, and a link to the deep page."""
+def _stage(src: dict[int, tuple[journey.Source, ...]], idx: int, key: str, link: str | None = None, **kw):
+    """One bordered box per stage: number, title, live sentence, a link to the deep page, and where in the
+    installed code this stage was computed (``src``: ``journey.stage_sources``, read from the model's classes)."""
     box = st.container(border=True)
     box.markdown(f"**{idx}. {ui.t(f'journey.s{idx}.title')}** — {ui.t(key, **kw)}")
     if link:
         nav.see_page(link, where=box)
+    if src.get(idx):
+        where = box.expander(ui.t("journey.src_title", n=len(src[idx])))
+        where.markdown("\n".join(f"- `{s.label()}` — `{widgets.code(s.name)}`" for s in src[idx]))
+        where.caption(ui.t("journey.src_how"))
     return box
 
 
@@ -28,6 +35,7 @@ def render() -> None:
         return
     loaded, tr = got
     f, tok = loaded.facts, loaded.tokenizer
+    stage = functools.partial(_stage, journey.stage_sources(loaded))  # every box names the code that computed it
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
     box = stage(1, "journey.s1.body", chars=len(tr.text))
     box.code(tr.text[:TEXT_SHOWN] + ("…" if len(tr.text) > TEXT_SHOWN else ""), language=None, wrap_lines=True)

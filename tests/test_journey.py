@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from html import escape
+from pathlib import Path
 
 import floats
 import numpy as np
@@ -110,3 +112,47 @@ def test_the_trace_is_the_prefill(smol):
     for (k1, v1), (k2, v2) in zip(backends.cache_layers(kept.cache), backends.cache_layers(fresh.cache), strict=True):
         assert torch.equal(k1, k2) and torch.equal(v1, v2)
     assert journey.greedy_continuation(smol, tr.token_ids.tolist(), prefill=kept) == journey.greedy_continuation(smol, tr.token_ids.tolist())
+
+
+def _check_sources(src, *, model_file: str | None = None):
+    """Every stage names at least one place; each file exists and its line holds what the name says:
+    the ``def`` of that function, or the call of that part."""
+    assert set(src) == set(range(1, 10)) and all(src.values())
+    for stage, places in src.items():
+        for s in places:
+            lines = Path(s.file).read_text(encoding="utf-8").splitlines()
+            line = lines[s.line - 1]
+            assert line.strip() == s.text, (stage, s)
+            assert s.file.replace("\\", "/").endswith(s.path), (stage, s)
+            if "→" in s.name:  # a call: "LlamaModel.forward → self.embed_tokens"
+                assert s.name.split("→ ")[1] in line, (stage, s)
+            else:
+                assert f"def {s.name.rsplit('.', 1)[-1]}(" in line, (stage, s)
+    if model_file is not None:  # the block, attention and MLP are the model class's own file
+        assert {s.file for s in src[5]} >= {model_file}
+
+
+def test_stage_sources_of_smollm2_are_its_installed_llama_code(smol):
+    src = journey.stage_sources(smol)
+    blocks = smol.model.model.layers
+    llama = inspect.getsourcefile(type(blocks[0]))
+    _check_sources(src, model_file=llama)
+    names = {s.name for places in src.values() for s in places}
+    assert {"LlamaDecoderLayer.forward", "LlamaAttention.forward", "LlamaMLP.forward", "LlamaRMSNorm.forward",
+            "LlamaRotaryEmbedding.forward", "apply_rotary_pos_emb", "Embedding.forward", "Linear.forward"} <= names
+    assert all(s.path.startswith("transformers/models/llama/modeling_llama.py") for s in src[5][1:2])
+    # the lines that call the parts, in the model's own forward
+    assert "self.embed_tokens(" in next(s.text for s in src[4] if "embed_tokens" in s.name)
+    assert "self.lm_head(" in src[7][0].text and "self.norm(" in src[6][0].text
+
+
+def test_stage_sources_follow_the_model_qwen2_and_the_toy(tiny_loaded):
+    qwen = tiny_loaded["qwen2"]
+    src = journey.stage_sources(qwen)
+    _check_sources(src, model_file=inspect.getsourcefile(type(qwen.model.model.layers[0])))
+    assert any(s.path.endswith("models/qwen2/modeling_qwen2.py") and s.name == "Qwen2Attention.forward" for s in src[5])
+    toy = backends.load_model("toy")
+    src = journey.stage_sources(toy)
+    _check_sources(src)
+    assert {s.path for s in src[5]} == {"core/toy/model.py"}
+    assert {"Block.forward", "Attention.forward", "MLP.forward"} <= {s.name for s in src[5]}

@@ -3,15 +3,26 @@ and the greedy loop that turns one forward pass into a whole answer."""
 
 from __future__ import annotations
 
+import inspect
+import re
+import site
+import sys
+import sysconfig
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from torch import nn
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import core.backends as backends
 from core.common.i18n import t
 from core.common.numbers import top_k
+from core.common.paths import CORE
+from core.engine import roles
 from core.engine.tokens import readable_tokens, visible
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel
@@ -74,3 +85,124 @@ def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = 
         step = backends.forward_step(loaded, [new[-1]], step.cache)  # one token in; K/V appended to the cache
         new.append(int(np.argmax(step.last_logits)))
     return new, why == "eos"
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each stage was computed (seed 003's objective 1: annotate the data flow with evidence). Read
+# from the loaded model's own classes with ``inspect``, never typed by hand: a Llama gives
+# modeling_llama.py, a Qwen2 modeling_qwen2.py, the toy core/toy/model.py, each at its installed line.
+
+
+@dataclass(frozen=True)
+class Source:
+    """One piece of code a stage ran: ``name`` (a qualified name, or the call inside one) at ``path``
+    (relative to site-packages for an installed library, to the repository for the app's own code),
+    line ``line``; ``file`` is the absolute path, ``text`` that line as written."""
+
+    name: str
+    path: str
+    line: int
+    file: str
+    text: str
+
+    def label(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _roots() -> list[Path]:
+    """Where installed code lives (site-packages, longest first), then the repository for the app's own."""
+    found = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"])}
+    return [*sorted(found, key=lambda p: -len(str(p))), CORE.parent]
+
+
+def shown_path(file: str) -> str:
+    """``file`` relative to the site-packages (or the repository) it lives in; as given if in neither."""
+    f = Path(file).resolve()
+    for root in _roots():
+        if f.is_relative_to(root):
+            return f.relative_to(root).as_posix()
+    return f.as_posix()
+
+
+def _lines(fn: Any) -> tuple[str, list[str], int]:
+    fn = inspect.unwrap(fn)
+    lines, start = inspect.getsourcelines(fn)
+    return inspect.getsourcefile(fn) or "", lines, start
+
+
+def code_of(fn: Any) -> Source:
+    """Where ``fn`` is defined: the line of its ``def`` (after any decorators), read from its source file."""
+    file, lines, start = _lines(fn)
+    name = inspect.unwrap(fn).__name__
+    i = next((k for k, s in enumerate(lines) if s.lstrip().startswith((f"def {name}(", f"async def {name}("))), 0)
+    return Source(inspect.unwrap(fn).__qualname__, shown_path(file), start + i, file, lines[i].strip())
+
+
+def call_in(fn: Any, needle: str) -> Source | None:
+    """The first line of ``fn``'s source that contains ``needle`` (where it calls a part), or None."""
+    file, lines, start = _lines(fn)
+    pat = re.compile(re.escape(needle) + (r"(?![A-Za-z0-9_])" if needle[-1:].isidentifier() else ""))  # self.h, not self.hidden
+    for k, s in enumerate(lines):
+        if pat.search(s) and not s.lstrip().startswith("#"):
+            return Source(f"{inspect.unwrap(fn).__qualname__} → {needle.rstrip('(')}", shown_path(file), start + k, file, s.strip())
+    return None
+
+
+def _child_name(parent: Any, child: Any) -> str | None:
+    return next((n for n, c in parent.named_children() if c is child), None)
+
+
+def _calls(fn: Any, parent: Any, child: Any) -> Source | None:
+    """Where ``fn`` (a forward of ``parent``) calls its part ``child``: the line with ``self.<name>(``."""
+    name = _child_name(parent, child) if child is not None else None
+    return call_in(fn, f"self.{name}(") if name else None
+
+
+def _module_fn(cls: type, names: Sequence[str]) -> Any | None:
+    """The first function named in ``names`` in the module that defines ``cls`` (apply_rotary_pos_emb …)."""
+    mod = sys.modules.get(cls.__module__)
+    return next((f for n in names if callable(f := getattr(mod, n, None))), None)
+
+
+ROPE_MODULE_FNS = ("apply_rotary_pos_emb", "apply_rope")  # HF Llama family, the toy
+ROPE_TABLE_FNS = ("rope_cos_sin",)  # the toy computes cos/sin in a function, HF in a RotaryEmbedding module
+ATTN_FNS = ("eager_attention_forward",)  # HF: the softmax(QKᵀ/√d + M)·V the traced (eager) attention runs
+
+
+def stage_sources(loaded: LoadedModel) -> dict[int, tuple[Source, ...]]:
+    """Stage number of the journey (1 … 9) → the code that computed it, read from the loaded model's own
+    classes (``type(part).forward`` and the lines that call each part) and the app's own functions."""
+    model, tok = loaded.model, loaded.tokenizer
+    sites = roles.find_sites(model)
+    base = getattr(model, getattr(model, "base_model_prefix", ""), None) or model
+    top_fwd, base_fwd = type(model).forward, type(base).forward
+    attn = sites.attns[0]
+    rotary = next((m for _, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")), None)
+    rope_fn = _module_fn(type(attn), ROPE_MODULE_FNS)
+    table_fn = _module_fn(type(attn), ROPE_TABLE_FNS)
+    attn_fn = _module_fn(type(attn), ATTN_FNS)
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)  # what this model was loaded with
+    run_fn = ALL_ATTENTION_FUNCTIONS.get(impl) if impl else None  # the app's xray: eager's numbers, SDPA's speed
+    fast_fn = getattr(sys.modules.get(run_fn.__module__), "sdpa_attention_forward", None) if run_fn else None
+    layers_name = next((n for n, c in base.named_children() if isinstance(c, nn.ModuleList) and len(c) == len(sites.blocks)), None)
+
+    def some(*xs: Source | None) -> tuple[Source, ...]:
+        return tuple(x for x in xs if x is not None)
+
+    return {
+        1: some(code_of(backends.encode_prompt)),
+        2: some(code_of(type(tok).tokenize) if hasattr(type(tok), "tokenize") else code_of(type(tok).encode)),
+        3: some(code_of(type(tok).__call__)),
+        4: some(_calls(base_fwd, base, sites.embed), code_of(type(sites.embed).forward),
+                _calls(base_fwd, base, rotary) or (call_in(base_fwd, "rope_cos_sin(") if table_fn else None),
+                code_of(type(rotary).forward) if rotary is not None else (code_of(table_fn) if table_fn else None)),
+        5: some(call_in(base_fwd, f"self.{layers_name}") if layers_name else None, code_of(type(sites.blocks[0]).forward),
+                code_of(type(sites.attn_norms[0]).forward) if sites.attn_norms[0] is not None else None,
+                code_of(type(attn).forward), code_of(rope_fn) if rope_fn else None, code_of(attn_fn) if attn_fn else None,
+                code_of(run_fn) if run_fn else None, code_of(fast_fn) if fast_fn else None,
+                code_of(type(sites.mlps[0]).forward)),
+        6: some(_calls(base_fwd, base, sites.final_norm), code_of(type(sites.final_norm).forward) if sites.final_norm is not None else None),
+        7: some(_calls(top_fwd, model, sites.lm_head), code_of(type(sites.lm_head).forward)),
+        8: some(code_of(top_next_tokens)),
+        9: some(code_of(greedy_continuation), code_of(backends.forward_step)),
+    }
