@@ -1,8 +1,10 @@
-"""Positions: the sinusoidal encoding, learned vs RoPE, RoPE as rotating 2-D pairs, the
-relative-offset property, and RoPE reproducing the real model's queries."""
+"""Positions: the sinusoidal encoding, a learned table (and its last row), RoPE as rotating 2-D pairs,
+the relative-offset property, ALiBi's per-head linear bias, the four side by side, and RoPE
+reproducing the real model's queries."""
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from core.maths import figures as P
@@ -48,6 +50,50 @@ def _relative_tab(theta: float, lang: str) -> None:
     ui.badge("formula")
 
 
+def _learned_tab(lang: str) -> None:
+    st.markdown(ui.t("positions.learned_intro"))
+    c1, c2 = st.columns(2)
+    P_rows = c1.slider(ui.t("positions.learned_rows"), 8, 64, 16, key="positions_learned_rows")
+    start = widgets.int_slider(ui.t("positions.learned_start"), 0, P_rows + 4, 6, key="positions_learned_start", where=c2)
+    model = R.learned_toy(P_rows)
+    table = R.learned_table(model)
+    presenter.chart(P.learned_table_figure(table, start, start + R.LEARNED_READ, lang), width="stretch", key="positions_fig_learned")
+    rows = R.learned_lookup(model, start, R.LEARNED_READ)
+    last = start + R.LEARNED_READ - 1
+    if rows is None:
+        st.error(ui.t("positions.learned_refused", s=start, e=last, p=P_rows, last=P_rows - 1))
+    else:
+        same = bool(np.array_equal(rows, table[start : last + 1]))
+        st.caption(ui.t("positions.learned_read", s=start, e=last, same=ui.t("positions.yes" if same else "positions.no")))
+    st.markdown(ui.t("positions.learned_after", n=f"{1024:,}"))
+    ui.badge("toy", ui.t("norms.untrained"))
+
+
+def _alibi_tab(lang: str) -> None:
+    st.markdown(ui.t("positions.alibi_intro"))
+    c1, c2, c3 = st.columns(3)
+    H = c1.slider(ui.t("positions.alibi_heads"), 1, 16, R.ALIBI_HEADS, key="positions_alibi_heads")
+    T = c2.slider(ui.t("positions.T"), 4, 16, 8, key="positions_alibi_T")
+    head = widgets.int_slider(ui.t("ui.head"), 0, H - 1, 0, key="positions_alibi_head", where=c3)
+    flat = st.toggle(ui.t("positions.alibi_flat"), False, key="positions_alibi_flat")
+    demo = R.alibi_demo(H, T, flat)
+    presenter.chart(P.alibi_slopes_figure(demo.slopes, lang), width="stretch", key="positions_fig_slopes")
+    with st.expander(ui.t("positions.alibi_table")):
+        st.table(R.alibi_slopes_table(demo.slopes), hide_index=True)
+    labels = [str(i) for i in range(T)]
+    hidden = np.triu(np.ones((T, T), dtype=bool), 1)
+    presenter.chart(P.matrix_figure(demo.bias[head], ui.t("positions.fig_bias", h=head, m=f"{demo.slopes[head]:.4g}"), labels,
+                                    labels, lang), width="stretch", key="positions_fig_bias")
+    a, b = st.columns(2)
+    presenter.chart_in(a, P.weights_figure(demo.plain, hidden, ui.t("positions.fig_plain"), labels, labels, lang),
+                       width="stretch", key="positions_fig_plain")
+    presenter.chart_in(b, P.weights_figure(demo.weights[head], hidden, ui.t("positions.fig_alibi", h=head), labels, labels, lang),
+                       width="stretch", key="positions_fig_alibi")
+    st.caption(ui.t("positions.alibi_readout", **R.alibi_readout(demo, head)))
+    st.markdown(ui.t("positions.alibi_after"))
+    ui.badge("formula")
+
+
 def _real_tab(loaded) -> None:
     st.markdown(ui.t("positions.real_intro"))
     tr = ui.current_trace()
@@ -75,16 +121,20 @@ def render() -> None:
     ui.header("page.positions", "positions.intro")
     lang, loaded = ui.lang(), ui.loaded_model()
     theta, dh = R.rope_params(loaded.facts if loaded is not None else None)
-    tabs = st.tabs([ui.t(f"positions.tab_{k}") for k in ("sin", "kinds", "rope", "relative", "real")])
+    tabs = st.tabs([ui.t(f"positions.tab_{k}") for k in ("sin", "learned", "rope", "relative", "alibi", "kinds", "real")])
     with tabs[0]:
         _sin_tab(lang)
     with tabs[1]:
-        _kinds_tab(loaded, lang)
+        _learned_tab(lang)
     with tabs[2]:
         _rope_tab(theta, dh, lang)
     with tabs[3]:
         _relative_tab(theta, lang)
     with tabs[4]:
+        _alibi_tab(lang)
+    with tabs[5]:
+        _kinds_tab(loaded, lang)
+    with tabs[6]:
         _real_tab(loaded)
 
 

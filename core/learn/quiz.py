@@ -55,6 +55,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question("concat_wo", 3, 0, "multihead", "multihead"),
     Question("two_norms", 3, 1, "residual", "transformer"),
     Question("long_io", 3, 2, "kv_cache", "kv_cache"),
+    Question("pre_post_norm", 3, 1, "norms", "norms"),
+    Question("alibi", 3, 2, "positions", "positions"),
 )
 BY_ID = {q.id: q for q in QUESTIONS}
 

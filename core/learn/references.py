@@ -66,6 +66,13 @@ REFERENCES: dict[str, Reference] = {
                   "Neural Computation 1(2)", "https://doi.org/10.1162/neco.1989.1.2.270"),
         _arxiv("wolf2020", "Wolf et al.", 2020, "Transformers: State-of-the-Art Natural Language Processing",
                "EMNLP 2020 (System Demonstrations)", "1910.03771"),
+        _arxiv("ba2016", "Ba, Kiros & Hinton", 2016, "Layer Normalization", "arXiv", "1607.06450"),
+        _arxiv("zhang2019", "Zhang & Sennrich", 2019, "Root Mean Square Layer Normalization", "NeurIPS 2019", "1910.07467"),
+        _arxiv("xiong2020", "Xiong et al.", 2020, "On Layer Normalization in the Transformer Architecture", "ICML 2020",
+               "2002.04745"),
+        _arxiv("press2021", "Press, Smith & Lewis", 2021,
+               "Train Short, Test Long: Attention with Linear Biases Enables Input Length Extrapolation", "ICLR 2022",
+               "2108.12409"),
     )
 }
 
@@ -75,7 +82,7 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
     "attention": ("vaswani2017", "jain2019"),
     "multihead": ("vaswani2017", "shazeer2019", "ainslie2023"),
     "decoder_only": ("brown2020", "vaswani2017"),
-    "positions": ("su2021", "vaswani2017"),
+    "positions": ("su2021", "vaswani2017", "press2021"),
     "gqa": ("ainslie2023", "shazeer2019"),
     "kv_cache": ("trtllm_kv", "shazeer2019", "ainslie2023"),
     "flash_attention": ("dao2022",),
@@ -83,6 +90,7 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
     "model": ("allal2025", "smollm2_card"),
     "library": ("wolf2020",),
     "training": ("williams1989", "vaswani2017"),
+    "norms": ("ba2016", "zhang2019", "xiong2020"),
 }
 
 

@@ -360,3 +360,91 @@ def cell_text(x: float) -> str:
 def matrix_frame(values: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str]):
     """A 2-D array as a labelled DataFrame (for st.dataframe / st.data_editor)."""
     return pd.DataFrame(np.atleast_2d(values), index=list(row_labels), columns=list(col_labels))
+
+
+# ---------------------------------------------------------------------------------------------
+# normalisation (core.maths.norms) and the other position schemes (ALiBi, learned table)
+
+
+def norm_vector_figure(x: np.ndarray, layer: np.ndarray, rms: np.ndarray, lang: str) -> go.Figure:
+    """Top: the vector the norms read, per dimension. Bottom: LayerNorm(x) and RMSNorm(x) on one axis."""
+    dims = np.arange(len(x))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=(_t("norms.fig_input", lang), _t("norms.fig_outputs", lang)))
+    fig.add_trace(go.Scatter(x=dims, y=x, mode="lines", line=palette.line("weights"), name="x",
+                             hovertemplate="%{x}: %{y:.4g}<extra>x</extra>"), 1, 1)
+    for role, y, name in (("main", layer, "LayerNorm(x)"), ("second", rms, "RMSNorm(x)")):
+        fig.add_trace(go.Scatter(x=dims, y=y, mode="lines", line=palette.line(role, width=1.5), name=name,
+                                 hovertemplate="%{x}: %{y:.4g}<extra>" + name + "</extra>"), 2, 1)
+    fig.update_xaxes(title=_t("positions.fig_dim", lang), row=2, col=1)
+    fig.update_layout(height=460, margin=dict(l=10, r=10, t=60, b=10),
+                      legend=dict(orientation="h", yanchor="bottom", y=-0.3, x=0))
+    return fig
+
+
+def growth_figure(g: dict[str, np.ndarray], sqrt_d: float, lang: str) -> go.Figure:
+    """Mean ‖x‖ of the residual stream at each block boundary, one line per norm placement, with √d
+    (the size a normalised vector has) as a dotted reference."""
+    roles = {"pre": "main", "post": "second"}
+    fig = go.Figure([go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", line=palette.line(roles[p]),
+                                marker=palette.marker(roles[p]), name=_t(f"norms.{p}", lang),
+                                hovertemplate=_t("norms.fig_growth_hover", lang) + "<extra></extra>")
+                     for p, v in g.items()])
+    fig.add_hline(y=sqrt_d, line=dict(color=palette.OKABE_ITO["grey"], dash="dot"),
+                  annotation_text=f"√d = {sqrt_d:g}", annotation_position="bottom right")
+    fig.update_xaxes(title=_t("norms.fig_boundary", lang))
+    fig.update_yaxes(title=_t("norms.fig_norm", lang), rangemode="tozero")
+    fig.update_layout(title=_t("norms.fig_growth", lang, n=len(next(iter(g.values()))) - 1), height=380,
+                      margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
+    return fig
+
+
+def stream_norm_figure(norms: np.ndarray, name: str, lang: str) -> go.Figure:
+    """The traced model's mean ‖x‖ at each block boundary (before its final norm)."""
+    fig = go.Figure(go.Scatter(x=np.arange(len(norms)), y=norms, mode="lines+markers", line=palette.line("main"),
+                               marker=palette.marker("main"), name=escape.plot(name),
+                               hovertemplate=_t("norms.fig_growth_hover", lang) + "<extra></extra>"))
+    fig.update_xaxes(title=_t("norms.fig_boundary", lang))
+    fig.update_yaxes(title=_t("norms.fig_norm", lang), type="log")
+    fig.update_layout(title=_t("norms.fig_real", lang, name=escape.plot(name)), height=360, margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def alibi_slopes_figure(slopes: np.ndarray, lang: str) -> go.Figure:
+    """Each head's ALiBi slope m_h (log axis: a geometric sequence is a straight staircase)."""
+    fig = go.Figure(go.Bar(x=np.arange(len(slopes)), y=slopes, marker=dict(color=palette.colour("main")),
+                           text=[f"{m:.3g}" for m in slopes], textposition="outside",
+                           hovertemplate="h = %{x}: m = %{y:.6g}<extra></extra>"))
+    fig.update_xaxes(title=_t("ui.head", lang), dtick=1)
+    fig.update_yaxes(title="m_h", type="log")
+    fig.update_layout(title=_t("positions.fig_slopes", lang, h=len(slopes)), height=320, margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def learned_table_figure(table: np.ndarray, lo: int, hi: int, lang: str) -> go.Figure:
+    """The learned position table [P, d] as a heatmap, with the rows ``lo`` … ``hi`` − 1 being read marked."""
+    P = table.shape[0]
+    fig = go.Figure(go.Heatmap(z=table, colorscale=palette.DIVERGING, zmid=0,
+                               hovertemplate=_t("positions.fig_pe_hover", lang) + "<extra></extra>"))
+    fig.add_shape(type="rect", x0=-0.5, x1=table.shape[1] - 0.5, y0=lo - 0.5, y1=min(hi, P) - 0.5,
+                  line=dict(color=palette.INK, width=3))
+    fig.update_xaxes(title=_t("positions.fig_dim", lang))
+    fig.update_yaxes(title=_t("ui.position", lang), autorange="reversed", range=[P - 0.5, -0.5])
+    fig.update_layout(title=_t("positions.fig_learned", lang, p=P, d=table.shape[1]), height=380, margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def reach_figure(rnn: np.ndarray, attention: np.ndarray, lang: str) -> go.Figure:
+    """‖∂(last output)/∂x_t‖ against t, for a recurrent layer and a self-attention layer (log axis)."""
+    t = np.arange(len(rnn))
+    fig = go.Figure([
+        go.Scatter(x=t, y=rnn, mode="lines+markers", line=palette.line("second"), marker=palette.marker("second"),
+                   name=_t("arch.fig_rnn", lang), hovertemplate="t = %{x}: %{y:.3g}<extra></extra>"),
+        go.Scatter(x=t, y=attention, mode="lines+markers", line=palette.line("main"), marker=palette.marker("main"),
+                   name=_t("arch.fig_attention", lang), hovertemplate="t = %{x}: %{y:.3g}<extra></extra>"),
+    ])
+    fig.update_xaxes(title=_t("arch.fig_t", lang, last=len(rnn) - 1))
+    fig.update_yaxes(title=_t("arch.fig_reach", lang), type="log", exponentformat="power")
+    fig.update_layout(title=_t("arch.fig_title", lang), height=380, margin=dict(l=10, r=10, t=60, b=10),
+                      legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
+    return fig

@@ -1,15 +1,17 @@
-"""Position information: the original sinusoidal encoding, and RoPE (rotary position embedding)
-as the real Llama-family models apply it.
+"""Position information: the original sinusoidal encoding, a learned table, RoPE (rotary position
+embedding) as the real Llama-family models apply it, and ALiBi (a per-head linear bias on the scores).
 
 Self-attention alone is order-blind: permute the tokens and every position gets the same set of
 scores. The original Transformer *adds* a sinusoidal vector to each embedding; GPT-2 adds a
 *learned* one; Llama/Qwen/SmolLM2 instead *rotate* q and k inside attention, so that q·k depends on
-the relative offset m − n only.
+the relative offset m − n only; ALiBi (BLOOM, MPT) adds nothing to the vectors at all and instead
+subtracts m_h · (i − j) from head h's score of query i for key j, so far keys are penalised linearly.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,11 +24,16 @@ from core.common.numbers import max_abs_diff
 from core.engine.roles import find_sites
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import LoadedModel, ModelFacts
+from core.toy.model import ToyConfig, ToyTransformer
 
 DEFAULT_THETA = 10000.0  # RoPE's base when a model names none (and the sinusoidal encoding's)
 DEFAULT_HEAD_DIM = 64  # the RoPE demo's head size when no model is loaded
 PAIR_POSITIONS = 32  # positions the rotating-pair figure draws
 OFFSET_PAIRS = ((5, 2), (105, 102), (1005, 1002), (5, 4))  # (m, n): three with m − n = 3, one with 1
+ALIBI_HEADS = 8  # the ALiBi demo's default head count (the paper's slopes for 8 heads: 1/2 … 1/256)
+ALIBI_DH = 16  # head size of the ALiBi demo's seeded q, k
+LEARNED_D = 16  # width of the learned-table demo
+LEARNED_READ = 4  # rows the learned-table demo reads: positions start … start + 3
 
 
 def sinusoidal(T: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -147,10 +154,10 @@ def rope_checkable(loaded: LoadedModel) -> bool:
 
 
 def methods_table(lang: str) -> pd.DataFrame:
-    """Sinusoidal vs learned vs RoPE: where each enters, and whether scores see relative offsets."""
+    """Sinusoidal vs learned vs RoPE vs ALiBi: where each enters, and whether scores see relative offsets."""
     cols = [i18n.t(f"positions.col_{c}", lang) for c in ("method", "where", "relative", "examples")]
     return pd.DataFrame([[i18n.t(f"positions.row_{m}_{c}", lang) for c in ("name", "where", "relative", "examples")]
-                         for m in ("sin", "learned", "rope")], columns=cols)
+                         for m in ("sin", "learned", "rope", "alibi")], columns=cols)
 
 
 def sinusoidal_check_text(pe: np.ndarray, lang: str) -> str:
@@ -192,3 +199,113 @@ def rope_check(loaded: LoadedModel, tr: Trace, d: LayerDetail) -> dict[str, np.n
     raw = pre_rope_q(loaded, tr.resid[d.layer], d.layer)  # [H, T, dh]
     rotated = rope_rotate(raw, np.arange(raw.shape[1]), rope_params(loaded.facts)[0])  # [H, T, dh]
     return {"raw": raw, "rotated": rotated, "max_diff": np.array(max_abs_diff(rotated, d.q))}
+
+
+# ---------------------------------------------------------------------------------------------
+# ALiBi: a linear bias on the scores, one slope per head (Press et al. 2021, "Train Short, Test Long")
+
+
+def _pow2_slopes(n: int) -> np.ndarray:
+    return 2.0 ** (-8.0 * np.arange(1, n + 1) / n)  # [n] 2^(−8h/n), h = 1 … n: a geometric sequence
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """[H] the slope m_h of each head. For H a power of two, the paper's geometric sequence
+    m_h = 2^(−8h/H), h = 1 … H (H = 8: 1/2, 1/4, …, 1/256). For another H, the rule of the paper's own
+    code: the slopes of the largest power of two n < H, then every other slope of 2n for the rest."""
+    if n_heads <= 0:
+        raise ValueError("n_heads must be positive")
+    n = 2 ** math.floor(math.log2(n_heads))
+    if n == n_heads:
+        return _pow2_slopes(n)
+    return np.concatenate([_pow2_slopes(n), _pow2_slopes(2 * n)[0::2][: n_heads - n]])
+
+
+def alibi_bias(slopes: np.ndarray, T: int, causal: bool = True) -> np.ndarray:
+    """[H, T, T] what ALiBi adds to head h's scores: −m_h · (i − j) for query i and key j ≤ i (0 on the
+    diagonal, −m_h for the previous token, …); with ``causal``, −∞ above the diagonal (the mask)."""
+    i = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    dist = (i - j).astype(np.float64)  # [T, T] how far back key j lies from query i
+    bias = -np.asarray(slopes, dtype=np.float64)[:, None, None] * dist[None]  # [H, T, T]
+    if causal:
+        bias = np.where((j > i)[None], -np.inf, bias)
+    return bias
+
+
+def softmax_rows(s: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in float64; a row's −∞ entries get weight exactly 0."""
+    s = np.asarray(s, dtype=np.float64)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True)
+
+
+@dataclass(frozen=True)
+class AlibiDemo:
+    """Seeded q, k (or equal scores), the ALiBi bias of every head, and the weights with and without it."""
+
+    q: np.ndarray  # [T, dh]
+    k: np.ndarray  # [T, dh]
+    slopes: np.ndarray  # [H]
+    scores: np.ndarray  # [T, T] q·kᵀ/√dh (the same content scores for every head)
+    bias: np.ndarray  # [H, T, T] ALiBi + causal mask
+    plain: np.ndarray  # [T, T] softmax(scores + causal mask): no position information at all
+    weights: np.ndarray  # [H, T, T] softmax(scores + bias)
+
+
+def alibi_demo(n_heads: int = ALIBI_HEADS, T: int = 8, flat: bool = False, seed: int = 0, dh: int = ALIBI_DH) -> AlibiDemo:
+    """ALiBi on fixed content: seeded random q, k (``flat``: q = k = 0, every score equal, so all that is
+    left is the bias: pure recency). Without ALiBi (and without any other position information) the
+    weights know no distance; with it, each head leans towards the recent keys, steeper for larger slopes."""
+    rng = np.random.default_rng(seed)
+    q, k = (np.zeros((T, dh)), np.zeros((T, dh))) if flat else (rng.standard_normal((T, dh)), rng.standard_normal((T, dh)))
+    scores = q @ k.T / math.sqrt(dh)  # [T, T]
+    slopes = alibi_slopes(n_heads)
+    bias = alibi_bias(slopes, T)
+    mask = alibi_bias(np.zeros(1), T)[0]  # [T, T] the causal mask alone (0 / −∞)
+    return AlibiDemo(q, k, slopes, scores, bias, softmax_rows(scores + mask), softmax_rows(scores[None] + bias))
+
+
+def alibi_slopes_table(slopes: np.ndarray) -> pd.DataFrame:
+    """Each head's slope as 2^(−e) and as a decimal, with the bias it gives the key 1 and 10 tokens back."""
+    e = -np.log2(slopes)
+    return pd.DataFrame({"h": np.arange(len(slopes)), "m_h": [f"2^(−{x:g})" for x in np.round(e, 4)],
+                         "= ": [f"{m:.6g}" for m in slopes], "−m·1": [f"{-m:.4g}" for m in slopes],
+                         "−m·10": [f"{-10 * m:.4g}" for m in slopes]})
+
+
+def alibi_readout(demo: AlibiDemo, head: int) -> dict[str, str]:
+    """The last query's weight on itself and on the first key, without and with head ``head``'s bias."""
+    T = demo.scores.shape[0]
+    return {"T": str(T), "h": str(head), "m": f"{demo.slopes[head]:.4g}",
+            "self_plain": f"{demo.plain[-1, -1]:.3f}", "first_plain": f"{demo.plain[-1, 0]:.3f}",
+            "self_alibi": f"{demo.weights[head, -1, -1]:.3f}", "first_alibi": f"{demo.weights[head, -1, 0]:.3g}"}
+
+
+# ---------------------------------------------------------------------------------------------
+# learned absolute positions: a table, one row per position, and nothing past its last row
+
+
+def learned_toy(max_positions: int, d: int = LEARNED_D, seed: int = 0) -> ToyTransformer:
+    """A toy with a learned position table [max_positions, d], freshly initialised from ``seed`` (what a
+    trained table holds is learned; what matters here is its shape: one row per position, no more)."""
+    cfg = ToyConfig(d_model=d, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=2 * d, position="learned", max_positions=max_positions)
+    with torch.random.fork_rng(devices=[]):  # the global generator is left as it was found
+        torch.manual_seed(seed)
+        return ToyTransformer(cfg).eval()
+
+
+def learned_table(model: ToyTransformer) -> np.ndarray:
+    """[P, d] the toy's whole position table, one row per position it knows."""
+    return model.embed_positions.weight.detach().double().numpy()
+
+
+def learned_lookup(model: ToyTransformer, start: int, T: int) -> np.ndarray | None:
+    """[T, d] the rows the toy adds to positions start … start + T − 1 (its own ``position_add``), or None
+    when a position lies past the table: the toy refuses, as GPT-2 does past its 1,024 positions."""
+    try:
+        with torch.inference_mode():
+            rows = model.position_add(start, T)
+    except ValueError:
+        return None
+    return rows.detach().double().numpy()
