@@ -11,6 +11,11 @@ truncated), at least 1, finite and at most ``LIMITS``; θ must be a finite posit
 settings must be objects; names must be text. Each refusal is a ``ConfigError(code, detail)``: the
 code picks a sentence in the user's language (``anatomy.err_<code>``), the detail says
 ``field = value`` as the JSON spelled it.
+
+``ModelConfig.of(cfg)`` (or ``read``: text, a dict, a transformers object) is that reading done ONCE: every
+raw field read a single time, validated, and kept in one frozen dataclass (layers, heads, KV heads,
+head_dim, d_model, vocab, positions, rope, norms, tied embeddings, window, experts …) that the loader's
+checks, the memory budget, the attention geometry and a loaded model's facts all take.
 """
 
 from __future__ import annotations
