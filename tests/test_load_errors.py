@@ -276,7 +276,8 @@ def test_anatomy_config_of_names_no_folder(smol):
 # one error shape: every refusal core raises is a CodedError, said in the page's language
 
 
-CODED = {"UnsupportedArchitectureError": "arch.err_", "EmptyPromptError": "prompt.err_", "ConfigError": "anatomy.err_"}
+CODED = {"UnsupportedArchitectureError": "arch.err_", "EmptyPromptError": "prompt.err_", "ConfigError": "anatomy.err_",
+         "NoChatTemplateError": "chat.err_"}
 
 
 def test_every_coded_raise_in_core_has_a_sentence_in_both_languages():
@@ -306,9 +307,10 @@ def test_every_coded_raise_in_core_has_a_sentence_in_both_languages():
 
 def test_the_error_shapes_are_one():
     from core.engine.types import CodedError, EmptyPromptError, UnsupportedArchitectureError
+    from core.gen.chat_template import NoChatTemplateError
 
     for e in (UnsupportedArchitectureError("no_lm_head", model="X"), EmptyPromptError("empty"),
-              ConfigError("not_positive", "vocab_size = -5")):
+              ConfigError("not_positive", "vocab_size = -5"), NoChatTemplateError("no_template")):
         assert isinstance(e, CodedError) and e.known and str(e) == e.text("en")
         assert any("\u4e00" <= ch <= "\u9fff" for ch in e.text("zh")), e.key
         again = pickle.loads(pickle.dumps(e))

@@ -17,12 +17,15 @@ from typing import Any
 import pandas as pd
 
 from core.engine.tokens import has_chat_template, readable_tokens
+from core.engine.types import CodedError
 
 ROLES = ("system", "user", "assistant")
 
 
-class NoChatTemplateError(ValueError):
-    """The tokenizer has no chat template (e.g. the toy's byte tokenizer)."""
+class NoChatTemplateError(CodedError, ValueError):
+    """The tokenizer has no chat template (e.g. the toy's byte tokenizer): i18n key ``chat.err_<code>``."""
+
+    PREFIX = "chat.err_"
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def split_special(text: str, specials: Sequence[str]) -> list[tuple[str, bool]]:
 def render(tokenizer: Any, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> ChatRendering:
     """Apply the tokenizer's chat template and take the result apart for display."""
     if not has_chat_template(tokenizer):
-        raise NoChatTemplateError("This tokenizer has no chat template.")
+        raise NoChatTemplateError("no_template")
     msgs = clean_messages(messages)
     if not msgs:
         raise ValueError("Add at least one message.")
