@@ -23,7 +23,7 @@ from transformers import DynamicCache
 
 from core.engine import hf, hf_trace, xray
 from core.engine.tokens import Encoded, encode
-from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, LayerDetail, NextTokens, Trace
+from core.engine.trace import LAYER_SITES, MAX_TOKENS, MLP_SITES, PATTERN_EXPORT_MAX, LayerDetail, NextTokens, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
 from core.toy import run as toy_run
 
@@ -104,12 +104,12 @@ def _knowing(loaded: LoadedModel, tr: Trace) -> Trace:
     keeps a model alive that the app has let go."""
     model = weakref.ref(loaded)
 
-    def derive(t: Trace, layer: int) -> LayerDetail:
+    def derive(t: Trace, layer: int, mlp: bool = False) -> LayerDetail:
         m = model()
         if m is None:
             raise RuntimeError("the model this trace came from is no longer loaded: load it again and call "
                                "core.layer_detail(model, trace, layer)")
-        return layer_detail(m, t, layer)
+        return layer_detail(m, t, layer, mlp=mlp)
 
     tr.derive_with(derive)
     return tr
@@ -148,22 +148,23 @@ def export_npz_bytes(loaded: LoadedModel, tr: Trace, detail: Callable[[int], Lay
 # weights and the two sub-layer outputs (see core.engine.trace: they may be derived on demand)
 
 
-def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
+def layer_detail(loaded: LoadedModel, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
     """Everything layer ``layer`` computed for ``tr``: q, k, v, the attention weights (float16) and the
-    two sub-layer outputs. The toy keeps them in the trace; for an HF model they are derived exactly
-    by replaying that one block (``core.engine.hf_trace.layer_detail``). Callers cache the result
-    (``core.web.cache.layer``): at 4,096 tokens one layer's weights are 0.3 GB."""
+    two sub-layer outputs (``LAYER_SITES``); with ``mlp``, the MLP's internals too (``MLP_SITES``). The
+    toy keeps them in the trace; for an HF model they are derived exactly by replaying that one block
+    (``core.engine.hf_trace.layer_detail``). Callers cache the result (``core.web.cache.layer``): at
+    4,096 tokens one layer's weights are 0.3 GB."""
     if not 0 <= layer < tr.n_layers:
         raise IndexError(f"layer {layer} is outside 0 … {tr.n_layers - 1}")
-    if tr.keeps("attn_pattern"):  # kept eagerly (the toy)
-        return LayerDetail(layer, tr.q[layer], tr.k[layer], tr.v[layer], tr.attn_pattern[layer],
-                           tr.attn_out[layer], tr.mlp_out[layer])
-    return hf_trace.layer_detail(loaded, tr, layer)
+    if tr.keeps("attn_pattern"):  # kept eagerly (the toy): slices of the trace
+        inside = {k: tr.extras[k][layer] for k in MLP_SITES if k in tr.extras} if mlp else {}
+        return LayerDetail(layer, **{k: getattr(tr, k)[layer] for k in LAYER_SITES}, mlp=inside)
+    return hf_trace.layer_detail(loaded, tr, layer, mlp=mlp)
 
 
 def attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray:
     """[H, T, T] float32 attention weights of one layer (after mask and softmax)."""
-    return layer_detail(loaded, tr, layer).weights.astype(np.float32)
+    return layer_detail(loaded, tr, layer).attn_pattern.astype(np.float32)
 
 
 def stacked_layers(loaded: LoadedModel, tr: Trace, with_pattern: bool | None = None,
@@ -172,13 +173,11 @@ def stacked_layers(loaded: LoadedModel, tr: Trace, with_pattern: bool | None = N
     are included up to ``PATTERN_EXPORT_MAX`` tokens unless ``with_pattern`` says otherwise."""
     if with_pattern is None:
         with_pattern = tr.n_tokens <= PATTERN_EXPORT_MAX
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("q", "k", "v", "attn_out", "mlp_out")}
-    if with_pattern:
-        parts["attn_pattern"] = []
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in LAYER_SITES if with_pattern or k != "attn_pattern"}
     for layer in range(tr.n_layers):
         d = layer_detail(loaded, tr, layer) if detail is None else detail(layer)
         for k in parts:
-            parts[k].append(d.weights if k == "attn_pattern" else getattr(d, k))
+            parts[k].append(getattr(d, k))
     return {k: np.stack(v) for k, v in parts.items()}
 
 
@@ -220,7 +219,7 @@ def _toy_forward(loaded: LoadedModel, x: torch.Tensor, cache: Any, use_cache: bo
     probes: dict[str, Any] | None = {} if record else None
     logits, new_cache = loaded.model(x, past_kv=cache, use_cache=use_cache, probes=probes)
     # the toy's own probes: per layer weights [H, Tnew, Tk] → [L, H, Tnew, Tk]
-    attn = torch.stack([p["weights"] for p in probes["layers"]]) if probes else None
+    attn = torch.stack([p["attn_pattern"] for p in probes["layers"]]) if probes else None
     return logits, new_cache, attn
 
 

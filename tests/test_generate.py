@@ -293,7 +293,7 @@ def test_toy_stepper():
         m.model(x, probes=p32)
         copy.deepcopy(m.model).double()(x, probes=p64)
     for layer, (a, b) in enumerate(zip(p32["layers"], p64["layers"])):
-        w32, w64 = a["weights"].numpy(), b["weights"].numpy()  # [H, T, T]
+        w32, w64 = a["attn_pattern"].numpy(), b["attn_pattern"].numpy()  # [H, T, T]
         assert_f16_as_accurate(last.attn[layer], w64[:, -1], allowed_error(w32, w64), f"L{layer}")  # float32's error on the whole layer
 
 

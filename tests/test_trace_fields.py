@@ -26,14 +26,14 @@ def test_an_hf_trace_keeps_the_stream_and_derives_the_layer_sites(llama):
     assert not tr.keeps("attn_pattern") and not tr.keeps("q") and tr.keeps("k")  # k, v: the prefill's KV cache
     details = [backends.layer_detail(llama, tr, layer) for layer in range(tr.n_layers)]
     for site in LAYER_SITES:
-        name = "weights" if site == "attn_pattern" else site
-        want = np.stack([getattr(d, name) for d in details])
+        want = np.stack([getattr(d, site) for d in details])
         got = getattr(tr, site)
         np.testing.assert_array_equal(got, want, err_msg=site)  # the same replay, the same bits
         assert got.nbytes == tr.site_bytes(site), site  # what the docstring says reading it costs
         assert not got.flags.writeable  # shared like every array of a trace
         assert getattr(tr, site) is got  # derived once, then kept on the object
-    np.testing.assert_array_equal(tr.attention(1), details[1].weights.astype(np.float32))
+    np.testing.assert_array_equal(tr.attention(1), details[1].attn_pattern.astype(np.float32))
+    assert details[1].weights is details[1].attn_pattern  # the old name, kept as an alias
     assert tr.layer(2).layer == 2
 
 

@@ -1,12 +1,12 @@
 """Activation patching (causal tracing): run the corrupted prompt, copy in ONE activation from the
 clean run, and see how much of the clean answer comes back.
 
-Sites (TransformerLens' vocabulary):
+Sites (rows of the trace's registry, ``core.engine.trace.SITES``, TransformerLens' vocabulary):
 
-* ``resid``    — the residual stream entering block ``l`` at position ``t`` (``resid_pre``);
+* ``resid``    — the residual stream entering block ``l`` at position ``t`` (``hook_resid_pre``);
 * ``attn_out`` — what layer ``l``'s attention adds to the stream at ``t``;
 * ``mlp_out``  — what layer ``l``'s MLP adds at ``t``;
-* ``head``     — one head's output at ``t``: its slice of the output projection's input
+* ``head``     — one head's output at ``t``: its slice of ``z``, the output projection's input
   (``core.engine.roles.head_slice``, the same slicing head ablation zeroes).
 
 How a batch of patched runs is computed (``_forward_rows``): the model is fed the corrupted prompt
@@ -15,7 +15,7 @@ the corrupted run's own residual stream there, copied B times (one row per patch
 hooks of each site overwrite their rows' activations with the clean ones. Before that block every
 row would compute exactly the corrupted run, so nothing is recomputed per row there; from that
 block on the rows run as one batch. Clean and corrupted activations come from two recorded passes
-(``capture``) and are reused by every patched run. A sweep also skips positions (``plan``): a pass
+(``capture``, through the engine's one site capture ``hf_trace.capture_sites``) and are reused by every patched run. A sweep also skips positions (``plan``): a pass
 whose runs patch nothing before position P feeds only positions P … T − 1, after the corrupted run's
 keys and values of the first P (computed once, ``backends.prefix_kv``) — a head sweep feeds one
 position per run, a long pair's grid goes in tiles of nearby layers and positions.
@@ -45,12 +45,17 @@ import torch
 
 import core.backends as backends
 from core.cause import pair
-from core.engine import roles
+from core.engine import hf_trace, roles
 from core.engine.hooks import HookSpec, scoped_hooks
+from core.engine.hooks import first_of as _first
+from core.engine.hooks import hidden_of as _hidden_of
+from core.engine.trace import site_row
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
-SITES = ("resid", "attn_out", "mlp_out")  # the layer × position grids
-HEAD = "head"  # the layer × head grid, at the last position
+# the registry's sites a patched run copies from the clean run (``Baseline`` keeps each under its name)
+COPIED = tuple(site_row(name).name for name in ("resid", "attn_out", "mlp_out", "z"))
+SITES = COPIED[:3]  # the layer × position grids
+HEAD = "head"  # the layer × head grid of ``z``, at the last position
 ALL_SITES = (*SITES, HEAD)
 TOKENS_PER_PASS = 512  # rows × T per batched pass: big enough to use the CPU well, small in memory
 
@@ -107,20 +112,13 @@ class Baseline:
         return self.logits[1].numpy()
 
     def site(self, name: str) -> torch.Tensor:
-        return {"resid": self.resid, "attn_out": self.attn_out, "mlp_out": self.mlp_out, HEAD: self.z}[name]
-
-
-def _first(x: Any) -> Any:
-    return x[0] if isinstance(x, (tuple, list)) else x
+        """[L, 2, T, ·] a patching site of both runs ("head": ``z``, the heads side by side)."""
+        return getattr(self, "z" if name == HEAD else name)
 
 
 def _with_first(out: Any, new: torch.Tensor) -> Any:
     """``out`` with its tensor (or its tuple's first item) replaced by ``new``."""
     return (new, *out[1:]) if isinstance(out, tuple) else new
-
-
-def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
 
 
 def _set_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
@@ -138,63 +136,19 @@ def capture(loaded: LoadedModel, ids_clean: Sequence[int], ids_corrupted: Sequen
     ids_clean, ids_corrupted = tuple(int(i) for i in ids_clean), tuple(int(i) for i in ids_corrupted)
     if len(ids_clean) != len(ids_corrupted):
         raise pair.PairError("counts", n_clean=len(ids_clean), n_corrupted=len(ids_corrupted))
-    sites = roles.find_sites(loaded.model)
-    L = len(sites.blocks)
-    projs = [roles.out_proj(a) for a in sites.attns]
-    keys = ("resid", "post", "attn_out", "mlp_out", "z")
-    seen: dict[str, dict[int, torch.Tensor]] = {}
-
-    def store(site: str, i: int, v: torch.Tensor) -> None:
-        if i in seen[site]:
-            raise UnsupportedArchitectureError(f"layer {i}'s {site} ran twice in one forward pass.")
-        seen[site][i] = v[:1].detach().clone()  # row 0: the slot every single patched run uses
-
-    def on_input(site: str, i: int) -> Callable[..., None]:
-        return lambda _m, args, kwargs: store(site, i, _hidden_of(args, kwargs))
-
-    def on_output(site: str, i: int) -> Callable[..., None]:
-        return lambda _m, _args, out: store(site, i, _first(out))
-
-    specs: list[HookSpec] = []
-    for i in range(L):
-        specs += [
-            (sites.blocks[i], "pre_kwargs", on_input("resid", i)),
-            (sites.blocks[i], "forward", on_output("post", i)),
-            (sites.attns[i], "forward", on_output("attn_out", i)),
-            (sites.mlps[i], "forward", on_output("mlp_out", i)),
-            (projs[i], "pre_kwargs", on_input("z", i)),
-        ]
+    width = loaded.facts.n_heads * loaded.facts.head_dim
     runs, logits = [], []
-    with loaded.lock, torch.inference_mode(), scoped_hooks(specs):
+    with loaded.lock, torch.inference_mode():
         for ids in (ids_clean, ids_corrupted):
-            seen.update({k: {} for k in keys})
             x = torch.tensor([ids, ids], dtype=torch.long)  # [2, T]: row 0 is kept (see the module's docstring)
-            logits.append(backends.last_logits(loaded, x)[0].float())  # [V]
-            runs.append(_check(seen, L, loaded.facts.n_heads * loaded.facts.head_dim, type(loaded.model).__name__))
+            cap = hf_trace.capture_sites(loaded, lambda x=x: backends.last_logits(loaded, x), len(ids), keep=COPIED)
+            logits.append(cap.logits[0].float())  # [V]
+            runs.append([cap.stacked(k)[:, None] for k in COPIED])  # each [L, 1, T, ·]
+    z = runs[0][-1]
+    if z.shape[-1] != width:
+        raise UnsupportedArchitectureError("z_width", model=type(loaded.model).__name__, n=z.shape[-1], width=width)
     stream = [torch.cat(pair_of, dim=1) for pair_of in zip(*runs)]  # each [L, 2, T, ·]: clean, corrupted
     return Baseline(ids_clean, ids_corrupted, torch.stack(logits), *stream, head_dim=loaded.facts.head_dim)
-
-
-def _check(seen: dict[str, dict[int, torch.Tensor]], L: int, width: int, name: str) -> tuple[torch.Tensor, ...]:
-    for site in seen:
-        if sorted(seen[site]) != list(range(L)):
-            raise UnsupportedArchitectureError(f"{name}: {site} was not seen for every layer ({len(seen[site])} of {L}); "
-                                               "its activations cannot be patched faithfully.")
-    stacked = {k: torch.stack([seen[k][i] for i in range(L)]) for k in seen}  # [L, 1, T, ·]
-    resid, post, attn, mlp, z = (stacked[k] for k in ("resid", "post", "attn_out", "mlp_out", "z"))
-    if attn.shape != resid.shape or mlp.shape != resid.shape:
-        raise UnsupportedArchitectureError(f"{name}: a sub-layer's output is not shaped like the residual stream.")
-    if z.shape[-1] != width:
-        raise UnsupportedArchitectureError(f"{name}: the attention's output projection reads {z.shape[-1]} values, "
-                                           f"not heads × head_dim = {width}; one head's output cannot be cut out.")
-    if L > 1 and not torch.equal(post[:-1], resid[1:]):
-        raise UnsupportedArchitectureError(f"{name}: something sits between consecutive blocks; the residual stream is not one chain.")
-    gap = (post - resid - attn - mlp).abs().max().item()
-    if gap > 1e-4 * max(1.0, resid.abs().max().item()):
-        raise UnsupportedArchitectureError(
-            f"{name}: the blocks are not pre-norm residual blocks (resid[l+1] − resid[l] − attn_out − mlp_out reaches "
-            f"{gap:.3g}), so 'what a sub-layer adds' is not its output; patching it would not mean what the page says.")
-    return resid, attn, mlp, z
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +238,7 @@ def _forward_rows(loaded: LoadedModel, base: Baseline, rows: Sequence[Patch | No
         else:
             logits = backends.last_logits(loaded, x).float()  # [B, V]
     if logits.shape[0] != B:
-        raise UnsupportedArchitectureError("the model did not carry the patched rows through to its output.")
+        raise UnsupportedArchitectureError("rows_not_carried")
     return logits[:n]
 
 

@@ -23,19 +23,21 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.engine import xray
+from core.engine import roles, xray
 from core.engine.hooks import HookSpec, scoped_hooks
+from core.engine.hooks import first_of as _first
+from core.engine.hooks import hidden_of as _hidden_of
 from core.engine.roles import Sites, find_sites
 from core.engine.tokens import readable_tokens
-from core.engine.trace import TOP_K, LayerDetail, NextTokens, Trace
-from core.engine.types import LoadedModel, UnsupportedArchitectureError
+from core.engine.trace import MLP_SITES, TOP_K, LayerDetail, NextTokens, Trace
+from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError
 
 KV_KEEP_MAX = 1024  # a trace keeps its keys and values (``k``, ``v``: exactly the prefill's KV cache) up to this many
 # tokens: 2·L·Hkv·T·dh floats, 47 MB for SmolLM2 at 1,024; the journey's loop then decodes without a second prefill.
@@ -113,9 +115,7 @@ def _encode(obj: Any, hidden: Any, tensors: list[dict[str, Any]], seen: dict[int
         return ("value", obj)
     if isinstance(obj, (tuple, list)):
         return ("seq", type(obj) is tuple, [_encode(x, hidden, tensors, seen) for x in obj])
-    raise UnsupportedArchitectureError(
-        f"a block of this model takes a {type(obj).__name__} argument, which the tracer cannot replay "
-        "to derive a layer's attention exactly.")
+    raise UnsupportedArchitectureError("block_argument", kind=type(obj).__name__)
 
 
 def _decode(enc: Any, hidden: torch.Tensor, tensors: list[dict[str, Any]], cache: dict[int, torch.Tensor]) -> Any:
@@ -160,23 +160,29 @@ class Capture:
     attn_calls: dict[int, tuple[tuple, dict]] = field(default_factory=dict)  # layer → the attention's (args, kwargs)
     seen: dict[str, set[int]] = field(default_factory=dict)  # site → layers seen
     once: dict[str, torch.Tensor] = field(default_factory=dict)  # "embeddings" | "final_hidden" → [T, d]
-    problem: str | None = None  # the first broken identity, if any
+    problem: UnsupportedArchitectureError | None = None  # the first broken identity, if any
     # the identity's sample: what attention [0] and the MLP [1] added at ``identity_rows`` positions, per layer
     sampled: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # [2, L, rows, d]
+    # sites kept whole (``capture_sites``: activation patching): registry name → layer → [T, ·] (batch row 0)
+    keep: tuple[str, ...] = ()
+    kept: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+
+    def stacked(self, site: str) -> torch.Tensor:
+        """[L, T, ·] a kept site over every layer ("resid": the stream entering each block)."""
+        if site == "resid":
+            return self.resid[:-1]
+        return torch.stack([self.kept[site][i] for i in range(len(self.kept[site]))])
+
+
+def _new_capture(L: int, T: int, d: int, keep: tuple[str, ...] = ()) -> Capture:
+    return Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T),
+                   sampled=torch.zeros(2, L, len(range(T)[identity_rows(T)]), d), keep=keep)
 
 
 def identity_rows(T: int) -> slice:
     """The positions the contract's identity is checked on: 16 spread over the sequence (a block that is not
     "x + attn + mlp" breaks it at every one)."""
     return slice(None, None, max(1, T // 16))
-
-
-def _first(x: Any) -> Any:
-    return x[0] if isinstance(x, (tuple, list)) else x
-
-
-def _hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
 
 
 def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool) -> list[HookSpec]:
@@ -186,10 +192,17 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
     def mark(site: str, i: int) -> None:
         cap.seen.setdefault(site, set()).add(i)
 
+    def store(site: str, i: int, v: torch.Tensor) -> None:  # a site kept whole (``cap.keep``)
+        kept = cap.kept.setdefault(site, {})
+        if i in kept:
+            cap.problem = cap.problem or UnsupportedArchitectureError("ran_twice", layer=i, site=site)
+        kept[i] = v.detach().clone()
+        mark(site, i)
+
     def on_block_in(i: int, args: tuple, kwargs: dict) -> None:
         x = _hidden_of(args, kwargs)
         if i > 0 and "prev_out" in pending and not (x is pending["prev_out"] or torch.equal(x, pending["prev_out"])):
-            cap.problem = cap.problem or "something sits between consecutive blocks; the residual stream is not one chain."
+            cap.problem = cap.problem or UnsupportedArchitectureError("not_one_chain")
         pending.clear()
         cap.resid[i].copy_(x[0])
         cap.block_calls[i] = _without_hidden(args, kwargs)
@@ -203,6 +216,8 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
         (cap.attn_norm if attn else cap.mlp_norm)[i].copy_(torch.linalg.vector_norm(y[0], dim=-1))
         cap.sampled[0 if attn else 1, i].copy_(y[0, rows])  # the identity is checked after the pass, all layers at once
         mark(site, i)
+        if site in cap.keep:
+            store(site, i, y[0])
 
     def on_block_out(i: int, out: Any) -> None:
         y = _first(out)
@@ -229,6 +244,8 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
             (a, "forward", lambda _m, _a, out, i=i: on_sub("attn_out", i, out)),
             (m, "forward", lambda _m, _a, out, i=i: on_sub("mlp_out", i, out)),
         ]
+        if "z" in cap.keep:  # the heads' outputs side by side: the output projection's input
+            specs.append((roles.out_proj(a), "pre", lambda _m, args, i=i: store("z", i, args[0][0])))
     return specs
 
 
@@ -251,8 +268,7 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     L, T, d = len(sites.blocks), len(ids), loaded.facts.d_model
     input_ids = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
     last_only = _last_only_possible(loaded.model, sites)
-    cap = Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T),
-                  sampled=torch.zeros(2, L, len(range(T)[identity_rows(T)]), d))
+    cap = _new_capture(L, T, d)
     extra = {"logits_to_keep": 1} if last_only else {}
     with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=T <= KV_KEEP_MAX) as rec:
         cap.calls = rec.calls
@@ -281,8 +297,7 @@ def _check_identity(cap: Capture, model_name: str) -> None:
     bad = (gap > IDENTITY_RTOL * scale).nonzero()
     if len(bad):
         worst = float(gap[int(bad[0, 0])])
-        cap.problem = (f"the blocks of {model_name} are not pre-norm residual blocks (resid[l+1] − resid[l] − "
-                       f"attn_out − mlp_out reaches {worst:.3g}): e.g. post-norm or extra branch norms.")
+        cap.problem = UnsupportedArchitectureError("not_pre_norm", model=model_name, gap=f"{worst:.3g}")
 
 
 HEAD_BAND_BYTES = 2 * 2**20  # one tile of logits, summarised while it is still in the CPU's cache
@@ -315,22 +330,34 @@ def _head_summary(head: Any, final_hidden: torch.Tensor) -> tuple[torch.Tensor, 
     return values, indices, lse
 
 
-def check(cap: Capture, n_layers: int, model_name: str) -> None:
-    """Refuse a record that is not one pre-norm residual chain of ``n_layers`` blocks."""
+def capture_sites(loaded: LoadedModel, forward: Callable[[], Any], n_tokens: int, keep: Sequence[str]) -> Capture:
+    """The same capture for a caller that runs its own forward pass (activation patching: a batch of equal
+    rows through ``core.backends.last_logits``, the toy's or an HF model's): ``forward()`` runs under the
+    capture's hooks (its result is ``cap.logits``), batch row 0 of every registry site in ``keep`` (resid,
+    attn_out, mlp_out, z) is kept whole (``cap.stacked(site)``), and the record is checked as a trace's is
+    (``check``: one pre-norm residual chain, the same reasons). The caller holds ``loaded.lock`` and picks
+    the grad mode."""
+    sites = find_sites(loaded.model)
+    cap = _new_capture(len(sites.blocks), n_tokens, loaded.facts.d_model, tuple(keep))
+    with scoped_hooks(_capture_hooks(sites, cap, type(loaded.model).__name__, last_only=False)):
+        cap.logits = forward()
+    _check_identity(cap, type(loaded.model).__name__)
+    check(cap, len(sites.blocks), type(loaded.model).__name__, attention=False)
+    return cap
+
+
+def check(cap: Capture, n_layers: int, model_name: str, attention: bool = True) -> None:
+    """Refuse a record that is not one pre-norm residual chain of ``n_layers`` blocks (``attention``: whose
+    every attention call went through the xray interface, as a trace's must)."""
     L = n_layers
-    if len(cap.calls) != L:
-        raise UnsupportedArchitectureError(
-            f"the attention of {model_name} did not go through transformers' attention interface "
-            f"({len(cap.calls)} of {L} layers seen); its q/k/v and weights cannot be read faithfully."
-        )
-    names = {"resid_pre": "the residual stream entering a block", "resid_post": "the residual stream leaving a block",
-             "attn_out": "the attention output", "mlp_out": "the MLP output"}
-    for site, what in names.items():
+    if attention and len(cap.calls) != L:
+        raise UnsupportedArchitectureError("attention_interface", model=model_name, n=len(cap.calls), L=L)
+    for site in ("resid_pre", "resid_post", "attn_out", "mlp_out", *(("z",) if "z" in cap.keep else ())):
         n = len(cap.seen.get(site, ()))
-        if n != L:
-            raise UnsupportedArchitectureError(f"{what} was not seen for every layer ({n} of {L}).")
+        if n != L:  # what the site is, in the page's language: arch.site_<site>
+            raise UnsupportedArchitectureError("site_unseen", site=Phrase(f"arch.site_{site}"), n=n, L=L)
     if cap.problem:
-        raise UnsupportedArchitectureError(cap.problem)
+        raise cap.problem
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,7 +421,7 @@ def _last_rows(calls: list[dict[str, Any]], n_heads: int, T: int) -> np.ndarray:
     """[L, H, T] the last query's weights in every layer (exact eager numbers, see xray's last_row)."""
     rows = [c.get("last_row") for c in calls]
     if any(r is None for r in rows):
-        raise UnsupportedArchitectureError("the last position's attention could not be read in every layer.")
+        raise UnsupportedArchitectureError("last_row_unread")
     return torch.stack([r[0, :, 0, :] for r in rows]).float().numpy().reshape(len(rows), n_heads, T)
 
 
@@ -409,15 +436,16 @@ def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
 # derived on demand
 
 
-def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
+def layer_detail(loaded: LoadedModel, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
     """Layer ``layer`` of ``tr`` in full, by replaying that one layer's attention (or, where that is not
-    possible, its whole block) with eager attention."""
+    possible, its whole block) with eager attention; with ``mlp``, its MLP too (``mlp_replay``), for the
+    MLP's internals (``MLP_SITES``)."""
     if tr.replay is None:
-        raise UnsupportedArchitectureError("this trace keeps no replay recipe.")
+        raise UnsupportedArchitectureError("no_replay")
     sites = find_sites(loaded.model)
-    if tr.replay.attn_calls and sites.attn_norms[layer] is not None:
-        return _attention_replay(loaded, sites, tr, layer)
-    return _block_replay(loaded, sites, tr, layer)
+    if tr.replay.attn_calls and sites.attn_norms[layer] is not None and (not mlp or sites.mlp_norms[layer] is not None):
+        return _attention_replay(loaded, sites, tr, layer, mlp)
+    return _block_replay(loaded, sites, tr, layer, mlp)
 
 
 def prompt_kv(loaded: LoadedModel, tr: Trace) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
@@ -451,17 +479,44 @@ def prompt_kv(loaded: LoadedModel, tr: Trace) -> list[tuple[torch.Tensor, torch.
 
 def _eager_call(rec: xray.AttentionRecord, layer: int) -> dict[str, Any]:
     if len(rec.calls) != 1 or rec.calls[0]["weights"] is None:
-        raise UnsupportedArchitectureError(f"replaying layer {layer} did not make exactly one eager attention call.")
+        raise UnsupportedArchitectureError("replay_calls", layer=layer)
     return rec.calls[0]
 
 
-def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor) -> LayerDetail:
+def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor,
+            inside: dict[str, torch.Tensor]) -> LayerDetail:
     w = c["weights"][0].to(torch.float16)  # [H, T, T]; already float16 when computed in bands
-    return LayerDetail(layer, q=_np(c["query"][0]), k=_np(c["key"][0]), v=_np(c["value"][0]), weights=w.numpy(),
-                       attn_out=_np(attn_out), mlp_out=_np(mlp_out))
+    return LayerDetail(layer, q=_np(c["query"][0]), k=_np(c["key"][0]), v=_np(c["value"][0]), attn_pattern=w.numpy(),
+                       attn_out=_np(attn_out), mlp_out=_np(mlp_out), mlp={k: _np(v[0]) for k, v in inside.items()})
 
 
-def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> LayerDetail:
+def _mlp_hooks(sites: Sites, layer: int, got: dict[str, torch.Tensor]) -> list[HookSpec]:
+    """Forward hooks that record every MLP site of the registry (``MLP_SITES``) whose part this layer's MLP
+    has (``roles.MLP_PARTS``), [1, T, ·] each, into ``got``."""
+    parts = {name: roles.mlp_part(sites.mlps[layer], name) for name in MLP_SITES}
+    return [(m, "forward", lambda _m, _a, out, name=name: got.__setitem__(name, _first(out).detach()))
+            for name, m in parts.items() if m is not None]
+
+
+def mlp_replay(loaded: LoadedModel, tr: Trace, layer: int, attn_out: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Layer ``layer``'s MLP alone, the way its attention is replayed: its norm on the block's middle stream
+    ``resid[l] + attn_out`` (the block's own addition; ``attn_out`` [T, d] as replayed), then the MLP, its
+    parts recorded (``_mlp_hooks``). Returns (what it adds [T, d], MLP site → [1, T, ·]). What it adds must be
+    the rest of the block's step, ``resid[l+1] − resid[l] − attn_out``, or the replay is refused."""
+    sites = find_sites(loaded.model)
+    norm = sites.block_norm(layer, "mlp")
+    got: dict[str, torch.Tensor] = {}
+    mid = torch.from_numpy(np.array(tr.resid[layer]))[None] + attn_out[None]  # [1, T, d]
+    with loaded.lock, torch.inference_mode(), scoped_hooks(_mlp_hooks(sites, layer, got)):
+        out = _first(sites.mlps[layer](norm(mid)))[0]  # [T, d]
+    rest = torch.from_numpy(tr.resid[layer + 1] - tr.resid[layer]) - attn_out
+    gap = (out - rest).abs().max().item()
+    if gap > REPLAY_RTOL * max(1.0, rest.abs().max().item()):
+        raise UnsupportedArchitectureError("mlp_replay_off", layer=layer, gap=f"{gap:.3g}")
+    return out, got
+
+
+def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
     """The attention sub-layer alone: its norm on ``resid[l]``, then the attention module with its
     recorded arguments. What it adds must have, at every position, the norm the trace kept
     (``attn_out_norm``); the MLP's contribution is then the rest of the block's step,
@@ -476,20 +531,21 @@ def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) 
     got = torch.linalg.vector_norm(attn_out, dim=-1).numpy()
     gap = float(np.abs(got - want).max())
     if gap > REPLAY_RTOL * max(1.0, float(want.max())):
-        raise UnsupportedArchitectureError(
-            f"replaying the attention of layer {layer} alone did not reproduce what it added to the residual stream "
-            f"(norms off by {gap:.3g}); its attention cannot be derived exactly.")
+        raise UnsupportedArchitectureError("attn_replay_off", layer=layer, gap=f"{gap:.3g}")
     mlp_out = torch.from_numpy(tr.resid[layer + 1] - tr.resid[layer]) - attn_out
-    return _detail(layer, c, attn_out, mlp_out)
+    inside = mlp_replay(loaded, tr, layer, attn_out)[1] if mlp else {}
+    return _detail(layer, c, attn_out, mlp_out, inside)
 
 
-def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> LayerDetail:
+def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
     """The whole block ``layer`` on ``resid[l]`` with its recorded arguments; its output must
     reproduce the kept ``resid[l+1]``."""
     got: dict[str, torch.Tensor] = {}
+    inside: dict[str, torch.Tensor] = {}
     hooks: list[HookSpec] = [
         (sites.attns[layer], "forward", lambda _m, _a, out: got.__setitem__("attn_out", _first(out))),
         (sites.mlps[layer], "forward", lambda _m, _a, out: got.__setitem__("mlp_out", _first(out))),
+        *(_mlp_hooks(sites, layer, inside) if mlp else []),
     ]
     hidden = torch.from_numpy(np.array(tr.resid[layer]))[None]  # [1, T, d], a writable copy
     args, kwargs = tr.replay.call(layer, hidden)
@@ -500,10 +556,8 @@ def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> L
     want = torch.from_numpy(tr.resid[layer + 1].copy())
     gap = (out - want).abs().max().item()
     if gap > REPLAY_RTOL * max(1.0, want.abs().max().item()):
-        raise UnsupportedArchitectureError(
-            f"replaying layer {layer} alone did not reproduce the traced residual stream (off by {gap:.3g}); "
-            "its attention cannot be derived exactly.")
-    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0])
+        raise UnsupportedArchitectureError("layer_replay_off", layer=layer, gap=f"{gap:.3g}")
+    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0], inside)
 
 
 def _head_reproduces(loaded: LoadedModel, tr: Trace) -> bool:

@@ -15,6 +15,17 @@ from typing import Any
 
 from torch import nn
 
+
+def first_of(out: Any) -> Any:
+    """A module's output tensor: the first item of the tuple that blocks and attention modules return."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def hidden_of(args: tuple, kwargs: dict) -> Any:
+    """A block's (or attention module's) input stream, passed by position or as ``hidden_states``."""
+    return args[0] if args else kwargs["hidden_states"]
+
+
 # (module, kind, fn): kind "forward" → fn(module, args, output); "pre" → fn(module, args) and may
 # return new args; "pre_kwargs" → fn(module, args, kwargs) and may return (args, kwargs).
 HookSpec = tuple[nn.Module, str, Callable[..., Any]]

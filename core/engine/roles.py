@@ -27,6 +27,11 @@ NORM_NAMES = {  # (before attention, before the MLP), HF role names first
 }
 CROSS_NAMES = ("crossattention", "encoder_attn")
 OUT_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense")  # the attention's output projection (W_O)
+# Inside the MLP: a site of the trace's registry (``core.engine.trace.SITES``, kind MLP) → the role names of the
+# MLP's part whose output it is. The MLP replay (``hf_trace.mlp_replay``) records every site named here.
+MLP_PARTS = {
+    "gate_act": ("act_fn",),  # Llama / Qwen2 / Mistral: act_fn(gate_proj(x)), before it multiplies up_proj(x)
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,12 @@ def out_proj(attn: Any) -> Any:
     if m is None:
         raise UnsupportedArchitectureError("no_out_proj", module=type(attn).__name__, names="/".join(OUT_PROJ_NAMES))
     return m
+
+
+def mlp_part(mlp: Any, site: str) -> nn.Module | None:
+    """The part of ``mlp`` whose output is ``site`` (``MLP_PARTS``), or None where this MLP has none."""
+    m = child_by_name(mlp, MLP_PARTS[site])
+    return m if isinstance(m, nn.Module) else None
 
 
 def head_slice(head: int, head_dim: int) -> slice:

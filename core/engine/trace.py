@@ -24,6 +24,9 @@ exact) are derived from ``final_hidden`` by the LM head on demand (``core.backen
 and the whole [T, V] logits matrix likewise (``core.backends.full_logits``) for the export,
 bit-for-bit what the LM head gives.
 
+Every recorded site has one row in ``SITES`` below (name, shape, dtype, kept or derived, TransformerLens'
+name); the trace's keys, ``LayerDetail``, the toy's probes, patching's sites, the export and the CLI read it.
+
 **In a notebook every site of the contract is a field**, kept or not: ``tr.q``, ``tr.k``, ``tr.v``,
 ``tr.attn_pattern``, ``tr.attn_out`` and ``tr.mlp_out`` ([L, …], ``LAYER_SITES``) answer with every layer
 stacked. A trace made by ``core.trace`` knows the model it came from (a weak reference: it never keeps a
@@ -48,52 +51,158 @@ from typing import Any
 
 import numpy as np
 
-from core.common.numbers import softmax
+from core.common.numbers import softmax, top_k
 from core.engine.types import HeadGeometry
 
 MAX_TOKENS = 4096  # the trace limit: longer prompts are cut, with a visible notice
 TOP_K = 10  # next-token candidates per position (core.backends.next_tokens)
 PATTERN_EXPORT_MAX = 1024  # the .npz keeps attn_pattern (float16) up to this many tokens (30 × 9 × 1024² × 2 B = 0.57 GB)
 
-# The per-layer sites of the contract ([L, …]: LayerDetail's fields stacked over layers; ``weights`` there
-# is ``attn_pattern`` here): kept by the toy (and k, v by a short HF trace), derived on demand otherwise.
-LAYER_SITES = ("q", "k", "v", "attn_pattern", "attn_out", "mlp_out")
+# ---------------------------------------------------------------------------------------------
+# The ONE registry of recorded sites: every array a trace records, kept or derived, one row each.
+#
+# Where a site lives (``Site.kind``):
+KEPT = "kept"  # the trace holds it, for the real model and the toy alike
+LAYER = "layer"  # per layer, one of ``LayerDetail``'s fields: derived on demand by replaying that block (HF;
+#                  k and v kept up to hf_trace.KV_KEEP_MAX tokens), kept by the toy; ``tr.<name>`` stacks every layer
+MLP = "mlp"  # per layer, inside the MLP: derived on demand by replaying that layer's MLP (``layer_detail(…,
+#              mlp=True).mlp[name]``; a model whose MLP has no such part leaves it out), kept by the toy in ``extras``
+DERIVED = "derived"  # recomputed from a kept site when asked (the full logits, from final_hidden, for the export)
+CAPTURE = "capture"  # recorded only by the engine's site capture (``hf_trace.capture_sites``: activation patching)
+TOY = "toy"  # kept only by the toy, in ``tr.extras``: every intermediate value its one-file model computes
 
-# The arrays of the contract (the .npz export keys), in order.
-ARRAY_KEYS = (
-    "tokens",
-    "token_ids",
-    "embeddings",
-    "resid",
-    "attn_out",
-    "mlp_out",
-    "q",
-    "k",
-    "v",
-    "attn_pattern",
-    "final_hidden",
+
+@dataclass(frozen=True)
+class Site:
+    """One recorded site. ``shape`` is symbolic: T tokens, L layers, d the stream's width, H query heads,
+    Hkv KV heads, dh a head's width, F the MLP's width, V the vocabulary; a shape starting "L," is per layer.
+    ``tl``: TransformerLens' name for the same values, where it has one ({l} the layer)."""
+
+    name: str  # the trace contract's name: a Trace field, an .npz key, a LayerDetail field or a toy probe
+    shape: str
+    dtype: str
+    kind: str  # KEPT, LAYER, MLP, DERIVED, CAPTURE or TOY (above)
+    tl: str = ""
+    export: bool = False  # a key of the .npz export (``Trace.to_npz``), in the registry's order
+    meaning: str = ""
+
+    @property
+    def per_layer(self) -> bool:
+        return self.shape.startswith("L,")
+
+
+# How to add a site (the MLP's gate activation, ``gate_act``, was added this way):
+#   1. one row here: its name, shape, dtype, kind (and TransformerLens' name);
+#   2. where it is computed: for an MLP part of the real model, the part's role names in
+#      ``core.engine.roles`` (``MLP_PARTS``: the module whose output it is) — the MLP replay
+#      (``hf_trace._mlp_replay``) records every MLP row that names a part there; for the toy, one
+#      ``_probe(probe, name=tensor)`` line in ``core.toy.model`` (a probe's name must be a row here).
+# The trace's keys (``ARRAY_KEYS``), ``LAYER_SITES`` / ``MLP_SITES``, ``LayerDetail.nbytes``,
+# ``Trace.site_bytes``, the toy's extras, the export and the CLI's list of keys all read these rows.
+SITES: tuple[Site, ...] = (
+    Site("tokens", "T", "str", KEPT, "", True, "each token's piece, decoded on its own (readable)"),
+    Site("token_ids", "T", "int64", KEPT, "", True, "the tokenizer's ids"),
+    Site("embeddings", "T,d", "float32", KEPT, "hook_embed", True, "token-embedding rows, before any position information"),
+    Site("resid", "L+1,T,d", "float32", KEPT, "blocks.{l}.hook_resid_pre; resid[L] = blocks.{L-1}.hook_resid_post", True,
+         "the residual stream entering block 0 … leaving block L-1 (before the final norm)"),
+    Site("attn_out", "L,T,d", "float32", LAYER, "blocks.{l}.hook_attn_out", True, "what the attention sub-layer adds"),
+    Site("mlp_out", "L,T,d", "float32", LAYER, "blocks.{l}.hook_mlp_out", True,
+         "what the MLP sub-layer adds (HF: resid[l+1] − resid[l] − attn_out, the contract's identity)"),
+    Site("q", "L,H,T,dh", "float32", LAYER, "blocks.{l}.attn.hook_rot_q", True, "queries per head, after RoPE"),
+    Site("k", "L,Hkv,T,dh", "float32", LAYER, "blocks.{l}.attn.hook_rot_k", True,
+         "keys per KV head, after RoPE: what the KV cache holds"),
+    Site("v", "L,Hkv,T,dh", "float32", LAYER, "blocks.{l}.attn.hook_v", True, "values per KV head"),
+    Site("attn_pattern", "L,H,T,T", "float16", LAYER, "blocks.{l}.attn.hook_pattern", True,
+         "attention weights after mask and softmax (exact to < 2.5e-4 in [0, 1])"),
+    Site("final_hidden", "T,d", "float32", KEPT, "ln_final.hook_normalized", True, "after the final norm: the LM head's input"),
+    Site("logits", "T,V", "float32", DERIVED, "the model's output", True,
+         "next-token scores at every position: the LM head on final_hidden"),
+    # kept, not exported: what the pages read without deriving a layer
+    Site("attn_out_norm", "L,T", "float32", KEPT, "", False, "‖attn_out‖ at every (layer, position)"),
+    Site("mlp_out_norm", "L,T", "float32", KEPT, "", False, "‖mlp_out‖ at every (layer, position)"),
+    Site("last_attn", "L,H,T", "float32", KEPT, "blocks.{l}.attn.hook_pattern[…, -1, :]", False,
+         "what the last position attends to, exact"),
+    Site("last_logits", "V", "float32", KEPT, "", False, "next-token scores at the last position"),
+    # inside the MLP (derived by the MLP replay; the toy keeps them)
+    Site("gate_act", "L,T,F", "float32", MLP, "act_fn(blocks.{l}.mlp.hook_pre)", False,
+         "the MLP's gate activation act_fn(gate_proj(x)), before it multiplies up_proj(x) (gated MLPs only)"),
+    # the site capture's (activation patching)
+    Site("z", "L,T,H·dh", "float32", CAPTURE, "blocks.{l}.attn.hook_z (heads side by side)", False,
+         "every head's output, the attention's output projection's input: head h owns columns h·dh … (h+1)·dh"),
+    # the toy's own intermediate values (``tr.extras``)
+    Site("pos", "T,d", "float32", TOY, "hook_pos_embed", False, "the position vectors added to the embeddings (zero for RoPE / none)"),
+    Site("mask", "T,T", "float32", TOY, "", False, "the additive mask: 0 may look, −∞ may not (the same in every layer)"),
+    Site("scores_raw", "L,H,T,T", "float32", TOY, "", False, "q·kᵀ per head, before scaling"),
+    Site("scores_scaled", "L,H,T,T", "float32", TOY, "", False, "q·kᵀ/√dh"),
+    Site("scores_masked", "L,H,T,T", "float32", TOY, "blocks.{l}.attn.hook_attn_scores", False, "q·kᵀ/√dh + mask"),
+    Site("head_out", "L,H,T,dh", "float32", TOY, "blocks.{l}.attn.hook_z (heads first)", False, "each head's weighted average of values"),
+    Site("concat", "L,T,H·dh", "float32", TOY, "blocks.{l}.attn.hook_z (heads side by side)", False, "the heads side by side: z"),
+    Site("o_proj", "L,T,d", "float32", TOY, "blocks.{l}.hook_attn_out", False, "the output projection's output: attn_out (the figures' stage)"),
+    Site("resid_mid", "L,T,d", "float32", TOY, "blocks.{l}.hook_resid_mid", False, "the stream between attention and MLP"),
+    Site("gate", "L,T,F", "float32", TOY, "blocks.{l}.mlp.hook_pre", False, "gate_proj(x), before the activation (SwiGLU)"),
+    Site("up", "L,T,F", "float32", TOY, "blocks.{l}.mlp.hook_pre_linear (GELU: hook_pre)", False, "up_proj(x)"),
+    Site("act", "L,T,F", "float32", TOY, "blocks.{l}.mlp.hook_post", False, "down_proj's input: act_fn(gate)·up (GELU: gelu(up))"),
 )
+SITE = {s.name: s for s in SITES}
+
+
+def sites_of(kind: str) -> tuple[str, ...]:
+    """The names of the registry's rows of one ``kind``, in order."""
+    return tuple(s.name for s in SITES if s.kind == kind)
+
+
+def site_row(name: str) -> Site:
+    """The registry's row for ``name``; a name it lacks is refused, naming the registry."""
+    if name not in SITE:
+        raise KeyError(f"{name!r} is not a recorded site (core.engine.trace.SITES); they are {', '.join(SITE)}")
+    return SITE[name]
+
+
+def shape_bytes(row: Site, dims: dict[str, int]) -> int:
+    """What ``row``'s array takes at the sizes ``dims`` (symbol → size: L, L+1, T, d, H, Hkv, dh, F, V)."""
+    n = 1
+    for part in row.shape.split(","):
+        for sym in part.split("·"):
+            n *= dims[sym]
+    return n * np.dtype(row.dtype).itemsize
+
+
+# The per-layer sites of the contract ([L, …]: LayerDetail's fields stacked over layers): kept by the toy
+# (and k, v by a short HF trace), derived on demand otherwise.
+LAYER_SITES = sites_of(LAYER)
+MLP_SITES = sites_of(MLP)  # derived by the MLP replay, on request
+# The arrays of the contract (the .npz export keys), in order; ``logits`` comes with them (``to_npz``).
+ARRAY_KEYS = tuple(s.name for s in SITES if s.export and s.kind != DERIVED)
+EXPORT_KEYS = (*(s.name for s in SITES if s.export), "meta")  # every key of an exported .npz file
 
 
 @dataclass(frozen=True)
 class LayerDetail:
-    """Everything one layer computed for one trace (``core.backends.layer_detail``)."""
+    """Everything one layer computed for one trace (``core.backends.layer_detail``): one field per
+    ``LAYER_SITES`` row, in the registry's order (a test holds them together), and, when asked
+    (``layer_detail(…, mlp=True)``), the MLP's internals by ``MLP_SITES`` name."""
 
     layer: int
+    attn_out: np.ndarray  # [T, d] what the attention sub-layer adds
+    mlp_out: np.ndarray  # [T, d] what the MLP sub-layer adds
     q: np.ndarray  # [H, T, dh] after RoPE
     k: np.ndarray  # [Hkv, T, dh] after RoPE: what the KV cache holds
     v: np.ndarray  # [Hkv, T, dh]
-    weights: np.ndarray  # [H, T, T] float16 (exact to < 2.5e-4 in [0, 1]), after mask and softmax
-    attn_out: np.ndarray  # [T, d] what the attention sub-layer adds
-    mlp_out: np.ndarray  # [T, d] what the MLP sub-layer adds
+    attn_pattern: np.ndarray  # [H, T, T] float16 (exact to < 2.5e-4 in [0, 1]), after mask and softmax
+    mlp: dict[str, np.ndarray] = field(default_factory=dict)  # MLP_SITES → [T, …]; empty unless asked
+
+    @property
+    def weights(self) -> np.ndarray:
+        """``attn_pattern`` under its old name (kept for compatibility: pages and the web cache read it)."""
+        return self.attn_pattern
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.q, self.k, self.v, self.weights, self.attn_out, self.mlp_out))
+        return sum(getattr(self, name).nbytes for name in LAYER_SITES) + sum(a.nbytes for a in self.mlp.values())
 
     def head(self, h: int) -> np.ndarray:
         """[T, T] float32 weights of one query head."""
-        return self.weights[h].astype(np.float32)
+        return self.attn_pattern[h].astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -113,8 +222,7 @@ class NextTokens:
     def of_logits(positions: np.ndarray, logits: np.ndarray, k: int = TOP_K) -> NextTokens:
         """From rows of a full logits matrix ([n, V], e.g. ``full_logits(…)[positions]``)."""
         x = np.asarray(logits, dtype=np.float32)
-        k = min(k, x.shape[-1])
-        ids = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+        ids = top_k(x, k)  # [n, k], best first (ties: the lower id)
         m = x.max(axis=-1, keepdims=True).astype(np.float64)
         lse = (m[:, 0] + np.log(np.exp(x - m).sum(axis=-1))).astype(np.float32)
         return NextTokens(np.asarray(positions, dtype=np.int64), ids.astype(np.int64),
@@ -144,8 +252,9 @@ class _LayerSite:
         obj.__dict__[self.slot] = value
 
 
-# deriver(trace, layer) → that layer's LayerDetail; set by core.backends on every trace it makes
-Deriver = Callable[["Trace", int], LayerDetail]
+# deriver(trace, layer, mlp) → that layer's LayerDetail (with ``mlp``: its MLP_SITES too); set by core.backends
+# on every trace it makes
+Deriver = Callable[["Trace", int, bool], LayerDetail]
 
 
 @dataclass(eq=False)  # a trace is one record: equal only to itself (comparing fields would derive them)
@@ -222,23 +331,23 @@ class Trace:
 
     def site_bytes(self, site: str) -> int:
         """What ``site`` for every layer takes in memory (what reading it costs, when it is derived)."""
-        L, H, Hkv, dh, T, d = self.n_layers, self.n_heads, self.n_kv_heads, self.head_dim, self.n_tokens, self.d_model
-        per_layer = {"q": H * T * dh * 4, "k": Hkv * T * dh * 4, "v": Hkv * T * dh * 4, "attn_pattern": H * T * T * 2,
-                     "attn_out": T * d * 4, "mlp_out": T * d * 4}
-        return L * per_layer[site]
+        dims = {"L": self.n_layers, "H": self.n_heads, "Hkv": self.n_kv_heads, "dh": self.head_dim, "T": self.n_tokens,
+                "d": self.d_model, "V": self.vocab_size, "L+1": self.n_layers + 1}
+        return shape_bytes(site_row(site), dims)
 
-    def layer(self, layer: int) -> LayerDetail:
+    def layer(self, layer: int, mlp: bool = False) -> LayerDetail:
         """Everything layer ``layer`` computed (q, k, v, the attention weights, the two sub-layer outputs),
-        exactly: sliced from what the trace keeps, or derived by replaying that one block."""
+        exactly: sliced from what the trace keeps, or derived by replaying that one block; with ``mlp``, the
+        MLP's internals too (``MLP_SITES``, by replaying that layer's MLP)."""
         deriver = self.__dict__.get("_deriver")
         if deriver is None:
             raise RuntimeError("this trace does not know the model it came from (it was made by hand, or unpickled); "
                                "call core.layer_detail(model, trace, layer)")
-        return deriver(self, int(layer))
+        return deriver(self, int(layer), bool(mlp))
 
     def attention(self, layer: int) -> np.ndarray:
         """[H, T, T] float32: one layer's attention weights, after mask and softmax."""
-        return self.layer(layer).weights.astype(np.float32)
+        return self.layer(layer).attn_pattern.astype(np.float32)
 
     def _derive(self, site: str) -> np.ndarray | None:
         """Every layer's ``site``, stacked [L, …], derived once and kept on this object; None for a trace
@@ -253,8 +362,7 @@ class Trace:
                 f"attn_pattern of a {self.n_tokens:,}-token trace would take {self.site_bytes(site) / 1e9:.1f} GB "
                 f"({self.n_layers} layers × {self.n_heads} heads × {self.n_tokens:,}² weights × 2 bytes); it is given "
                 f"for up to {PATTERN_EXPORT_MAX:,} tokens. Read one layer at a time: tr.attention(layer) → [H, T, T].")
-        name = "weights" if site == "attn_pattern" else site
-        out = np.stack([getattr(self.layer(layer), name) for layer in range(self.n_layers)])
+        out = np.stack([getattr(self.layer(layer), site) for layer in range(self.n_layers)])
         out.flags.writeable = False
         derived[site] = out
         return out
@@ -319,8 +427,8 @@ class Trace:
 
         ``logits`` [T, V]: pass ``core.backends.full_logits(loaded, trace)``; without it the key
         ``logits`` holds only the last position, [1, V] (and ``meta`` says so).
-        ``layers``: the per-layer sites stacked over layers (``q k v attn_out mlp_out`` and, up to
-        ``PATTERN_EXPORT_MAX`` tokens, ``attn_pattern``), as ``core.backends.export_npz`` derives them;
+        ``layers``: the per-layer sites stacked over layers (``LAYER_SITES``: attn_pattern only up to
+        ``PATTERN_EXPORT_MAX`` tokens), as ``core.backends.export_npz`` derives them;
         by default the arrays this trace keeps itself (the toy). A key left out is named in
         ``meta["omitted"]`` with the reason.
         """
@@ -330,7 +438,7 @@ class Trace:
             val = (layers or {}).get(key, self._stored(key))
             if val is None:
                 omitted[key] = (f"attention weights of a {self.n_tokens}-token trace would take "
-                                f"{self.n_layers * self.n_heads * self.n_tokens ** 2 * 2 / 1e9:.1f} GB; exported up to "
+                                f"{self.site_bytes('attn_pattern') / 1e9:.1f} GB; exported up to "
                                 f"{PATTERN_EXPORT_MAX} tokens (derive them with core.backends.layer_detail)"
                                 if key == "attn_pattern" else "not recorded")
                 continue

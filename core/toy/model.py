@@ -7,8 +7,9 @@ file computes exactly what transformers computes.
 
 Unlike HF's model, every intermediate value is visible: pass ``probes={}`` to ``forward`` and it comes
 back filled with each site (raw scores, scaled scores, mask, softmax weights, per-head outputs, the
-concatenation, the gate/up/act of the MLP …). Tensors are [batch, …] inside the model; probes keep
-batch item 0 only, which is all the app ever traces.
+concatenation, the gate/up/act of the MLP …), each under its name in the trace's registry of sites
+(``core.engine.trace.SITES``: ``attn_pattern``, ``mlp_out`` …; ``_probe`` refuses any other name).
+Tensors are [batch, …] inside the model; probes keep batch item 0 only, which is all the app ever traces.
 
 Next door in this package: the byte-level tokenizer (``tokenizer.py``), loading and tracing into a
 ``core.engine.trace.Trace`` like the real tracer does (``run.py``), training (``train.py``) and the
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.engine import config as cfgread
+from core.engine.trace import SITE
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
 NORMS = ("layernorm", "rmsnorm")
@@ -32,6 +34,16 @@ PLACEMENTS = ("pre", "post")
 FFNS = ("swiglu", "gelu")
 
 KV = tuple[torch.Tensor, torch.Tensor]  # (K, V), each [1, Hkv, T_total, dh]
+
+
+def _probe(probe: dict | None, batched: bool = True, /, **sites: torch.Tensor) -> None:
+    """Keep each site in ``probe`` (when probing) under its registry name, batch item 0 of a batched one."""
+    if probe is None:
+        return
+    for name, val in sites.items():
+        if name not in SITE:
+            raise KeyError(f"the toy probes {name!r}, which is not a row of core.engine.trace.SITES: add the row")
+        probe[name] = (val[0] if batched else val).detach()
 
 
 # =============================================================================================
@@ -197,12 +209,9 @@ class Attention(nn.Module):
         head_out = weights @ v_rep  # [B, H, T, dh]: a weighted average of value vectors
         concat = head_out.transpose(1, 2).reshape(B, T, H * dh)  # [B, T, H·dh]: heads side by side
         out = self.o_proj(concat)  # [B, T, d]: mixes the heads back into the residual space
-        if probe is not None:
-            for name, val in (("q", q), ("k", k), ("v", v), ("scores_raw", scores_raw), ("scores_scaled", scores_scaled),
-                              ("scores_masked", scores_masked), ("weights", weights), ("head_out", head_out),
-                              ("concat", concat), ("attn_out", out)):
-                probe[name] = val[0].detach()
-            probe["mask"] = mask.detach()
+        _probe(probe, q=q, k=k, v=v, scores_raw=scores_raw, scores_scaled=scores_scaled, scores_masked=scores_masked,
+               attn_pattern=weights, head_out=head_out, concat=concat, o_proj=out, attn_out=out)
+        _probe(probe, False, mask=mask)  # [T, T_total]: no batch dimension
         return out, new_kv
 
 
@@ -221,15 +230,13 @@ class MLP(nn.Module):
         up = self.up_proj(x)  # [B, T, d_ff]
         if self.kind == "swiglu":
             gate = self.gate_proj(x)  # [B, T, d_ff]
-            act = F.silu(gate) * up  # the gate decides, per feature, how much of "up" passes
+            gate_act = F.silu(gate)  # [B, T, d_ff]
+            act = gate_act * up  # the gate decides, per feature, how much of "up" passes
+            _probe(probe, gate=gate, gate_act=gate_act)
         else:
-            gate = None
             act = F.gelu(up, approximate="tanh")
         down = self.down_proj(act)  # [B, T, d]
-        if probe is not None:
-            if gate is not None:
-                probe["gate"] = gate[0].detach()
-            probe["up"], probe["act"], probe["down"] = up[0].detach(), act[0].detach(), down[0].detach()
+        _probe(probe, up=up, act=act, mlp_out=down)
         return down
 
 
@@ -243,8 +250,6 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor, rope: Any, past: KV | None, probe: dict | None) -> tuple[torch.Tensor, KV]:
-        if probe is not None:
-            probe["resid_pre"] = x[0].detach()
         if self.cfg.norm_placement == "pre":
             # Pre-norm (GPT-2, Llama): normalise what enters each sub-layer; the stream itself
             # is only ever *added to*, so resid_post = resid_pre + attn_out + mlp_out exactly.
@@ -259,8 +264,7 @@ class Block(nn.Module):
             mid = self.input_layernorm(x + a)
             m = self.mlp(mid, probe)
             out = self.post_attention_layernorm(mid + m)
-        if probe is not None:
-            probe["resid_mid"], probe["resid_post"] = mid[0].detach(), out[0].detach()
+        _probe(probe, resid_mid=mid)
         return out, kv
 
 
@@ -309,10 +313,11 @@ class ToyTransformer(nn.Module):
         rope = None
         if self.cfg.position == "rope":
             rope = rope_cos_sin(torch.arange(start, start + T), self.cfg.dh, self.cfg.rope_theta)
+        _probe(probes, embeddings=emb)
+        _probe(probes, False, pos=pos if pos is not None else torch.zeros(T, self.cfg.d_model))  # [T, d]
+        stream = [x]  # the residual stream at every block boundary
         if probes is not None:
-            probes["embeddings"] = emb[0].detach()
-            probes["pos"] = pos.detach() if pos is not None else torch.zeros(T, self.cfg.d_model)
-            probes["layers"] = []
+            probes["layers"] = []  # one probe dict per block
         new_kv: list[KV] = []
         for i, layer in enumerate(self.layers):
             probe = {} if probes is not None else None
@@ -320,10 +325,12 @@ class ToyTransformer(nn.Module):
             new_kv.append(kv)
             if probes is not None:
                 probes["layers"].append(probe)
+                stream.append(x)
         h = self.norm(x)  # [B, T, d]
         logits = self.lm_head(h)  # [B, T, V]
         if probes is not None:
-            probes["final_hidden"] = h[0].detach()
+            _probe(probes, False, resid=torch.stack([s[0] for s in stream]))  # [L+1, T, d]
+        _probe(probes, final_hidden=h)
         return logits, (new_kv if use_cache else None)
 
     def n_params(self) -> int:

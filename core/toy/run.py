@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from core.common.paths import asset
 from core.engine.tokens import encode, readable_tokens
-from core.engine.trace import MAX_TOKENS, Trace
+from core.engine.trace import LAYER_SITES, MAX_TOKENS, MLP, SITES, TOY, Trace
 from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.tokenizer import ByteTokenizer
@@ -101,21 +101,18 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
     def stack(key: str) -> np.ndarray:
         return _np(torch.stack([p[key] for p in lay]))  # [L, …]
 
-    pos = probes["pos"]  # [T, d]
-    resid0 = probes["embeddings"] + pos  # what enters block 0
-    resid = torch.stack([resid0] + [p["resid_post"] for p in lay])  # [L+1, T, d]
     notes = list(enc.notes)
     if model.cfg.norm_placement == "post":
         notes.append("Post-norm toy: each block normalises after adding, so resid[l+1] ≠ resid[l] + attn_out[l] + mlp_out[l].")
     if not model.cfg.causal:
         notes.append("Bidirectional toy (no causal mask): every position sees the whole prompt, future included.")
-    extras = {k: stack(k) for k in ("scores_raw", "scores_scaled", "scores_masked", "head_out", "concat", "up", "act", "resid_mid")}
-    extras["o_proj"] = stack("attn_out")
-    if "gate" in lay[0]:
-        extras["gate"] = stack("gate")
-    extras["mask"] = _np(lay[0]["mask"])  # [T, T]: the same mask in every layer
-    extras["pos"] = _np(pos)
-    attn_out, mlp_out, q = stack("attn_out"), stack("down"), stack("q")  # [L, T, d], [L, T, d], [L, H, T, dh]
+    # every site the registry gives the toy alone, and the MLP's internals: per layer stacked [L, …], the others
+    # as probed (the mask: block 0's, the same in every block)
+    found = {**probes, **lay[0]}
+    extras = {s.name: stack(s.name) if s.per_layer else _np(found[s.name])
+              for s in SITES if s.kind in (TOY, MLP) and s.name in found}
+    kept = {name: stack(name) for name in LAYER_SITES if name != "attn_pattern"}  # [L, T, d] / [L, H|Hkv, T, dh]
+    q = kept["q"]
     meta = {"model": loaded.facts.name, "model_kind": "toy", "source": loaded.source, "facts": loaded.facts.to_dict(),
             "chat": chat, "toy_config": model.cfg.to_dict()}
     if enc.truncated_from:
@@ -124,10 +121,10 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
         prompt=prompt, text=enc.text, chat=chat,
         tokens=np.asarray(readable_tokens(loaded.tokenizer, ids), dtype=object),
         token_ids=np.asarray(ids, dtype=np.int64),
-        embeddings=_np(probes["embeddings"]), resid=_np(resid), attn_out=attn_out, mlp_out=mlp_out,
-        attn_out_norm=np.linalg.norm(attn_out, axis=-1), mlp_out_norm=np.linalg.norm(mlp_out, axis=-1),
-        last_attn=_np(torch.stack([p["weights"][:, -1, :] for p in lay])),
-        q=q, k=stack("k"), v=stack("v"), attn_pattern=_np(torch.stack([p["weights"] for p in lay]), np.float16),
+        embeddings=_np(probes["embeddings"]), resid=_np(probes["resid"]), **kept,
+        attn_out_norm=np.linalg.norm(kept["attn_out"], axis=-1), mlp_out_norm=np.linalg.norm(kept["mlp_out"], axis=-1),
+        last_attn=_np(torch.stack([p["attn_pattern"][:, -1, :] for p in lay])),
+        attn_pattern=_np(torch.stack([p["attn_pattern"] for p in lay]), np.float16),
         head_shape=(int(q.shape[1]), int(model.cfg.n_kv_heads), int(q.shape[3])), kv_itemsize=4,
         final_hidden=_np(probes["final_hidden"]), last_logits=_np(logits[-1]),
         meta=meta, truncated_from=enc.truncated_from, notes=notes, extras=extras,

@@ -146,7 +146,7 @@ def induction_report(model: ToyTransformer, seg_len: int = 24, seed: int = 1) ->
     T = len(ids)
     prev, ind = [], []
     for layer, p in enumerate(probes["layers"]):
-        w = p["weights"]  # [H, T, T]
+        w = p["attn_pattern"]  # [H, T, T]
         i = torch.arange(2, T)
         j = torch.arange(seg_len + 1, T)
         for h in range(w.shape[0]):
@@ -194,7 +194,7 @@ def induction_snapshot(model: ToyTransformer, ids: list[int], second_copy_from: 
         model.eval()
         model(torch.tensor([ids]), probes=probes)
         model.train(was_training)
-    w = probes["layers"][-1]["weights"].numpy()  # [H, T, T] of the last layer
+    w = probes["layers"][-1]["attn_pattern"].numpy()  # [H, T, T] of the last layer
     h = int(max(range(w.shape[0]), key=lambda h_: w[h_][second_copy_from:, :].max(axis=1).mean()))
     return h, w[h]
 
