@@ -65,7 +65,7 @@ def _learned_tab(lang: str) -> None:
     else:
         same = bool(np.array_equal(rows, table[start : last + 1]))
         st.caption(ui.t("positions.learned_read", s=start, e=last, same=ui.t("positions.yes" if same else "positions.no")))
-    st.markdown(ui.t("positions.learned_after", n=f"{1024:,}"))
+    st.markdown(ui.t("positions.learned_after", n=f"{R.gpt2_positions():,}"))
     ui.badge("toy", ui.t("norms.untrained"))
 
 

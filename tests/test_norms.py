@@ -357,6 +357,14 @@ def test_quiz_items_say_what_the_pages_compute():
     assert "m_h" in i18n.t(f"quiz.alibi.o{quiz.BY_ID['alibi'].correct}", "en")
 
 
+def test_positions_page_refuses_a_row_past_the_table(smol):
+    at = app_run("positions")
+    at.slider(key="positions_learned_start").set_value(16).run()  # 16-row table, rows 16 … 19 asked
+    assert not at.exception
+    assert any(i18n.t("positions.learned_refused", "en", s=16, e=19, p=16, last=15) == e.value for e in at.error)
+    assert R.gpt2_positions() == 1024 and "1,024" in " ".join(m.value for m in at.markdown)
+
+
 @pytest.mark.parametrize("stem", ["norms", "positions"])
 def test_presenter_mode_renders_the_new_figures(smol, stem):
     from core.web import presenter

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from transformers import GPT2Config
 
 import core.backends as backends
 from core.common import i18n
@@ -293,6 +294,11 @@ def learned_toy(max_positions: int, d: int = LEARNED_D, seed: int = 0) -> ToyTra
     with torch.random.fork_rng(devices=[]):  # the global generator is left as it was found
         torch.manual_seed(seed)
         return ToyTransformer(cfg).eval()
+
+
+def gpt2_positions() -> int:
+    """GPT-2's learned table length, read from transformers' own GPT2Config (n_positions), not typed here."""
+    return int(GPT2Config().n_positions)
 
 
 def learned_table(model: ToyTransformer) -> np.ndarray:
