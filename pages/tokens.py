@@ -74,6 +74,30 @@ def _rag(spec: str, lang: str) -> None:
     ui.badge("model", ui.t("tokens.rag_badge"))
 
 
+def _exercise(loaded) -> None:
+    """Seed 003's objective 2: the lookup tried on normal and abnormal inputs, and a regression check that
+    names the first position where two inputs part (IDs and rows read from the tokenizer and E directly)."""
+    st.header(ui.t("tokens.probe_title"))
+    st.markdown(ui.t("tokens.probe_intro"))
+    E = embeddings.embedding_matrix(loaded)
+    table = embeddings.probe_table(loaded.tokenizer, E)
+    table["kind"] = [ui.t(f"tokens.probe_{k}") for k in table["kind"]]
+    presenter.frame(table.style.format({"E[id0][0]": "{:+.4f}", "‖E[id0]‖": "{:.3f}"}, na_rep="—"), hide_index=True, width="stretch")
+    c1, c2 = st.columns(2)
+    a = c1.text_input(ui.t("tokens.probe_a"), embeddings.REGRESSION_PAIR[0], key="tokens_probe_a", max_chars=400)
+    b = c2.text_input(ui.t("tokens.probe_b"), embeddings.REGRESSION_PAIR[1], key="tokens_probe_b", max_chars=400)
+    ids_a, ids_b = embeddings.text_ids(loaded.tokenizer, a), embeddings.text_ids(loaded.tokenizer, b)
+    dev = embeddings.first_deviation(ids_a, embeddings.lookup(E, ids_a), ids_b, embeddings.lookup(E, ids_b))
+    st.code(f"A: {ids_a}\nB: {ids_b}", language=None, wrap_lines=True)
+    if dev.position is None:
+        st.success(ui.t("tokens.probe_same", n=dev.n_a))
+    else:
+        gap = ui.t("tokens.probe_gap", gap=f"{dev.row_gap:.4f}") if dev.row_gap is not None else ui.t("tokens.probe_end")
+        st.warning(ui.t("tokens.probe_first", p=dev.position, a="—" if dev.id_a is None else dev.id_a,
+                        b="—" if dev.id_b is None else dev.id_b, gap=gap, na=dev.n_a, nb=dev.n_b))
+    ui.badge("model")
+
+
 def render() -> None:
     ui.header("page.tokens", "tokens.intro")
     got = ui.model_and_trace()
@@ -85,6 +109,7 @@ def render() -> None:
     _chips(tr, spec)
     if not _lookup(tr, loaded, spec):
         return
+    _exercise(loaded)
     _id_distance(loaded, spec, lang)
     _pca(spec, lang)
     _rag(spec, lang)

@@ -693,3 +693,35 @@ def test_chinese_text_writes_token_capitalised(area):
         if re.search(r"(?<![\w_])token(?![\w_])", prose):
             lower.append(key)
     assert not lower, lower
+
+
+def test_probe_inputs_have_the_tokenizers_ids_and_the_layers_rows(smol):
+    """The exercise's table: IDs from the tokenizer itself, rows from the embedding layer's own forward."""
+    E = embeddings.embedding_matrix(smol)
+    table = embeddings.probe_table(smol.tokenizer, E, n_ids=1000)
+    for (kind, text), row in zip(embeddings.PROBE_INPUTS, table.to_dict("records")):
+        ids = smol.tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert row["n_ids"] == len(ids) and row["ids"] == str(list(ids)), kind
+        if not ids:
+            assert kind == "empty" and np.isnan(row["‖E[id0]‖"])
+            continue
+        with torch.inference_mode():
+            layer = smol.model.get_input_embeddings()(torch.tensor(ids)).numpy()  # the layer's own forward
+        assert row["E[id0][0]"] == float(layer[0, 0])
+        assert row["‖E[id0]‖"] == float(np.linalg.norm(layer[0].astype(np.float64)))
+    twice = table.set_index("kind")
+    assert twice.loc["twice", "n_ids"] > twice.loc["normal", "n_ids"]
+
+
+def test_first_deviation_of_one_extra_space(smol):
+    tok, E = smol.tokenizer, embeddings.embedding_matrix(smol)
+    a, b = embeddings.REGRESSION_PAIR
+    ids_a, ids_b = tok(a, add_special_tokens=False)["input_ids"], tok(b, add_special_tokens=False)["input_ids"]
+    dev = embeddings.first_deviation(ids_a, E[ids_a], ids_b, E[ids_b])
+    want = next(p for p in range(min(len(ids_a), len(ids_b))) if ids_a[p] != ids_b[p])  # the reference, by hand
+    assert dev.position == want and (dev.id_a, dev.id_b) == (ids_a[want], ids_b[want])
+    assert dev.row_gap == float(np.abs(E[ids_a[want]] - E[ids_b[want]]).max()) > 0
+    same = embeddings.first_deviation(ids_a, E[ids_a], list(ids_a), E[ids_a].copy())
+    assert same.position is None and same.n_a == len(ids_a)
+    short = embeddings.first_deviation(ids_a, E[ids_a], ids_a[:1], E[ids_a[:1]])  # B stops early: deviates at its end
+    assert short.position == 1 and short.id_b is None and short.row_gap is None

@@ -448,3 +448,70 @@ def context_table(c: ContextComparison, lang: str) -> pd.DataFrame:
     """Layer, similarity and baseline, one row per layer boundary, in ``lang``."""
     return pd.DataFrame({t("context.col_layer", lang): range(len(c.sim)), t("context.col_sim", lang): c.sim,
                          t("context.col_base", lang): c.base})
+
+
+# ---------------------------------------------------------------------------------------------
+# The lookup as an exercise (seed 003's objective 2): normal and abnormal inputs, their IDs and rows,
+# and a regression check that reports the first position where two inputs part.
+
+PROBE_INPUTS = (  # (kind, text): what a test of the lookup should try, beside an ordinary sentence
+    ("normal", "Hello world"),
+    ("empty", ""),
+    ("space", " "),
+    ("emoji", "🙂"),
+    ("rare_cjk", "𪚥"),  # U+2A6A5, outside the BMP: four UTF-8 bytes
+    ("control", "\x07"),  # BEL
+    ("long_word", "pneumonoultramicroscopicsilicovolcanoconiosis"),
+    ("twice", "Hello world Hello world"),
+)
+REGRESSION_PAIR = ("Hello world", "Hello  world")  # one extra space
+
+
+def text_ids(tokenizer: Any, text: str) -> list[int]:
+    """The IDs of ``text`` alone (no special tokens added): what the embedding layer receives for it."""
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def shown_text(text: str) -> str:
+    """``text`` as a Python literal, so an empty string, a space or a control character can be seen."""
+    return ascii(text) if any(not c.isprintable() for c in text) else repr(text)
+
+
+def probe_table(tokenizer: Any, E: np.ndarray, inputs: Sequence[tuple[str, str]] = PROBE_INPUTS, n_ids: int = 8) -> pd.DataFrame:
+    """One row per input: its IDs (the first ``n_ids``), how many, and E[id]'s first value and norm for
+    the first ID (an empty input has no row at all: nothing to look up)."""
+    rows = []
+    for kind, text in inputs:
+        ids = text_ids(tokenizer, text)
+        first = E[ids[0]] if ids else None
+        rows.append({"kind": kind, "text": shown_text(text), "chars": len(text), "n_ids": len(ids),
+                     "ids": str(ids[:n_ids])[:-1] + (", …]" if len(ids) > n_ids else "]") if ids else "[]",
+                     "E[id0][0]": float(first[0]) if first is not None else float("nan"),
+                     "‖E[id0]‖": float(np.linalg.norm(first.astype(np.float64))) if first is not None else float("nan")})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """Where two inputs' lookups first part: ``position`` (None when they are identical), the IDs there
+    (None past an input's end), and the largest |row_a − row_b| there (None when a row is missing)."""
+
+    position: int | None
+    id_a: int | None
+    id_b: int | None
+    row_gap: float | None
+    n_a: int
+    n_b: int
+
+
+def first_deviation(ids_a: Sequence[int], rows_a: np.ndarray, ids_b: Sequence[int], rows_b: np.ndarray) -> Deviation:
+    """The first position at which the IDs or the embedding rows of two inputs differ (a regression check:
+    the same text must give the same IDs and exactly the same rows)."""
+    n_a, n_b = len(ids_a), len(ids_b)
+    for p in range(max(n_a, n_b)):
+        a = int(ids_a[p]) if p < n_a else None
+        b = int(ids_b[p]) if p < n_b else None
+        gap = float(np.abs(rows_a[p] - rows_b[p]).max()) if a is not None and b is not None else None
+        if a != b or (gap is not None and gap != 0.0):
+            return Deviation(p, a, b, gap, n_a, n_b)
+    return Deviation(None, None, None, None, n_a, n_b)
