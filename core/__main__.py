@@ -34,7 +34,7 @@ import numpy as np
 from core import backends
 from core.cause import pair, patching
 from core.common import digits
-from core.engine.trace import MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
+from core.engine.trace import EXPORT_KEYS, MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
 from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
 from core.gen import generate, serving_cli
 from core.gen.sampling import SamplingConfig
@@ -278,9 +278,9 @@ def trace_main(argv: list[str]) -> int:
     def report(a: argparse.Namespace, tr: Trace) -> int:
         for n in tr.notes:
             print(f"note: {n}", file=sys.stderr)
-        pattern = "attn_pattern " if tr.n_tokens <= PATTERN_EXPORT_MAX else ""
-        print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: "
-              f"tokens token_ids embeddings resid attn_out mlp_out q k v {pattern}final_hidden logits meta")
+        pattern = tr.n_tokens <= PATTERN_EXPORT_MAX
+        keys = " ".join(k for k in EXPORT_KEYS if pattern or k != "attn_pattern")  # the registry's export keys
+        print(f"{a.out}: {tr.n_tokens} tokens, {tr.n_layers} layers, {tr.n_heads} heads; keys: {keys}")
         if not pattern:
             print(f"note: attn_pattern is left out above {PATTERN_EXPORT_MAX} tokens (meta['omitted'] says why)", file=sys.stderr)
         return 0
