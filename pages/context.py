@@ -14,7 +14,7 @@ def _pick(col, label: str, tr, default: int, key: str, param: str) -> int:
     """A position picker whose choice a link carries (``?param=``), clamped to the prompt."""
     first = ui.qp_int(param, min(default, tr.n_tokens - 1), 0, tr.n_tokens - 1)
     i = col.selectbox(label, range(tr.n_tokens), index=first,
-                      format_func=lambda i: embeddings.pick_label(tr.tokens, tr.token_ids, i), key=key)
+                      format_func=lambda i: embeddings.pick_label(tr.tokens, tr.token_ids, i), placeholder=ui.t("ui.choose"), key=key)
     ui.set_qp(**{param: i})
     return int(i)
 

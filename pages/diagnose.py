@@ -124,7 +124,7 @@ def _memory(spec: str, loaded) -> None:
     c = st.columns(5)
     src = c[0].radio(ui.t("diagnose.mem_model"), ("current", "paste"), key=f"{P}_mem_src",
                      format_func=ui.fmt("diagnose.mem_src_{}", name=loaded.facts.name))
-    bpv_name = c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=0, key=f"{P}_bpv")
+    bpv_name = c[1].selectbox(ui.t("kv_cache.bpv"), list(kvcalc.BYTES_PER_VALUE), index=0, placeholder=ui.t("ui.choose"), key=f"{P}_bpv")
     ctx = int(c[2].number_input(ui.t("diagnose.mem_context"), 1, 10_000_000, 8192, key=f"{P}_ctx"))
     reqs = int(c[3].number_input(ui.t("diagnose.mem_requests"), 1, 100_000, 8, key=f"{P}_reqs"))
     raw = c[4].text_input(ui.t("diagnose.mem_budget"), "24", key=f"{P}_budget", help=ui.t("diagnose.mem_budget_help"))

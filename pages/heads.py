@@ -116,7 +116,7 @@ def _atlas(tr, layer: int, head: int, lang: str) -> None:
                                          (layer, head)), width="stretch")
     ui.badge("model", ui.t("heads.atlas_badge"))
     c1, c2 = st.columns([3, 1])
-    pick = c1.selectbox(ui.t("heads.jump"), heads.best_heads(atlas, metric), format_func=heads.head_label, key="heads_jump_pick")
+    pick = c1.selectbox(ui.t("heads.jump"), heads.best_heads(atlas, metric), format_func=heads.head_label, placeholder=ui.t("ui.choose"), key="heads_jump_pick")
     c2.button(ui.t("heads.jump_btn"), on_click=_jump, args=(pick[0], pick[1]), key="heads_jump_btn")
 
 

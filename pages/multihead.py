@@ -16,7 +16,7 @@ def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
     """Pick a model and a length; its shapes through one attention sub-layer. Returns the model."""
     c1, c2 = st.columns(2)
     cfg = configs[c1.selectbox(ui.t("multihead.model"), range(len(configs)), format_func=lambda i: configs[i].name,
-                               key="multihead_model")]
+                               placeholder=ui.t("ui.choose"), key="multihead_model")]
     T = c2.slider(ui.t("multihead.T"), 1, 64, 8, key="multihead_T")
     st.markdown(ui.t("multihead.split", d=cfg.d_model, h=cfg.n_heads, dh=cfg.dh, hd=cfg.n_heads * cfg.dh))
     st.table(A.multihead_shapes_table(cfg, T, lang), hide_index=True)
@@ -40,7 +40,7 @@ def _bytes_section(configs: list[HeadGeometry], lang: str) -> None:
     st.markdown(ui.t("multihead.bytes_intro"))
     b1, b2 = st.columns(2)
     n = b1.number_input(ui.t("multihead.n_tokens"), 1, 1_000_000, 4096, step=1024, key="multihead_n")
-    bpv = b2.selectbox(ui.t("multihead.bpv"), list(A.BYTE_WIDTHS), format_func=A.bytes_label, key="multihead_bpv",
+    bpv = b2.selectbox(ui.t("multihead.bpv"), list(A.BYTE_WIDTHS), format_func=A.bytes_label, placeholder=ui.t("ui.choose"), key="multihead_bpv",
                        help=ui.t("kv.default_note"))  # float32 first: the tour's, the KV page's and the stepper's bytes
     st.table(A.kv_table_view(A.kv_table(configs, int(n), bpv, lang)), hide_index=True)  # every column whole
     presenter.chart(P.kv_bytes_figure(configs, int(n), bpv, lang), width="stretch")

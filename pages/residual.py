@@ -13,7 +13,7 @@ def _pick_token(tokens, key: str) -> int:
     """A position picker bound to the URL's ``pos`` (default: the last token)."""
     T = len(tokens)
     pos = st.selectbox(ui.t("residual.pick_token"), range(T), index=ui.qp_int("pos", T - 1, 0, T - 1),
-                       format_func=lambda i: position_label(tokens, i), key=key)
+                       format_func=lambda i: position_label(tokens, i), placeholder=ui.t("ui.choose"), key=key)
     ui.set_qp(pos=pos)
     return pos
 

@@ -28,7 +28,7 @@ def _chips(tr, spec: str) -> None:
 def _lookup(tr, loaded, spec: str) -> bool:
     """The lookup as a row of E; False (with a note) when this model's matrix cannot be read."""
     st.header(ui.t("tokens.lookup_title"))
-    pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: position_label(tr.tokens, i), key="tokens_pos")
+    pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: position_label(tr.tokens, i), placeholder=ui.t("ui.choose"), key="tokens_pos")
     ndims = st.slider(ui.t("tokens.ndims"), 4, 32, 8, key="tokens_ndims")
     if not backends.is_hf(loaded):
         st.info(ui.t("tokens.needs_hf"))

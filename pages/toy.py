@@ -48,9 +48,9 @@ def _sites_section(lang: str) -> None:
         start = widgets.int_slider(ui.t("attnview.start"), 0, hi, ui.qp_int("twin", 0, 0, hi), key="toy_win")
         ui.set_qp(twin=start)
     c1, c2 = st.columns(2)
-    a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), key="toy_attn_stage")
+    a_stage = c1.selectbox(ui.t("toy.attn_stage"), toy_fig.ATTN_STAGES, index=4, format_func=ui.fmt("toy.stage.{}"), placeholder=ui.t("ui.choose"), key="toy_attn_stage")
     mlp_stages = toy_fig.mlp_stages(tr)
-    m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), key="toy_mlp_stage")
+    m_stage = c2.selectbox(ui.t("toy.mlp_stage"), mlp_stages, index=len(mlp_stages) - 2, format_func=ui.fmt("toy.stage.{}"), placeholder=ui.t("ui.choose"), key="toy_mlp_stage")
     with c1:
         _site(tr, a_stage, layer, head, lang, start)
     with c2:

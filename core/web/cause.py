@@ -66,7 +66,7 @@ def inputs(key: str) -> pair.PairText:
     for f in FIELDS:
         st.session_state.setdefault(f"{key}_{f}", getattr(cur, f))
     st.session_state.setdefault(f"{key}_preset", _preset_of(cur))
-    st.selectbox(ui.t("cause.preset"), [*pair.PRESET_KEYS, pair.FREE], key=f"{key}_preset",
+    st.selectbox(ui.t("cause.preset"), [*pair.PRESET_KEYS, pair.FREE], placeholder=ui.t("ui.choose"), key=f"{key}_preset",
                  format_func=ui.fmt("cause.preset_{}"), on_change=_apply_preset, args=(key,))
     c1, c2 = st.columns(2)
     c1.text_input(ui.t("cause.clean"), key=f"{key}_clean", max_chars=pair.MAX_CHARS)

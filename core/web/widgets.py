@@ -75,7 +75,7 @@ def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str,
                   format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
     """A selectbox whose choice a link carries (``?param=``), kept across relabelling."""
     first = ui.qp_choice(param, options, default)
-    v = (where or st).selectbox(label, list(options), format_func=format_func, **hold(key, first, options), **kw)
+    v = (where or st).selectbox(label, list(options), format_func=format_func, placeholder=ui.t("ui.choose"), **hold(key, first, options), **kw)
     ui.set_qp(**{param: v})
     return v
 
