@@ -44,8 +44,8 @@ def _workload(lang: str) -> str | None:
     preset = widgets.radio_url(ui.t("serving.preset"), workloads.PRESETS, "chat", key=f"{P}_preset", param="workload", horizontal=True,
                                format_func=ui.fmt("serving.preset_{}"))
     st.caption(ui.t(f"serving.preset_{preset}_why"))
-    reqs = serving.parse_workload(workloads.preset_text(preset))
-    rows = st.data_editor([r.to_json() for r in reqs], num_rows="dynamic", key=f"{P}_edit_{preset}", width="stretch")
+    reqs = serving.parse_workload(workloads.preset_text(preset, lang))  # a Chinese page: the same requests in Chinese
+    rows = st.data_editor([r.to_json() for r in reqs], num_rows="dynamic", key=f"{P}_edit_{preset}_{lang}", width="stretch")
     clean = [{k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))} for row in rows]
     try:
         return serving.workload_text(serving.parse_workload(workloads.rows_text(clean)))

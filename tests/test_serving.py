@@ -25,7 +25,7 @@ import core.__main__ as cli
 from conftest import EagerReference, _smol_folder
 from core import backends
 from core.common import i18n
-from core.gen import serving
+from core.gen import serving, workloads
 from core.gen.serving import Request, WorkloadError
 
 QUESTIONS = ("Write a short poem about the sea.", "Explain gravity in one sentence.",
@@ -446,3 +446,21 @@ def test_pinned_transformers_internals():
     off = inspect.getsource(continuous_api.OffloadingManager.offload_requests)
     assert "scheduler.finish_request" in off and "add_waiting_request" in off, where  # preemption = leave active, re-queue
 
+
+
+@pytest.mark.parametrize("name", workloads.PRESETS)
+def test_chinese_workloads_are_the_same_requests_in_chinese(name):
+    """Each preset's Chinese file: as many requests, the same shape (new tokens, arrivals, chat), Chinese
+    prompts; the chat preset keeps its shared system prompt (what prefix reuse needs)."""
+    en = serving.parse_workload(workloads.preset_text(name, "en"))
+    zh = serving.parse_workload(workloads.preset_text(name, "zh"))
+    assert len(zh) == len(en)
+    for a, b in zip(en, zh):
+        assert (a.max_new_tokens, a.arrival_s, a.chat) == (b.max_new_tokens, b.arrival_s, b.chat)
+        assert sum("\u4e00" <= c <= "\u9fff" for c in b.prompt) > len(b.prompt) / 2
+    if name == "chat":
+        first = zh[0].prompt
+        shared = next((i for i in range(len(first)) if any(r.prompt[i : i + 1] != first[i] for r in zh)), len(first))
+        assert shared > 0.8 * min(len(r.prompt) for r in zh)
+    with pytest.raises(KeyError):
+        workloads.preset_text(name, "fr")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from core.common.paths import asset
@@ -18,10 +19,20 @@ DIR = asset("serving")
 PRESETS = ("chat", "rag", "long_answers")
 
 
-def preset_text(name: str) -> str:
+LANGS = ("en", "zh")  # each preset in English (``name.jsonl``) and Chinese (``name.zh.jsonl``): the same shape of requests
+
+
+def preset_path(name: str, lang: str = "en") -> Path:
+    """The JSONL file of preset ``name`` in ``lang`` (a Chinese page offers the Chinese prompts)."""
     if name not in PRESETS:
         raise KeyError(f"no workload preset {name!r}; they are {', '.join(PRESETS)}")
-    return (DIR / f"{name}.jsonl").read_text(encoding="utf-8")
+    if lang not in LANGS:
+        raise KeyError(f"no workload language {lang!r}; they are {', '.join(LANGS)}")
+    return DIR / (f"{name}.jsonl" if lang == "en" else f"{name}.{lang}.jsonl")
+
+
+def preset_text(name: str, lang: str = "en") -> str:
+    return preset_path(name, lang).read_text(encoding="utf-8")
 
 
 def rows_text(rows: Sequence[Mapping[str, Any]]) -> str:
