@@ -74,3 +74,40 @@ def test_a_kv_only_recording_stops_the_module(smol):
     with xray.recording(kv_only=True) as rec, pytest.raises(xray.KVTaken), torch.inference_mode():
         smol.model(input_ids=torch.tensor([tr.token_ids.tolist()]), use_cache=False)
     assert len(rec.calls) == 1
+
+
+def test_a_long_prompt_continues_only_when_asked(smol, monkeypatch):
+    """Above ``journey.DEFER_ABOVE`` tokens the journey's first visit runs no decoding step: stage 9 offers a
+    button that says why; its click shows the greedy continuation, the same tokens as HF's generate on the
+    same prompt (same route: the model's own forward, greedy). Bound lowered so that a short prompt is long."""
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+    from core.engine.types import EMBEDDED_ID
+    from core.web import cache
+
+    monkeypatch.setattr(journey, "DEFER_ABOVE", 8)
+    cache.get_continuation.clear()  # no answer left by another test: a click must decode
+    steps = []
+    step = backends.forward_step
+    monkeypatch.setattr(backends, "forward_step", lambda *a, **kw: steps.append(1) or step(*a, **kw))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.session_state["prompt"] = PROMPT
+    at.session_state["chat"] = False
+    at.run()
+    assert not at.exception
+    assert steps == []  # the first visit decoded nothing
+    assert not [m for m in at.markdown if m.value.startswith("Decoded together")]
+    assert [m for m in at.markdown if "tokens, more than 8: here the loop runs only when you ask" in m.value]
+    button = at.button(key="journey_continue")
+    assert button.label == f"Continue the text ({journey.MAX_NEW} tokens)"
+    button.click().run()
+    assert not at.exception and steps  # the click ran the loop
+    ids = backends.encode_prompt(smol, PROMPT, chat=False).ids  # what the page traced
+    with smol.lock, torch.inference_mode():
+        ref = smol.model.generate(torch.tensor([ids]), max_new_tokens=journey.MAX_NEW, do_sample=False)[0, len(ids):].tolist()
+    line = next(m.value for m in at.markdown if m.value.startswith("Decoded together"))
+    assert " ".join(smol.tokenizer.decode(ref).split()).replace("`", "ˋ") in line
+    assert cache.get_continuation(EMBEDDED_ID, PROMPT, False, journey.MAX_NEW)[0] == ref  # the tokens the page showed
+    at.run()  # a rerun (e.g. a slider moved) keeps the answer shown
+    assert [m for m in at.markdown if m.value.startswith("Decoded together")]
