@@ -73,10 +73,10 @@ def _int_arg(flag: str, lo: int, hi: int | None = None, what: str = "") -> Calla
     rule = f"from {lo} to {hi}" if hi is not None else f"{lo} or more"
 
     def parse(s: str) -> int:
-        v = digits.whole_in(s, lo, hi)  # the one reader: ASCII digits only ("²", "٣", "1_0" are refused)
-        if v is None:
+        c = digits.check(s, lo, hi)  # the one check: ASCII digits only ("²", "٣", "1_0" are refused)
+        if not c.ok:
             raise argparse.ArgumentTypeError(f"{flag} must be a whole number {rule}{what}; got {s!r}.")
-        return v
+        return c.n
 
     return parse
 

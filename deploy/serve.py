@@ -122,12 +122,12 @@ digits = _digits()
 
 def _whole(text: str, what: str, lo: int, hi: int) -> int:
     """An argument that must be a whole number in [lo, hi], or one sentence saying so."""
-    n = digits.whole(text)  # ASCII digits only
-    if n is None:
+    c = digits.check(text, lo, hi)  # the one check: ASCII digits only
+    if c.n is None:
         raise argparse.ArgumentTypeError(f"{what} must be a whole number from {lo} to {hi}, not '{text}'")
-    if not lo <= n <= hi:
-        raise argparse.ArgumentTypeError(f"{what} must be from {lo} to {hi}, not {n}")
-    return n
+    if not c.ok:
+        raise argparse.ArgumentTypeError(f"{what} must be from {lo} to {hi}, not {c.n}")
+    return c.n
 
 
 def threads_arg(text: str) -> int:

@@ -56,6 +56,14 @@ def test_superscripts_and_other_scripts_digits_are_no_numbers():
     assert digits.whole(True) is None and digits.whole(float("nan")) is None and digits.whole(2.5) is None
 
 
+def test_one_checked_helper_says_why():
+    """digits.check: the CLI, the launcher, a config and a link read its (n, why); each says it in its own words."""
+    assert digits.check("5", 1, 9) == (5, digits.OK) and digits.check("5", 1, 9).ok
+    assert digits.check("0", 1, 9) == (0, digits.BELOW) and digits.check("12", 1, 9) == (12, digits.ABOVE)
+    assert digits.check("²", 1) == (None, digits.NOT_WHOLE) and digits.check(float("inf"), 1, text=False) == (None, digits.NOT_FINITE)
+    assert digits.check("5", 1, text=False) == (None, digits.NOT_WHOLE) and digits.whole_in("12", 1, 9) is None
+
+
 def test_quiz_link_with_a_superscript_is_dropped():
     """The issue's case: parse_seed used str.isdigit, then int() raised."""
     assert quiz.parse_seed("²") is None and quiz.parse_seed("٣") is None

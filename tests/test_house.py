@@ -81,6 +81,15 @@ def test_softmax_top_k_entropy_against_torch():
     assert numbers.softmax(np.array([-np.inf, -np.inf])).tolist() == [0.0, 0.0]  # nothing visible → nothing read
     assert numbers.top_k(x[0], 5).tolist() == torch.topk(torch.tensor(x[0]), 5).indices.tolist()
     assert numbers.top_k(x[0], 0).size == 0 and numbers.top_k(x[0], 99).size == 50
+    # ties (and -inf, NaN): exactly the stable sort's order, the lower index first, in 1-D and row by row
+    ties = rng.integers(0, 4, (40, 30)).astype(np.float64)
+    ties[::7, 3], ties[::5, 11] = -np.inf, np.nan
+    for k in (0, 1, 2, 5, 29, 30, 31):
+        assert all(numbers.top_k(r, k).tolist() == np.argsort(-r, kind="stable")[:k].tolist() for r in ties)
+        assert numbers.top_k(ties, k).tolist() == np.argsort(-ties, axis=-1, kind="stable")[:, :k].tolist()
+    # torch's own softmax of a tensor: the same route as torch.softmax in float64, so the same bits
+    z = torch.tensor(x, dtype=torch.float32)
+    floats.assert_same(numbers.softmax_of_tensor(z), torch.softmax(z.double(), dim=-1).numpy(), "softmax of a tensor")
     p = numbers.softmax(x[1])
     n, plogp = p.size, np.abs(p * np.log(p))
     # H = −Σ p log p by two float64 routes: torch renormalises p first (each p off by ≤ γ_{n+1} relative, which

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from core.common.i18n import t
+from core.common.numbers import softmax, top_k
 from core.engine import tokens
 from core.engine.types import CodedError, EmptyPromptError
 
@@ -266,23 +267,17 @@ def logit_diff(logits: Any, answer: int, foil: int) -> np.ndarray | float:
 def top_tokens(tokenizer: Any, logits: Sequence[float] | np.ndarray, k: int = 8) -> list[dict[str, Any]]:
     """The k highest-scoring next tokens: id, visible text, logit and probability (softmax over all V)."""
     x = np.asarray(logits, dtype=np.float64)
-    p = _softmax(x)
-    ids = np.argsort(-x, kind="stable")[:k]
+    p = softmax(x)
+    ids = top_k(x, k)
     names = tokens.visible_tokens(tokenizer, ids.tolist())
     return [{"id": int(i), "token": n, "logit": float(x[i]), "p": float(p[i])} for i, n in zip(ids, names)]
-
-
-def _softmax(logits: Any) -> np.ndarray:
-    x = np.asarray(logits, dtype=np.float64)
-    p = np.exp(x - x.max())
-    return p / p.sum()
 
 
 def compare_rows(tokenizer: Any, runs: dict[str, Any], by: str, k: int = 8) -> list[dict[str, Any]]:
     """The ``k`` most likely next tokens of run ``by``, with every run's probability of each: rows of
     {"id", "token", <run name>: p …}. ``runs``: name → next-token scores [V]."""
-    probs = {name: _softmax(v) for name, v in runs.items()}
-    ids = np.argsort(-probs[by], kind="stable")[:k].tolist()
+    probs = {name: softmax(v) for name, v in runs.items()}
+    ids = top_k(probs[by], k).tolist()
     names = tokens.visible_tokens(tokenizer, ids)
     return [{"id": int(i), "token": n, **{name: float(p[i]) for name, p in probs.items()}} for i, n in zip(ids, names)]
 
@@ -291,9 +286,9 @@ def suggest(tokenizer: Any, clean_logits: Any, corrupted_logits: Any) -> tuple[s
     """Answer and foil texts from the runs themselves: the clean prompt's most likely next token, and
     the corrupted prompt's (or the clean prompt's runner-up when both agree). None when a token's text
     does not tokenise back to that one token (a piece of a UTF-8 character, say)."""
-    a = int(np.argmax(clean_logits))
-    order = np.argsort(-np.asarray(corrupted_logits), kind="stable")
-    f = int(order[0]) if int(order[0]) != a else int(np.argsort(-np.asarray(clean_logits), kind="stable")[1])
+    a = int(top_k(clean_logits, 1)[0])
+    best = int(top_k(corrupted_logits, 1)[0])
+    f = best if best != a else int(top_k(clean_logits, 2)[1])
     texts = []
     for i in (a, f):
         s = tokenizer.decode([i])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_DIGITS = 40
 _TEXT = re.compile(rf"[ \t]*([+-]?[0-9]{{1,{MAX_DIGITS}}})[ \t]*")
@@ -34,9 +34,38 @@ def whole(value: Any, *, text: bool = True) -> int | None:
     return None
 
 
+# why a value is no number of the range asked for (``check``): each caller says it in its own words
+# (an argparse sentence, a ConfigError code, a link's value clamped or dropped)
+OK, NOT_WHOLE, NOT_FINITE, BELOW, ABOVE = "", "not_whole", "not_finite", "below", "above"
+
+
+class Checked(NamedTuple):  # (a NamedTuple, not a dataclass: deploy/serve.py runs this file outside sys.modules)
+    """What ``check`` found: ``n`` the whole number read (None when there is none; out of range it is
+    kept), and ``why`` it is refused (``OK`` when it is a number in range)."""
+
+    n: int | None
+    why: str
+
+    @property
+    def ok(self) -> bool:
+        return self.why == OK
+
+
+def check(value: Any, lo: int | None = None, hi: int | None = None, *, text: bool = True) -> Checked:
+    """``whole(value)`` checked against lo … hi (either end may be open): the ONE whole-number argument
+    check of the CLI, the launcher, a model's config and a link."""
+    n = whole(value, text=text)
+    if n is None:
+        finite = not isinstance(value, float) or math.isfinite(value)
+        return Checked(None, NOT_WHOLE if finite else NOT_FINITE)
+    if lo is not None and n < lo:
+        return Checked(n, BELOW)
+    if hi is not None and n > hi:
+        return Checked(n, ABOVE)
+    return Checked(n, OK)
+
+
 def whole_in(value: Any, lo: int | None = None, hi: int | None = None, *, text: bool = True) -> int | None:
     """``whole(value)`` when it lies in lo … hi (either end may be open), else None."""
-    n = whole(value, text=text)
-    if n is None or (lo is not None and n < lo) or (hi is not None and n > hi):
-        return None
-    return n
+    c = check(value, lo, hi, text=text)
+    return c.n if c.ok else None

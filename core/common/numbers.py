@@ -1,8 +1,10 @@
-"""Small numeric helpers every area shares, written once (numpy only)."""
+"""Small numeric helpers every area shares, written once (numpy only): the softmax (and torch's own, of a
+tensor), top-k, entropy, the largest difference and how numbers are said."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +28,26 @@ def entropy_bits(probs: np.ndarray) -> float:
     return max(0.0, float(-(nz * np.log2(nz)).sum()))
 
 
+def softmax_of_tensor(logits: Any, dim: int = -1) -> np.ndarray:
+    """torch's own softmax of a tensor, in float64, as a numpy array: where a number is held bit for bit to
+    ``torch.softmax(x.double())`` (the model's route). Only a tensor's methods are used, so this module
+    stays free of torch."""
+    return logits.double().softmax(dim=dim).numpy()
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` highest scores of a 1-D array, highest first."""
-    scores = np.asarray(scores)
-    k = max(0, min(int(k), scores.shape[-1]))
-    if k == 0:
-        return np.zeros(0, dtype=np.int64)
-    idx = np.argpartition(-scores, k - 1)[:k]
-    return idx[np.argsort(-scores[idx], kind="stable")].astype(np.int64)
+    """Indices of the ``k`` highest scores along the last axis (1-D → [k], [n, V] → [n, k]), highest first;
+    ties: the lower index first. Exactly ``np.argsort(-scores, kind="stable")[..., :k]``, without sorting a
+    whole vocabulary for a few best: the k-th best value found by partition, then every index at least that
+    high, in index order, sorted stably."""
+    x = np.asarray(scores)
+    k = max(0, min(int(k), x.shape[-1]))
+    if x.ndim == 1 and 0 < k < x.shape[-1]:
+        kth = -np.partition(-x, k - 1)[k - 1]  # the k-th highest value
+        cand = np.flatnonzero(x >= kth)  # all of them, ties at the border included, in index order
+        if cand.size >= k:  # (fewer only when NaN is among the best k: then the plain sort below)
+            return cand[np.argsort(-x[cand], kind="stable")[:k]].astype(np.int64)
+    return np.argsort(-x, axis=-1, kind="stable")[..., :k].astype(np.int64)
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:

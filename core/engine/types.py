@@ -291,13 +291,6 @@ class ModelFacts:
         d["attention_kind"] = self.attention_kind
         return d
 
-    def summary(self) -> str:
-        return (
-            f"{self.name}: {self.n_layers} layers, {self.n_heads} query heads / {self.n_kv_heads} KV heads "
-            f"({self.attention_kind}), d_model {self.d_model}, head_dim {self.head_dim}, vocab {self.vocab_size:,}, "
-            f"{self.n_params:,} parameters"
-        )
-
 
 class Tokenizer(Protocol):
     """What the app asks of a tokenizer (HF's, or the toy's byte tokenizer)."""

@@ -281,18 +281,6 @@ def run_without_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: i
     return NoCacheRun(out, secs, lens)
 
 
-def extend_ids(ids: Sequence[int], min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
-    """The prompt repeated until it holds at least ``min_len`` tokens (cut at ``max_len``): the cache's
-    saving only shows once the prefix that would be recomputed is long."""
-    ids = [int(i) for i in ids]
-    if not ids:
-        return ids
-    out = list(ids)
-    while len(out) < min_len:
-        out += ids
-    return out[: max(min_len, len(ids))][:max_len]
-
-
 def extended_prompt_ids(tokenizer: Any, prompt: str, chat: bool, min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
     """The prompt's ids, its *text* repeated until they are at least ``min_len`` tokens (at most ``max_len``).
 

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from core.common.i18n import t
+from core.common.numbers import softmax_of_tensor, top_k
 from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
 from core.engine.roles import out_proj  # the one finder of W_O (re-exported: ablation.out_proj)
@@ -106,10 +107,6 @@ def zero_heads(loaded: LoadedModel, ablate: Ablation, per_example: list[Ablation
         yield
 
 
-def _softmax_last(logits: torch.Tensor) -> np.ndarray:
-    return torch.softmax(logits[:, -1, :].double(), dim=-1).numpy()  # [B, V] float64, torch's own softmax
-
-
 def next_token_probs(loaded: LoadedModel, ids: Sequence[int], ablate: Ablation = ()) -> np.ndarray:
     """The next-token distribution [V] (float64) after the last of ``ids``, with ``ablate`` zeroed."""
     if not ids:
@@ -117,7 +114,7 @@ def next_token_probs(loaded: LoadedModel, ids: Sequence[int], ablate: Ablation =
     x = torch.tensor([list(ids)], dtype=torch.long)  # [1, T]
     with loaded.lock, torch.inference_mode(), zero_heads(loaded, ablate):
         logits = loaded.model(input_ids=x, use_cache=False).logits  # [1, T, V]
-    return _softmax_last(logits)[0]
+    return softmax_of_tensor(logits[:, -1, :])[0]  # [V] float64, torch's own softmax
 
 
 def sweep_heads(loaded: LoadedModel, ids: Sequence[int], layers: Sequence[int], chunk: int = 32) -> np.ndarray:
@@ -133,7 +130,7 @@ def sweep_heads(loaded: LoadedModel, ids: Sequence[int], layers: Sequence[int], 
         x = torch.tensor([list(ids)] * len(part), dtype=torch.long)  # [B, T]
         with loaded.lock, torch.inference_mode(), zero_heads(loaded, (), per_example=[[j] for j in part]):
             logits = loaded.model(input_ids=x, use_cache=False).logits  # [B, T, V]
-        out.append(_softmax_last(logits))
+        out.append(softmax_of_tensor(logits[:, -1, :]))  # [B, V]
     V = out[0].shape[-1]
     return np.concatenate(out).reshape(len(layers), H, V)
 
@@ -171,7 +168,7 @@ def effect(before: np.ndarray, after: np.ndarray) -> Effect:
 
 def top_table(tokenizer: Any, before: np.ndarray, after: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
     """Rows for a table: the k most likely tokens before and after, with both probabilities."""
-    ids = list(dict.fromkeys([*np.argsort(-before)[:k].tolist(), *np.argsort(-after)[:k].tolist()]))
+    ids = list(dict.fromkeys([*top_k(before, k).tolist(), *top_k(after, k).tolist()]))
     names = tokens.visible_tokens(tokenizer, ids)  # the one label rule: ⏎, ␣, never a blank cell
     rows = [
         {"id": int(i), "token": n, "p_before": float(before[i]), "p_after": float(after[i]), "delta": float(after[i] - before[i])}

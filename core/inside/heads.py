@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.common.numbers import top_k
 from core.engine.types import attention_kind
 from core.plot import attnview
 from core.plot.attnview import MapView
@@ -85,7 +86,7 @@ def drop_first_key(weights: np.ndarray) -> np.ndarray:
 def top_heads(values: np.ndarray, k: int = 8, largest: bool = True) -> list[tuple[int, int, float]]:
     """The k (layer, head, value) entries of a [L, H] map, best first."""
     flat = np.asarray(values, dtype=np.float64).ravel()
-    order = np.argsort(-flat if largest else flat, kind="stable")[:k]
+    order = top_k(flat if largest else -flat, k)
     H = values.shape[1]
     return [(int(i // H), int(i % H), float(flat[i])) for i in order]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from core.common.numbers import entropy_bits
+from core.common.numbers import entropy_bits, top_k
 from core.engine.tokens import label, token_labels, visible
 from core.engine.trace import Trace
 from core.engine.types import kv_bytes
@@ -139,7 +139,7 @@ def _hidden(tr: Trace, decode: Decode, layer: int) -> StageView:
 def top_next(tr: Trace, decode: Decode, n: int = TOP_N) -> tuple[list[int], list[str], list[float], list[float]]:
     """The n most likely next tokens after the last position: ids, pieces, logits, probabilities
     (softmax over the whole vocabulary at temperature 1)."""
-    order = np.argsort(-tr.last_logits.astype(np.float64))[:n]
+    order = top_k(tr.last_logits, n)
     probs = tr.last_probs(1.0)[order]
     ids = [int(i) for i in order]
     return ids, [visible(s) for s in decode(ids)], [float(tr.last_logits[i]) for i in ids], [float(p) for p in probs]

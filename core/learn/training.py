@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import core.backends as backends
+from core.common.numbers import softmax, top_k
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel
 
@@ -147,7 +148,7 @@ class SameLogits:
     @property
     def same_top(self) -> bool:
         """Whether both passes rank the same best candidates in the same order."""
-        return bool(np.array_equal(self.top_ids, top_ids(self.prefix, self.top_ids.size)))
+        return bool(np.array_equal(self.top_ids, top_k(self.prefix, self.top_ids.size)))
 
     def probs(self) -> tuple[np.ndarray, np.ndarray]:
         """(parallel, prefix) probabilities of the ``top_ids`` candidates."""
@@ -158,19 +159,8 @@ class SameLogits:
         return self.parallel[self.top_ids], self.prefix[self.top_ids]
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    e = np.exp(z - z.max())
-    return e / e.sum()
-
-
-def top_ids(z: np.ndarray, k: int = TOP) -> np.ndarray:
-    """The ``k`` best ids of one logits row, best first (ties: the lower id first, a stable order)."""
-    return np.argsort(-np.asarray(z, dtype=np.float64), kind="stable")[:k].astype(np.int64)
-
-
 def same_logits(loaded: LoadedModel, tr: Trace, t: int, k: int = TOP) -> SameLogits:
     """Row ``t`` of ``tr``'s one parallel pass and a separate forward pass of its prefix 0 … t."""
     par = parallel_row(loaded, tr, t)
-    return SameLogits(t, par, prefix_logits(loaded, tr.token_ids.tolist(), t), top_ids(par, k))
+    return SameLogits(t, par, prefix_logits(loaded, tr.token_ids.tolist(), t), top_k(par, k))
 

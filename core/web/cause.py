@@ -94,14 +94,6 @@ class Ready:
     def ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return self.tokens.ids_clean, self.tokens.ids_corrupted
 
-    @property
-    def answer_md(self) -> str:
-        return token_md(self.answers.answer_text)
-
-    @property
-    def foil_md(self) -> str:
-        return token_md(self.answers.foil_text)
-
 
 def token_md(text: str) -> str:
     """A token's text as an inert Markdown code span, spaces made visible (" Paris" → `␣Paris`)."""

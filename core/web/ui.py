@@ -238,12 +238,11 @@ def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
     """Layer ``layer`` of the cached trace ``tr`` in full (q, k, v, weights, sub-layer outputs): the one
     accessor pages use. Derived once per (trace, layer) and kept in the byte-bounded cache; a spinner
     says so while it is derived; None, with the reason shown, if it cannot be."""
-    spec = model_spec()
-    try:
-        if cache.has_layer(spec, tr.prompt, tr.chat, layer):
-            return cache.get_layer(spec, tr.prompt, tr.chat, layer)
+    try:  # by the trace's own key (cache.TraceKey): never the session's model or prompt, read again
+        if cache.has_layer_of(tr, layer):
+            return cache.layer_of(tr, layer)
         with st.spinner(t("ui.deriving_layer", l=layer, T=tr.n_tokens)):
-            return cache.get_layer(spec, tr.prompt, tr.chat, layer)
+            return cache.layer_of(tr, layer)
     except UnsupportedArchitectureError as e:
         st.error(t("err.unsupported", msg=error_md(e)))
     except Exception as e:  # never a traceback in the page
@@ -270,8 +269,15 @@ def encoded_prompt(loaded: LoadedModel, max_tokens: int) -> Encoded | None:
 def qp_int(name: str, default: int, lo: int, hi: int) -> int:
     """An integer from the URL (clamped), so a shared link opens the same view; read by the one reader of
     whole numbers (``digits.whole``: ASCII digits only), anything else dropped for ``default``."""
-    v = digits.whole(st.query_params.get(name))
-    return max(lo, min(hi, default if v is None else v))
+    c = digits.check(st.query_params.get(name), lo, hi)  # the one check; out of range: the nearest end
+    return default if c.n is None else {digits.BELOW: lo, digits.ABOVE: hi}.get(c.why, c.n)
+
+
+def qp_layer(n_layers: int, default: int, *, stream: bool = False) -> int:
+    """The link's ``?layer=``, the one reader every page uses: a block 0 … L − 1 (``n_layers`` = L), or with
+    ``stream=True`` a point of the residual stream 0 … L, where ``resid[0]`` is the embeddings and ``resid[L]``
+    is after the last block (the journey's slider walks the stream). Out of range: the nearest end."""
+    return qp_int("layer", default, 0, n_layers if stream else n_layers - 1)
 
 
 def qp_choice(name: str, options: Sequence[Any], default: Any) -> Any:
