@@ -19,7 +19,11 @@ The notebook API (stable across refactors; ``help(core.<name>)`` for each)::
 ``pip install -e .`` (or ``pip install .``) from a checkout, so that ``import core`` finds this package.
 
 The house, from the bottom up (imports point down only; see README "Layout"):
-``engine`` → ``toy`` → ``backends`` → ``gen`` · ``maths`` · ``inside`` · ``stream`` · ``learn`` → ``web``.
+``common`` (i18n, numbers, digits, escape, timing, memo, paths) → ``engine`` (the model's own machinery) →
+``plot`` (palette, labels, attention views) → ``toy`` → ``backends`` → the areas ``gen`` · ``maths`` ·
+``inside`` · ``stream`` · ``learn`` · ``cause`` (never importing each other) → ``web`` (the only Streamlit
+importer) → this package and ``__main__`` (the CLI) → ``pages/``, ``app.py``. Beside it, ``deploy/`` starts and
+watches the served replicas (``deploy/serve.py`` imports nothing of this package: no torch in the launcher).
 """
 
 __version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it; CHANGELOG.md says what changed)

@@ -312,7 +312,7 @@ class LoadedModel:
     # Where the weights came from, as a page and an exported trace say it: never a server path (the
     # embedded GGUF's package, the toy, an HF cache id, a folder by its name). See ``public_source``.
     source: str
-    # Serialises forward passes on the shared model. Torch already uses both cores inside one
+    # Serialises forward passes on the shared model. Torch already uses every CPU core inside one
     # forward, so running two at once buys nothing, and one lock makes "each session gets exactly
     # the trace it gets alone" true by construction.
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
