@@ -7,11 +7,12 @@ import numpy as np
 import streamlit as st
 
 from core.common.numbers import max_abs_diff
+from core.common.paths import asset
 from core.common.timing import BUSY_SPREAD
 from core.maths import attention as A
 from core.maths import figures as P
 from core.plot import attnview
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 PRESETS = ("worked", "seed42", "real")
 # arrays, axis labels, the editor-key versions of Q/K/V and of the mask (a new example starts fresh
@@ -59,7 +60,22 @@ def _cost_tab(lang: str) -> None:
     when.caption(ui.t("attention_lab.timing_when", when=f"{timing['measured_at']:%Y-%m-%d %H:%M:%S}", button=label))
     # the callback drops the shared measurement before the rerun, which measures anew under the spinner above
     again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(spec,))
+    _reference(timing)
     _implementations()
+
+
+def _reference(timing: dict) -> None:
+    """The reference shipped in assets/ (its machine and date) as the number to quote, beside the live run,
+    which stays labelled as this server's, now."""
+    st.header(ui.t("attention_lab.ref_title"))
+    ref = A.load_reference(asset(A.REFERENCE_FILE))
+    labels = {"ref": ui.t("attention_lab.ref_col"), "iqr": ui.t("attention_lab.ref_iqr"), "live": ui.t("attention_lab.live_col")}
+    presenter.frame(A.reference_frame(ref, timing, labels).style.format({labels["ref"]: "{:,.2f}", labels["live"]: "{:,.2f}"}, na_rep="—"),
+                    hide_index=True, width="stretch")
+    st.caption(ui.t("attention_lab.ref_where", machine=ref["machine"], date=ref["date"], torch=ref["torch"], reps=ref["reps"]))
+    if ref["busy"]:  # said beside the numbers, never hidden
+        st.caption(ui.t("attention_lab.ref_busy", n=ref["n_busy"]))
+    ui.badge("measured")
 
 
 def _implementations() -> None:
@@ -185,7 +201,6 @@ def _calc_tab(lang: str) -> None:
 
 
 def render() -> None:
-    ui.header("page.attention_lab", "attention_lab.intro")
     lang, keys = ui.lang(), ("calc", "scale", "cost")
     names = [ui.t(f"attention_lab.tab_{k}") for k in keys]
     first = ui.qp_choice("tab", keys, "calc")  # a link opens the tab it names (?tab=cost)
@@ -200,5 +215,4 @@ def render() -> None:
         _calc_tab(lang)
 
 
-render()
-presenter.sources("attention")
+page.run(render)

@@ -685,3 +685,41 @@ def test_kv_sharing_groups_have_distinct_soft_colours():
     assert len(set(scale)) == 3 and "#000000" not in scale
     assert (fig.data[0].zmin, fig.data[0].zmax) == (0.5, 3.5)
     assert PM.kv_sharing_figure(32, 32, "en").data[0].colorscale  # MHA: 32 groups, colours cycle
+
+
+def test_shipped_reference_timing_loads_and_is_shown_with_its_machine_and_date(fake_timing_lab):
+    """The JSON in assets/ (made by tests/benchmarks/bench_attention_reference.py --write) lines up, and the
+    cost tab shows its medians beside the live run, with its machine, date and torch in the caption."""
+    from core.common import i18n
+    from core.common.paths import asset
+
+    from core.web import cache
+
+    ref = A.load_reference(asset(A.REFERENCE_FILE))
+    assert A.REFERENCE_LENGTHS == cache.TIMING_LENGTHS  # the reference times what the live run times
+    assert ref["n"] == list(A.REFERENCE_LENGTHS) and all(a <= m <= b for a, m, b in zip(ref["q1"], ref["ms"], ref["q3"]))
+    for lang in ("en", "zh"):
+        at = _calc_app()
+        at.session_state["lang"] = lang
+        at.run()
+        assert not at.exception
+        want = i18n.t("attention_lab.ref_where", lang, machine=ref["machine"], date=ref["date"], torch=ref["torch"], reps=ref["reps"])
+        assert want in [c.value for c in at.caption]
+        table = next(d.value for d in at.dataframe if i18n.t("attention_lab.ref_col", lang) in d.value.columns)
+        assert table[i18n.t("attention_lab.ref_col", lang)].tolist() == ref["ms"]
+        assert table[i18n.t("attention_lab.live_col", lang)].tolist() == [float(n) for n in ref["n"]]  # the stand-in live run
+
+
+@pytest.fixture
+def fake_timing_lab(monkeypatch):
+    """The cost tab with a stand-in live timing (ms = n) at the reference's lengths, dropped before and after."""
+    from core.web import cache
+
+    def fake(lengths):
+        n = np.asarray(lengths, dtype=float)
+        return {"n": n, "ms": n, "q1": n, "q3": n, "min": n, "max": n, "elements": n**2, "reps": 1, "timings": [], "busy": False, "n_busy": 0}
+
+    monkeypatch.setattr(A, "time_attention", fake)
+    cache.attention_timing.clear()
+    yield
+    cache.attention_timing.clear()

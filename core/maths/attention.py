@@ -11,6 +11,7 @@ example and the timing measurement, both imported lazily.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -544,3 +545,37 @@ def compare_implementations(n: int = 512, n_heads: int = 4, head_dim: int = 64, 
     err = {name: float((outs[name].double() - exact).abs().max()) for name in IMPLEMENTATIONS}
     return {"n": n, "heads": n_heads, "head_dim": head_dim, "block": block, "max_err": err, "float32_error": err["eager"],
             "largest": float(exact.abs().max()), "outputs": {k_: o.numpy() for k_, o in outs.items()}, "exact": exact.numpy()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The quiet reference shipped with the app (issue 25): one measurement made on a named machine by
+# tests/benchmarks/bench_attention_reference.py --write, shown beside the live one, so that a class
+# sees a calm number even when the server it uses is busy.
+
+REFERENCE_FILE = "attention_timing.json"  # in assets/
+REFERENCE_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)  # the cost tab's lengths (core.web.cache.TIMING_LENGTHS)
+
+
+def reference_record(t: dict[str, Any], machine: str, when: str, torch_version: str) -> dict[str, Any]:
+    """A ``time_attention`` result as the JSON the app ships: what was timed, where, when, with which torch."""
+    return {"machine": machine, "date": when, "torch": torch_version, "reps": int(t["reps"]), "busy": bool(t["busy"]),
+            "n_busy": int(t["n_busy"]), "n": [int(x) for x in t["n"]],
+            **{k: [round(float(x), 4) for x in t[k]] for k in ("ms", "q1", "q3", "min", "max")}}
+
+
+def load_reference(path: Any) -> dict[str, Any]:
+    """The shipped reference timing, its lengths and columns checked to line up."""
+    with open(path, encoding="utf-8") as f:
+        ref = json.load(f)
+    n = len(ref["n"])
+    if not all(len(ref[k]) == n for k in ("ms", "q1", "q3", "min", "max")) or not all(ref.get(k) for k in ("machine", "date", "torch")):
+        raise ValueError(f"{path}: not a reference timing (lengths and ms, q1, q3, min, max must line up; machine, date, torch set)")
+    return ref
+
+
+def reference_frame(ref: dict[str, Any], live: dict[str, Any] | None, labels: dict[str, str]) -> pd.DataFrame:
+    """n, the reference's median and interquartile range (ms), and the live median where it timed the same n."""
+    live_ms = dict(zip((int(x) for x in live["n"]), live["ms"])) if live else {}
+    return pd.DataFrame({"n": ref["n"], labels["ref"]: ref["ms"],
+                         labels["iqr"]: [f"{a:,.2f} – {b:,.2f}" for a, b in zip(ref["q1"], ref["q3"])],
+                         labels["live"]: [float(live_ms.get(n, np.nan)) for n in ref["n"]]})
