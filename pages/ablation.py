@@ -12,7 +12,7 @@ from core.engine.types import UnsupportedArchitectureError
 from core.inside import ablation, heads
 from core.inside import figures as inside_fig
 from core.plot import attnview
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 
 def _can_ablate(tr, loaded) -> bool:
@@ -79,12 +79,7 @@ def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: a
         ui.badge("model", ui.t("ablation.badge_sweep", n=L * H))
 
 
-def render() -> None:
-    ui.header("page.ablation", "ablation.intro")
-    got = ui.model_and_trace()
-    if got is None:
-        return
-    loaded, tr = got
+def render(loaded, tr) -> None:
     if not _can_ablate(tr, loaded):
         return
     lang, spec = ui.lang(), ui.model_spec()
@@ -102,5 +97,4 @@ def render() -> None:
     st.markdown(ui.t("ablation.lesson"))
 
 
-render()
-presenter.sources("attention")
+page.run(render)

@@ -5,7 +5,7 @@ import streamlit as st
 from core.engine.types import ConfigError
 from core.stream import anatomy
 from core.stream import figures as ps
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 KEY = "anatomy_json"
 
@@ -75,11 +75,7 @@ def _estimate(report: anatomy.ConfigReport, lang: str) -> None:
     ui.badge("formula")
 
 
-def render() -> None:
-    ui.header("page.anatomy", "anatomy.intro")
-    loaded = ui.loaded_model()
-    if loaded is None:
-        return
+def render(loaded) -> None:
     lang, live_cfg = ui.lang(), anatomy.config_of(loaded)
     _checklist(loaded, live_cfg, lang)
     _params(loaded, lang)
@@ -87,5 +83,4 @@ def render() -> None:
     _paste(live_cfg, lang)
 
 
-render()
-presenter.sources("model")
+page.run(render)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.cause import attribution
 from core.cause import figures as cause_fig
-from core.web import cache, cause, chips, presenter, ui, widgets
+from core.web import cache, cause, chips, page, presenter, ui, widgets
 
 
 def _steps() -> int:
@@ -25,7 +25,6 @@ def _chips(title: str, tokens, values) -> None:
 
 
 def render() -> None:
-    ui.header("page.cause_attribution", "cause.attr_intro")
     text = cause.inputs("cattr")
     loaded = ui.loaded_model()
     pt = cause.encoded(loaded, text) if loaded is not None else None
@@ -57,4 +56,4 @@ def render() -> None:
         st.markdown(f"- {ui.t(key)}")
 
 
-render()
+page.run(render)

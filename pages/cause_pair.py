@@ -12,7 +12,7 @@ from core.cause import figures as cause_fig
 from core.cause import pair
 from core.common import escape
 from core.engine.tokens import visible
-from core.web import cause, nav, presenter, ui
+from core.web import cause, nav, page, presenter, ui
 
 SAME, DIFFERENT = "✓", "✗"  # the alignment table's "same token" column
 ELIDED = "⋮"  # a compact table's row that stands for identical positions left out
@@ -75,7 +75,6 @@ def _numbers(loaded, logits: tuple[np.ndarray, np.ndarray], ans: pair.Answers | 
 
 
 def render() -> None:
-    ui.header("page.cause_pair", "cause.pair_intro")
     text = cause.inputs("cpair")
     loaded = ui.loaded_model()
     pt = cause.encoded(loaded, text) if loaded is not None else None
@@ -97,4 +96,4 @@ def render() -> None:
     nav.page_link("cause_attribution", icon="🎯")
 
 
-render()
+page.run(render)

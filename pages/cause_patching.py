@@ -11,7 +11,7 @@ from core.cause import figures as cause_fig
 from core.cause import pair, patching
 from core.common.numbers import three_significant
 from core.engine.tokens import position_label
-from core.web import cache, cause, presenter, ui, widgets
+from core.web import cache, cause, page, presenter, ui, widgets
 
 GRID = "cpatch_grid"
 
@@ -49,7 +49,7 @@ def _cell(r: cause.Ready, site: str, raw: np.ndarray) -> tuple[int, int]:
     c1, c2 = st.columns(2)
     qp, col_key = ("head" if heads else "pos"), f"cpatch_col_{site}"
     first = {k: k not in st.session_state for k in ("cpatch_layer", col_key)}  # later, the session holds the value
-    layer = widgets.int_slider(ui.t("cause.pick_layer"), 0, L - 1, ui.qp_int("layer", best[0], 0, L - 1) if first["cpatch_layer"] else None,
+    layer = widgets.int_slider(ui.t("cause.pick_layer"), 0, L - 1, ui.qp_layer(L, best[0]) if first["cpatch_layer"] else None,
                                key="cpatch_layer", where=c1)
     col = widgets.int_slider(ui.t("cause.pick_head" if heads else "cause.pick_pos"), 0, n_cols - 1,
                              ui.qp_int(qp, best[1], 0, n_cols - 1) if first[col_key] else None, key=col_key, where=c2)
@@ -102,7 +102,6 @@ def _detail(loaded, r: cause.Ready, site: str, cell: tuple[int, int]) -> None:
 
 
 def render() -> None:
-    ui.header("page.cause_patching", "cause.patch_intro")
     text = cause.inputs("cpatch")
     loaded = ui.loaded_model()
     r = cause.ready(loaded, text) if loaded is not None else None
@@ -115,4 +114,4 @@ def render() -> None:
     _detail(loaded, r, site, cell)
 
 
-render()
+page.run(render)

@@ -10,7 +10,7 @@ import streamlit as st
 from core.engine import tokens
 from core.gen import chat_template, report
 from core.gen import figures as gen_fig
-from core.web import chips, presenter, ui, widgets
+from core.web import chips, page, ui, widgets
 
 P = "chat"
 
@@ -63,11 +63,7 @@ def _generation_and_end(r: chat_template.ChatRendering, eos_ids: frozenset[int])
         st.markdown(report.end_explain(r, eos_ids, ui.lang()))
 
 
-def render() -> None:
-    ui.header("page.chat", "chat.intro")
-    loaded = ui.loaded_model()
-    if loaded is None:
-        return
+def render(loaded) -> None:
     tok = loaded.tokenizer
     if not tokens.has_chat_template(tok):
         st.warning(ui.t("chat.no_template", model=widgets.md(loaded.facts.name)))
@@ -84,5 +80,4 @@ def render() -> None:
         ui.badge("model")
 
 
-render()
-presenter.sources("decoder_only")
+page.run(render)

@@ -7,7 +7,7 @@ import streamlit as st
 from core.engine.tokens import position_label
 from core.inside import embeddings
 from core.inside import figures as inside_fig
-from core.web import presenter, ui, widgets
+from core.web import page, presenter, ui, widgets
 
 
 def _pick(col, label: str, tr, default: int, key: str, param: str) -> int:
@@ -55,7 +55,6 @@ def _result(comps: list[embeddings.ContextComparison], labels_a: list[str], labe
 
 
 def render() -> None:
-    ui.header("page.context", "context.intro")
     loaded = ui.loaded_model()
     if loaded is None:
         return
@@ -94,5 +93,4 @@ def render() -> None:
     _result(comps, labels_a, labels_b, ui.lang(), loaded.facts.position_type)
 
 
-render()
-presenter.sources("transformer")
+page.run(render)

@@ -12,7 +12,7 @@ from core.engine.types import ConfigError, EmptyPromptError
 from core.gen import diagnose as dg
 from core.gen import figures as gen_fig
 from core.gen import kvcalc, report, workloads
-from core.web import cache, measure, nav, presenter, ui, widgets
+from core.web import cache, measure, nav, page, presenter, ui, widgets
 
 P = "diagnose"
 LONGEST = (256, 512, 1024, 2048, 4096)
@@ -221,7 +221,6 @@ def _streaming(spec: str) -> None:
 
 
 def render() -> None:
-    ui.header("page.diagnose", "diagnose.intro")
     loaded = ui.loaded_model()
     if loaded is None:
         return
@@ -236,5 +235,4 @@ def render() -> None:
         st.markdown(ui.t("diagnose.apps_text"))
 
 
-render()
-presenter.sources("kv_cache")
+page.run(render)

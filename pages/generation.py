@@ -11,7 +11,7 @@ from core.engine.types import LoadedModel
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report
 from core.web import generation as gen_ui
-from core.web import presenter, ui, widgets
+from core.web import page, presenter, ui, widgets
 
 P = "generation"
 
@@ -85,11 +85,7 @@ def _costs(stp: generate.Stepper, step: int) -> None:
     ui.badge("measured")
 
 
-def render() -> None:
-    ui.header("page.generation", "generation.intro")
-    loaded = ui.loaded_model()
-    if loaded is None:
-        return
+def render(loaded) -> None:
     enc = ui.encoded_prompt(loaded, generate.MAX_PROMPT_TOKENS)
     if enc is None:
         return
@@ -108,5 +104,4 @@ def render() -> None:
     _costs(stp, step)
 
 
-render()
-presenter.sources("kv_cache")
+page.run(render)

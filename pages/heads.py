@@ -8,7 +8,7 @@ import streamlit as st
 from core.inside import figures as inside_fig
 from core.inside import heads
 from core.learn import examples
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 
 def _jump(layer: int, head: int) -> None:
@@ -120,11 +120,7 @@ def _atlas(tr, layer: int, head: int, lang: str) -> None:
     c2.button(ui.t("heads.jump_btn"), on_click=_jump, args=(pick[0], pick[1]), key="heads_jump_btn")
 
 
-def render() -> None:
-    ui.header("page.heads", "heads.intro")
-    tr = ui.current_trace()
-    if tr is None:
-        return
+def render(tr) -> None:
     lang = ui.lang()
     _example_put(tr)
     layer, head = widgets.layer_head_pickers("heads", tr.n_layers, tr.n_heads)
@@ -135,5 +131,4 @@ def render() -> None:
     ui.download_trace("heads")
 
 
-render()
-presenter.sources("attention")
+page.run(render)

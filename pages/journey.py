@@ -9,7 +9,7 @@ from core.engine import tokens
 from core.engine.tokens import special_mask
 from core.learn import figures as learn_fig
 from core.learn import journey
-from core.web import cache, chips, nav, presenter, ui, widgets
+from core.web import cache, chips, nav, page, presenter, ui, widgets
 
 TEXT_SHOWN = 600  # characters of the exact text shown in stage 1
 
@@ -28,12 +28,7 @@ def _stage(src: dict[int, tuple[journey.Source, ...]], idx: int, key: str, link:
     return box
 
 
-def render() -> None:
-    ui.header("page.journey", "journey.intro")
-    got = ui.model_and_trace()
-    if got is None:
-        return
-    loaded, tr = got
+def render(loaded, tr) -> None:
     f, tok = loaded.facts, loaded.tokenizer
     stage = functools.partial(_stage, journey.stage_sources(loaded))  # every box names the code that computed it
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
@@ -49,7 +44,7 @@ def render() -> None:
     key, args = journey.position_note(f.position_type)  # from this model's own facts (GPT-2: learned, no RoPE)
     box.caption(ui.t(key, **args))
     box = stage(5, "journey.s5.body", "residual", L=L, T=T, d=d, H=f.n_heads, Hkv=f.n_kv_heads)
-    layer = box.slider(ui.t("ui.layer"), 0, L, ui.qp_int("layer", L // 2, 0, L), key="journey_layer")
+    layer = box.slider(ui.t("ui.layer"), 0, L, ui.qp_layer(L, L // 2, stream=True), key="journey_layer")
     ui.set_qp(layer=layer)  # a link reopens this boundary
     box.code(f"resid[{layer}][{T - 1}] = {journey.vector_preview(tr.resid[layer, -1], lang=ui.lang())}", language=None)
     presenter.chart_in(box, learn_fig.norms_figure(journey.last_token_norms(tr), ui.t("journey.norms_title"),
@@ -86,5 +81,4 @@ def render() -> None:
     ui.download_trace("journey")
 
 
-render()
-presenter.sources("decoder_only")
+page.run(render)

@@ -10,7 +10,7 @@ from core.engine import tokens
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report, workloads
-from core.web import cache, measure, nav, presenter, ui, widgets
+from core.web import cache, measure, nav, page, presenter, ui, widgets
 
 P = "kv_cache"
 
@@ -138,16 +138,11 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
         nav.serving_link(shape)
 
 
-def render() -> None:
-    ui.header("page.kv_cache", "kv_cache.intro")
-    loaded = ui.loaded_model()
-    if loaded is None:
-        return
+def render(loaded) -> None:
     spec = ui.model_spec()
     _with_and_without(spec, ui.prompt(), ui.chat())
     _calculator(loaded.facts)
     _workloads(spec, loaded.facts)
 
 
-render()
-presenter.sources("kv_cache")
+page.run(render)

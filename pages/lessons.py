@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.engine.types import EMBEDDED_ID
 from core.learn import examples, lessons
-from core.web import cache, nav, presenter, ui, visits, widgets
+from core.web import cache, nav, page, presenter, ui, visits, widgets
 
 
 def _she_view() -> examples.View | None:
@@ -75,10 +75,9 @@ def _self_study() -> None:
 
 def render() -> None:
     projector = presenter.is_on()  # on a projector: the route only, no intro paragraph
-    ui.header("page.lessons", None if projector else "lessons.intro")
     _route()
     if not projector:
         _self_study()
 
 
-render()
+page.run(render)

@@ -9,7 +9,7 @@ from core.engine.tokens import position_label
 from core.gen import sampling
 from core.stream import candidates, lens
 from core.stream import figures as ps
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 
 def _top(tr, spec: str, lang: str) -> None:
@@ -79,11 +79,7 @@ def _lens(tr, spec: str, lang: str) -> None:
     ui.download_trace("logits")
 
 
-def render() -> None:
-    ui.header("page.logits", "logits.intro")
-    tr = ui.current_trace()
-    if tr is None:
-        return
+def render(tr) -> None:
     lang, spec = ui.lang(), ui.model_spec()
     _top(tr, spec, lang)
     st.header(ui.t("logits.h_controls"))
@@ -94,5 +90,4 @@ def render() -> None:
     _lens(tr, spec, lang)
 
 
-render()
-presenter.sources("sampling")
+page.run(render)

@@ -8,7 +8,7 @@ import streamlit as st
 from core.inside import figures as inside_fig
 from core.inside import heads, longctx
 from core.learn import long_docs
-from core.web import presenter, ui, widgets
+from core.web import page, presenter, ui, widgets
 
 
 def _span(loaded, tr) -> tuple[int, int]:
@@ -57,12 +57,7 @@ def _sink(tr, lang: str) -> None:
     ui.badge("model")
 
 
-def render() -> None:
-    ui.header("page.long_context", "longctx.intro")
-    both = ui.model_and_trace()
-    if both is None:
-        return
-    loaded, tr = both
+def render(loaded, tr) -> None:
     if tr.n_tokens < 2:
         st.info(ui.t("longctx.one_token"))
         return
@@ -73,5 +68,4 @@ def render() -> None:
     _sink(tr, lang)
 
 
-render()
-presenter.sources("attention")
+page.run(render)

@@ -10,7 +10,7 @@ from core.inside import figures as inside_fig
 from core.maths import attention as A
 from core.maths import figures as P
 from core.plot import attnview
-from core.web import presenter, ui, widgets
+from core.web import page, presenter, ui, widgets
 
 TABS = ("causal", "padding", "causal_padding", "bidirectional", "cross", "sliding", "real")
 
@@ -57,7 +57,6 @@ def _real_tab(lang: str) -> None:
 
 
 def render() -> None:
-    ui.header("page.masks", "masks.intro")
     lang = ui.lang()
     c1, c2, c3, c4 = st.columns(4)
     T = c1.slider(ui.t("masks.T"), 2, 12, 4, key="masks_T")
@@ -74,5 +73,4 @@ def render() -> None:
     with tabs[-1]:
         _real_tab(lang)
 
-render()
-presenter.sources("attention")
+page.run(render)

@@ -9,7 +9,7 @@ from core.engine.types import HeadGeometry
 from core.maths import attention as A
 from core.maths import figures as P
 from core.plot import attnview
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 
 def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
@@ -74,7 +74,6 @@ def _real_section(lang: str) -> None:
 
 
 def render() -> None:
-    ui.header("page.multihead", "multihead.intro")
     lang, loaded = ui.lang(), ui.loaded_model()
     configs = A.head_configs(loaded.facts.geometry if loaded is not None else None)  # the loaded model first
     cfg = _split_section(configs, lang)
@@ -83,5 +82,4 @@ def render() -> None:
     _real_section(lang)
 
 
-render()
-presenter.sources("multihead")
+page.run(render)

@@ -12,7 +12,7 @@ from core.learn import comparisons
 from core.maths import figures as P
 from core.maths import norms as N
 from core.maths import recurrence
-from core.web import nav, presenter, ui, widgets
+from core.web import nav, page, presenter, ui, widgets
 
 TABS = ("vector", "placement", "families", "rnn", "qkv")
 
@@ -89,7 +89,6 @@ def _qkv_tab() -> None:
 
 
 def render() -> None:
-    ui.header("page.norms", "norms.intro")
     lang = ui.lang()
     tabs = st.tabs([ui.t(f"norms.tab_{k}") for k in TABS])
     with tabs[0]:
@@ -104,5 +103,4 @@ def render() -> None:
         _qkv_tab()
 
 
-render()
-presenter.sources("norms")
+page.run(render)

@@ -9,7 +9,7 @@ import streamlit as st
 
 from core.maths import figures as P
 from core.maths import positions as R
-from core.web import cache, nav, presenter, ui, widgets
+from core.web import cache, nav, page, presenter, ui, widgets
 
 
 def _sin_tab(lang: str) -> None:
@@ -118,7 +118,6 @@ def _real_tab(loaded) -> None:
 
 
 def render() -> None:
-    ui.header("page.positions", "positions.intro")
     lang, loaded = ui.lang(), ui.loaded_model()
     theta, dh = R.rope_params(loaded.facts if loaded is not None else None)
     tabs = st.tabs([ui.t(f"positions.tab_{k}") for k in ("sin", "learned", "rope", "relative", "alibi", "kinds", "real")])
@@ -138,5 +137,4 @@ def render() -> None:
         _real_tab(loaded)
 
 
-render()
-presenter.sources("positions")
+page.run(render)

@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.common import i18n
 from core.learn import checklist, quiz
-from core.web import nav, presenter, ui
+from core.web import nav, page, presenter, ui
 
 
 def _seed() -> int:
@@ -44,7 +44,6 @@ def _option(qid: str, lang: str):
 
 
 def render() -> None:
-    ui.header("page.quiz")
     st.markdown(ui.t("quiz.intro", n=len(quiz.QUESTIONS)))
     seed = _seed()
     st.caption(ui.t("quiz.attempt", seed=seed))
@@ -106,5 +105,5 @@ def _checklist() -> None:
                        mime="text/markdown", key="checklist_download", on_click="ignore")
 
 
-render()
+page.run(render)
 _checklist()

@@ -6,11 +6,10 @@ import pandas as pd
 import streamlit as st
 
 from core.learn import references
-from core.web import ui
+from core.web import page, ui
 
 
 def render() -> None:
-    ui.header("page.references", "references.intro")
 
     st.header(ui.t("references.concepts"))
     cols = st.columns(2)
@@ -41,4 +40,4 @@ def render() -> None:
     ui.badge("model")
 
 
-render()
+page.run(render)

@@ -6,7 +6,7 @@ from core.common import escape
 from core.engine.tokens import position_label
 from core.stream import figures as ps
 from core.stream import lens
-from core.web import presenter, ui, widgets
+from core.web import page, presenter, ui, widgets
 
 
 def _pick_token(tokens, key: str) -> int:
@@ -84,12 +84,7 @@ def _block(tr, lang: str, facts: dict) -> None:
     ui.badge("model")
 
 
-def render() -> None:
-    ui.header("page.residual", "residual.intro")
-    got = ui.model_and_trace()
-    if got is None:
-        return
-    loaded, tr = got
+def render(loaded, tr) -> None:
     lang, facts = ui.lang(), lens.block_facts(tr, loaded)
     _norms(tr, lang)
     layer, pos = _sublayers(tr, lang)
@@ -99,5 +94,4 @@ def render() -> None:
     ui.download_trace("residual")
 
 
-render()
-presenter.sources("transformer")
+page.run(render)

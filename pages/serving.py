@@ -11,7 +11,7 @@ import streamlit as st
 from core.engine.types import CodedError
 from core.gen import figures as gen_fig
 from core.gen import report, serving, workloads
-from core.web import cache, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 P = "serving"
 PARTS = ("padded", "batching", "prefix", "blocks")
@@ -91,11 +91,7 @@ def _press(part: str) -> None:
     st.session_state[f"{P}_run_{part}"] = st.session_state.get(f"{P}_run_{part}", 0) + 1
 
 
-def render() -> None:
-    ui.header("page.serving", "serving.intro")
-    loaded = ui.loaded_model()
-    if loaded is None:
-        return
+def render(loaded) -> None:
     if loaded.is_toy:
         st.info(ui.t("serving.toy"))
         return
@@ -126,5 +122,4 @@ def render() -> None:
         st.error(e.markdown(lang))
 
 
-render()
-presenter.sources("kv_cache")
+page.run(render)

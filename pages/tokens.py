@@ -9,7 +9,7 @@ from core import backends
 from core.engine.tokens import label, position_label
 from core.inside import embeddings
 from core.inside import figures as inside_fig
-from core.web import cache, chips, presenter, ui, widgets
+from core.web import cache, chips, page, presenter, ui, widgets
 
 
 def _chips(tr, spec: str) -> None:
@@ -98,12 +98,7 @@ def _exercise(loaded) -> None:
     ui.badge("model")
 
 
-def render() -> None:
-    ui.header("page.tokens", "tokens.intro")
-    got = ui.model_and_trace()
-    if got is None:
-        return
-    loaded, tr = got
+def render(loaded, tr) -> None:
     lang, spec = ui.lang(), ui.model_spec()
     ui.english_note(ui.prompt())  # a Chinese prompt on SmolLM2: what one character costs, beside English
     _chips(tr, spec)
@@ -116,4 +111,4 @@ def render() -> None:
     ui.download_trace("tokens")
 
 
-render()
+page.run(render)

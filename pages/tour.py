@@ -9,7 +9,7 @@ from core.common import i18n
 from core.engine import tokens
 from core.learn import figures as learn_fig
 from core.learn import tour
-from core.web import chips, nav, presenter, ui, widgets
+from core.web import chips, nav, page, presenter, ui, widgets
 
 
 def _go(step: int) -> None:
@@ -28,7 +28,6 @@ def _nav(step: int, n: int, where: str) -> None:
 
 def render() -> None:
     projector = presenter.is_on()  # on a projector the header is only the title, the buttons and the stage: no scroll to reach it
-    ui.header("page.tour", None if projector else "tour.intro")
     lang, n = ui.lang(), len(tour.STAGES)
     step = ui.qp_int("step", 0, 0, n - 1)
     ui.set_qp(step=step)
@@ -45,7 +44,7 @@ def render() -> None:
     layer = 0
     view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids))
     if view.uses_layer:  # the layer lives in the URL too (?layer=), shared with the other pages
-        layer = widgets.int_slider(ui.t("tour.layer_pick"), 0, tr.n_layers - 1, ui.qp_int("layer", tr.n_layers - 1, 0, tr.n_layers - 1),
+        layer = widgets.int_slider(ui.t("tour.layer_pick"), 0, tr.n_layers - 1, ui.qp_layer(tr.n_layers, tr.n_layers - 1),
                                    key="tour_layer")
         ui.set_qp(layer=layer)
         view = tour.stage_view(stage.key, tr, lambda ids: tokens.readable_tokens(loaded.tokenizer, ids), layer)
@@ -80,4 +79,4 @@ def render() -> None:
         ui.download_trace("tour")
 
 
-render()
+page.run(render)

@@ -8,7 +8,7 @@ from core.engine.tokens import NOTE_NO_TEMPLATE
 from core.engine.types import TOY_ID
 from core.plot import attnview
 from core.toy import figures as toy_fig
-from core.web import cache, live, presenter, ui, widgets
+from core.web import cache, live, page, presenter, ui, widgets
 
 
 def _site(tr, stage: str, layer: int, head: int, lang: str, start: int) -> None:
@@ -104,7 +104,6 @@ def _train_section(lang: str) -> None:
 
 def render() -> None:
     lang = ui.lang()
-    ui.header("page.toy", "toy.intro")
     try:
         loaded = cache.get_model(TOY_ID)
     except Exception as e:  # e.g. assets/toy/ missing: say so, never a traceback
@@ -115,5 +114,4 @@ def render() -> None:
     _train_section(lang)
 
 
-render()
-presenter.sources("transformer")
+page.run(render)

@@ -8,7 +8,7 @@ from core.common import escape
 from core.engine.tokens import label, position_label
 from core.learn import figures as lf
 from core.learn import training
-from core.web import cache, nav, presenter, ui, widgets
+from core.web import cache, nav, page, presenter, ui, widgets
 
 SHOWN_SHIFT = 8  # pairs written out in the "inputs / labels" lines
 
@@ -81,11 +81,7 @@ def _inference(tf: training.TeacherForcing, spec: str, texts: list[str]) -> int:
     return t
 
 
-def render() -> None:
-    ui.header("page.training", "training.intro")
-    tr = ui.current_trace()
-    if tr is None:
-        return
+def render(tr) -> None:
     if tr.n_tokens < 2:
         st.info(ui.t("training.too_short"))
         return
@@ -102,5 +98,4 @@ def render() -> None:
     nav.see_page("quiz")
 
 
-render()
-presenter.sources("training")
+page.run(render)

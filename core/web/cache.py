@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import streamlit as st
@@ -60,9 +60,42 @@ def store() -> ByteLRU:
     return ByteLRU(budget.cache_bytes())
 
 
+class TraceKey(NamedTuple):
+    """What a cached trace was made from; the trace carries it (``tr.key``) across the page/cache line, so
+    a page hands the cache the trace itself and never unpacks it or reads the prompt from session state."""
+
+    spec: str
+    prompt: str
+    chat: bool
+    max_tokens: int = MAX_TOKENS
+
+
 def get_trace(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> Trace:
-    return store().get(("trace", spec, prompt, chat, max_tokens),
-                       lambda: backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens))
+    """The trace of ``prompt``, made once per key and kept in the byte-bounded store; it carries ``key``."""
+    key = TraceKey(spec, prompt, chat, max_tokens)
+
+    def make() -> Trace:
+        tr = backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens)
+        tr.key = key  # set once, when made: the object now names its own cache entry
+        return tr
+
+    return store().get(("trace", *key), make)
+
+
+def key_of(tr: Trace) -> TraceKey:
+    """The cache key a trace from ``get_trace`` carries."""
+    return tr.key
+
+
+def has_layer_of(tr: Trace, layer_idx: int) -> bool:
+    """Whether layer ``layer_idx`` of the cached trace ``tr`` is derived already."""
+    return has_layer(*key_of(tr)[:3], layer_idx, key_of(tr).max_tokens)
+
+
+def layer_of(tr: Trace, layer_idx: int) -> LayerDetail:
+    """Layer ``layer_idx`` of the cached trace ``tr`` in full, derived once (``get_layer`` by the trace's own key)."""
+    k = key_of(tr)
+    return get_layer(k.spec, k.prompt, k.chat, layer_idx, k.max_tokens)
 
 
 def _layer_key(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int) -> tuple:

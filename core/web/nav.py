@@ -4,45 +4,67 @@ through ``page_link``, which refuses a page that is not registered rather than c
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import streamlit as st
 
 from core.gen import workloads
 from core.web import ui
 
-# (section key, page file stem, icon), in the order of the sidebar
-PAGES: tuple[tuple[str, str, str], ...] = (
-    ("nav.start", "journey", "🧭"),
-    ("nav.start", "tour", "🎓"),
-    ("nav.inside", "tokens", "🔤"),
-    ("nav.inside", "context", "🍎"),
-    ("nav.inside", "heads", "👁️"),
-    ("nav.inside", "long_context", "📜"),
-    ("nav.inside", "ablation", "✂️"),
-    ("nav.inside", "residual", "➕"),
-    ("nav.inside", "logits", "🎲"),
-    ("nav.inside", "anatomy", "🧬"),
-    ("nav.maths", "attention_lab", "🧮"),
-    ("nav.maths", "masks", "🎭"),
-    ("nav.maths", "multihead", "🧩"),
-    ("nav.maths", "positions", "🌀"),
-    ("nav.maths", "norms", "📏"),
-    ("nav.maths", "toy", "🧪"),
-    ("nav.cause", "cause_pair", "⚖️"),
-    ("nav.cause", "cause_patching", "🩹"),
-    ("nav.cause", "cause_attribution", "🎯"),
-    ("nav.generation", "training", "🏋️"),
-    ("nav.generation", "generation", "⏭️"),
-    ("nav.generation", "kv_cache", "🗄️"),
-    ("nav.generation", "serving", "🚦"),
-    ("nav.generation", "chat", "💬"),
-    ("nav.generation", "diagnose", "🩺"),
-    ("nav.learn", "quiz", "✅"),
-    ("nav.learn", "lessons", "🗺️"),
-    ("nav.learn", "references", "📚"),
+# One row per page, in the order of the sidebar (core.web.page.run reads a page's row to frame it)
+Need = Literal["nothing", "model", "trace", "pair"]
+
+
+@dataclass(frozen=True)
+class Page:
+    """A registered page: its section (an i18n key), file stem (pages/<stem>.py; its title is ``page.<stem>``),
+    icon, intro (an i18n key, or None), what it needs before it can draw (``nothing``; the ``model``; the
+    shared prompt's ``trace``; or the ``pair`` model and trace) and the concept whose references close
+    it (``presenter.sources``; None: the page says its own sources, or none). ``projector_intro``: False
+    when a projector shows the title alone (the intro paragraph would push the content off the screen)."""
+
+    section: str
+    stem: str
+    icon: str
+    intro: str | None = None
+    needs: Need = "nothing"
+    sources: str | None = None
+    projector_intro: bool = True
+
+
+PAGES: tuple[Page, ...] = (
+    Page("nav.start", "journey", "🧭", "journey.intro", needs="pair", sources="decoder_only"),
+    Page("nav.start", "tour", "🎓", "tour.intro", projector_intro=False),
+    Page("nav.inside", "tokens", "🔤", "tokens.intro", needs="pair"),
+    Page("nav.inside", "context", "🍎", "context.intro", sources="transformer"),
+    Page("nav.inside", "heads", "👁️", "heads.intro", needs="trace", sources="attention"),
+    Page("nav.inside", "long_context", "📜", "longctx.intro", needs="pair", sources="attention"),
+    Page("nav.inside", "ablation", "✂️", "ablation.intro", needs="pair", sources="attention"),
+    Page("nav.inside", "residual", "➕", "residual.intro", needs="pair", sources="transformer"),
+    Page("nav.inside", "logits", "🎲", "logits.intro", needs="trace", sources="sampling"),
+    Page("nav.inside", "anatomy", "🧬", "anatomy.intro", needs="model", sources="model"),
+    Page("nav.maths", "attention_lab", "🧮", "attention_lab.intro", sources="attention"),
+    Page("nav.maths", "masks", "🎭", "masks.intro", sources="attention"),
+    Page("nav.maths", "multihead", "🧩", "multihead.intro", sources="multihead"),
+    Page("nav.maths", "positions", "🌀", "positions.intro", sources="positions"),
+    Page("nav.maths", "norms", "📏", "norms.intro", sources="norms"),
+    Page("nav.maths", "toy", "🧪", "toy.intro", sources="transformer"),
+    Page("nav.cause", "cause_pair", "⚖️", "cause.pair_intro"),
+    Page("nav.cause", "cause_patching", "🩹", "cause.patch_intro"),
+    Page("nav.cause", "cause_attribution", "🎯", "cause.attr_intro"),
+    Page("nav.generation", "training", "🏋️", "training.intro", needs="trace", sources="training"),
+    Page("nav.generation", "generation", "⏭️", "generation.intro", needs="model", sources="kv_cache"),
+    Page("nav.generation", "kv_cache", "🗄️", "kv_cache.intro", needs="model", sources="kv_cache"),
+    Page("nav.generation", "serving", "🚦", "serving.intro", needs="model", sources="kv_cache"),
+    Page("nav.generation", "chat", "💬", "chat.intro", needs="model", sources="decoder_only"),
+    Page("nav.generation", "diagnose", "🩺", "diagnose.intro", sources="kv_cache"),
+    Page("nav.learn", "quiz", "✅", None),
+    Page("nav.learn", "lessons", "🗺️", "lessons.intro", projector_intro=False),
+    Page("nav.learn", "references", "📚", "references.intro"),
 )
-STEMS: tuple[str, ...] = tuple(stem for _, stem, _ in PAGES)
+STEMS: tuple[str, ...] = tuple(p.stem for p in PAGES)
+BY_STEM: dict[str, Page] = {p.stem: p for p in PAGES}
 DEFAULT = "journey"
 # Hidden second routes (URL path → page stem). The default page is served at the app's root, so a
 # deep link to "/journey" would answer "Page not found"; this route opens the same script there.
@@ -66,7 +88,8 @@ def navigation() -> Any:
     """The st.navigation object of every registered page, grouped by section (titles translated), with
     the hidden alias routes next to their page (registered after it, so links still go to its main route)."""
     sections: dict[str, list[Any]] = {}
-    for section, stem, icon in PAGES:
+    for row in PAGES:
+        section, stem, icon = row.section, row.stem, row.icon
         title = ui.t(f"page.{stem}")
         pages = sections.setdefault(ui.t(section), [])
         default = stem == DEFAULT

@@ -136,7 +136,7 @@ def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: s
 
 def layer_slider(key: str, n_layers: int, label_key: str = "ui.layer") -> int:
     """One layer picker bound to the URL's ``layer``."""
-    layer = int_slider(ui.t(label_key), 0, n_layers - 1, ui.qp_int("layer", 0, 0, n_layers - 1), key=key)
+    layer = int_slider(ui.t(label_key), 0, n_layers - 1, ui.qp_layer(n_layers, 0), key=key)
     ui.set_qp(layer=layer)
     return layer
 
@@ -144,7 +144,7 @@ def layer_slider(key: str, n_layers: int, label_key: str = "ui.layer") -> int:
 def layer_head_pickers(key: str, n_layers: int, n_heads: int, *, with_head: bool = True) -> tuple[int, int]:
     """Layer (and head) pickers bound to the URL's ``layer`` and ``head``."""
     c1, c2 = st.columns(2)
-    layer = int_slider(ui.t("ui.layer"), 0, n_layers - 1, ui.qp_int("layer", 0, 0, n_layers - 1), key=f"{key}_layer", where=c1)
+    layer = int_slider(ui.t("ui.layer"), 0, n_layers - 1, ui.qp_layer(n_layers, 0), key=f"{key}_layer", where=c1)
     head = 0
     if with_head:
         head = int_slider(ui.t("ui.head"), 0, n_heads - 1, ui.qp_int("head", 0, 0, n_heads - 1), key=f"{key}_head", where=c2)

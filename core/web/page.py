@@ -1,0 +1,64 @@
+"""The frame every page shares, drawn once: a page is one function, as in Streamlit's own gallery.
+
+A page file (``pages/<stem>.py``) registers a row in ``core.web.nav.PAGES`` (section, stem, icon, intro
+key, what it needs, its sources) and ends with one line::
+
+    def render(loaded, tr) -> None:   # the arguments follow the row's ``needs``
+        ...                           # read widgets → call core → draw
+
+    page.run(render)
+
+``run`` draws the header (title ``page.<stem>``, the row's intro), loads what the row ``needs`` and stops
+early, with the reason already shown, when it cannot; then calls ``render``; and it draws the row's
+``presenter.sources`` either way. What ``render`` receives:
+
+- ``needs="nothing"``: ``render()`` (the page loads what it wants itself, e.g. after its own inputs);
+- ``needs="model"``: ``render(loaded)`` (``ui.loaded_model``);
+- ``needs="trace"``: ``render(tr)`` (``ui.current_trace``, the shared prompt's cached trace);
+- ``needs="pair"``: ``render(loaded, tr)`` (``ui.model_and_trace``).
+
+The trace carries its own cache key (``tr.key``, set by ``core.web.cache.get_trace``): pass ``tr`` on
+(``ui.layer_detail(tr, layer)``), never unpack it or read the prompt from session state again.
+A new page: write ``render``, add its ``Page`` row and its ``page.<stem>`` / intro keys in both languages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.web import nav, presenter, ui
+
+
+def row_of(render: Callable[..., Any]) -> nav.Page:
+    """The registry row of the page file that defines ``render`` (pages/<stem>.py)."""
+    stem = Path(render.__code__.co_filename).stem
+    try:
+        return nav.BY_STEM[stem]
+    except KeyError:
+        raise KeyError(f"no page '{stem}' is registered in core.web.nav.PAGES") from None
+
+
+def run(render: Callable[..., Any]) -> None:
+    """Frame the page: header, what it needs (or the reason it cannot load, and stop), ``render``, sources."""
+    row = row_of(render)
+    ui.header(f"page.{row.stem}", row.intro if row.projector_intro or not presenter.is_on() else None)
+    args = _needs(row.needs)
+    if args is not None:
+        render(*args)
+    if row.sources:  # drawn also when the page could not load: where to read on stays on the page
+        presenter.sources(row.sources)
+
+
+def _needs(needs: str) -> tuple[Any, ...] | None:
+    """What ``render`` receives for ``needs``, or None (the reason already shown) when it cannot be loaded."""
+    if needs == "nothing":
+        return ()
+    if needs == "model":
+        loaded = ui.loaded_model()
+        return None if loaded is None else (loaded,)
+    if needs == "trace":
+        tr = ui.current_trace()
+        return None if tr is None else (tr,)
+    return ui.model_and_trace()
