@@ -265,7 +265,6 @@ def run_without_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: i
     """``n_steps`` new tokens, each by a full forward pass over prompt + everything generated so far."""
     cfg = cfg if cfg is not None else greedy_config()
     rng = _rng(cfg)
-    eos = loaded.eos_ids()
     ids = [int(i) for i in prompt_ids]
     out, secs, lens = [], [], []
     for _ in range(int(n_steps)):
@@ -276,7 +275,7 @@ def run_without_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: i
         lens.append(len(ids))
         out.append(tok)
         ids.append(tok)
-        if tok in eos:
+        if backends.stop_reason(loaded, tok, len(out), len(ids), int(n_steps)) is not None:  # the one stop rule
             break
     return NoCacheRun(out, secs, lens)
 
