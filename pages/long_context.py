@@ -57,6 +57,24 @@ def _sink(tr, lang: str) -> None:
     ui.badge("model")
 
 
+LOSS_AT_ONCE = 1024  # up to this many tokens the loss along the document is measured at once
+
+
+def _loss(loaded, tr) -> None:
+    """Seed 003's objective 3: the context limit seen from inside: the measured loss along the document, beside
+    what the config says (the model's trained positions, the app's cut), each labelled as what it is."""
+    st.header(ui.t("longctx.h_loss"))
+    if tr.n_tokens > LOSS_AT_ONCE and not st.toggle(ui.t("longctx.loss_run", T=f"{tr.n_tokens:,}"), key="longctx_loss"):
+        return  # the LM head over every position of a long document: seconds on a shared CPU, so on request
+    logp = longctx.next_token_logprob(loaded, tr.final_hidden, tr.token_ids)
+    rows = longctx.loss_table(logp)
+    st.table({ui.t("longctx.loss_from"): [a for a, _, _ in rows], ui.t("longctx.loss_to"): [b for _, b, _ in rows],
+              ui.t("longctx.loss_nats"): [f"{x:.3f}" for _, _, x in rows]})
+    ui.badge("measured", ui.t("longctx.loss_badge", T=tr.n_tokens))
+    st.caption(ui.t("longctx.loss_limits", trained=loaded.facts.max_positions or "—", T=tr.n_tokens))
+    ui.badge("formula")
+
+
 def render(loaded, tr) -> None:
     if tr.n_tokens < 2:
         st.info(ui.t("longctx.one_token"))
@@ -66,6 +84,7 @@ def render(loaded, tr) -> None:
     lang = ui.lang()
     _reader(loaded, tr, lang)
     _sink(tr, lang)
+    _loss(loaded, tr)
 
 
 page.run(render)

@@ -10,6 +10,7 @@ import time
 import floats
 import numpy as np
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, title_of
@@ -492,3 +493,18 @@ def test_residual_norms_and_toy_sites_stay_small_on_long_prompts(smol):
     fig = toy_fig.fig_site(toy, "weights", 0, 0, "en", start=30)
     floats.assert_same(np.asarray(fig.data[0].z, dtype=float), toy.attn_pattern[0, 0, 30:94, 30:94], "the window's weights")
     assert "positions 30–93" in fig.layout.title.text and len(fig.to_json()) < 1_000_000
+
+
+def test_loss_along_the_document_is_hfs_log_softmax(smol):
+    """The measured per-position log p(next token) equals log_softmax of HF's own logits of one forward pass
+    (two float32 routes of the LM head's product, each within its allowance A: log p moves by ≤ 2·2A)."""
+    tr = backends.trace(smol, "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is")
+    got = longctx.next_token_logprob(smol, tr.final_hidden, tr.token_ids, chunk=5)  # chunks that cut the document
+    with smol.lock, torch.inference_mode():
+        z = smol.model(torch.from_numpy(tr.token_ids)[None]).logits[0].double()
+    want = torch.log_softmax(z, -1)[torch.arange(tr.n_tokens - 1), torch.from_numpy(tr.token_ids[1:])].numpy()
+    bound = np.array([2 * 2 * floats.head_allowance(smol, tr.final_hidden[t]) for t in range(tr.n_tokens - 1)])
+    floats.assert_within(got, want, bound, what="log p(next token)", why="two float32 routes of the LM head's product")
+    rows = longctx.loss_table(got, bins=4)
+    assert rows[0][0] == 0 and rows[-1][1] == tr.n_tokens - 2
+    assert sum(b - a + 1 for a, b, _ in rows) == len(got) and all(x == float(-got[a : b + 1].mean()) for a, b, x in rows)
