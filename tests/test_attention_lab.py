@@ -692,7 +692,6 @@ def test_shipped_reference_timing_loads_and_is_shown_with_its_machine_and_date(f
     cost tab shows its medians beside the live run, with its machine, date and torch in the caption."""
     from core.common import i18n
     from core.common.paths import asset
-
     from core.web import cache
 
     ref = A.load_reference(asset(A.REFERENCE_FILE))
