@@ -6,6 +6,7 @@ pages/ is a thin script: read widgets → call core → draw. Run it with `make 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import streamlit as st
@@ -133,6 +134,19 @@ def model_from_link(offer: Offer) -> None:
     _switch_model(wanted, spec)
 
 
+def load_in_view() -> None:
+    """The embedded model, loaded before the sidebar is drawn, so that a cold start's progress bar (the
+    first run converts the GGUF file, ≈ 15 s) stands in the main area, where the reader looks, with its
+    words in the reader's language (issue 28), not at the foot of the sidebar beside a blank page. Once
+    loaded this is a cache hit and draws nothing. A failure is left to the sidebar and the page, which
+    say it in their own words; other models load where the reader chose them."""
+    if ui.model_spec() != EMBEDDED_ID:
+        return
+    ui.lang()  # the bar's language: the link's or the browser's, before the sidebar's radio is drawn
+    with contextlib.suppress(Exception):  # said by the sidebar's and the page's own load, right after
+        cache.get_model(EMBEDDED_ID)
+
+
 def main() -> None:
     with guards.url_batch():  # the run's URL writes reach the browser as one message: one history entry at most
         _main()
@@ -149,6 +163,7 @@ def _main() -> None:
         st.stop()
     if "model_spec_ok" not in st.session_state:
         model_from_link(offer)
+    load_in_view()
     sidebar()
     presenter.apply_css()
     replica.moved_notice()  # behind `make serve`: this browser's replica stopped and it came back here
