@@ -267,3 +267,24 @@ def figure_spec(at, title_part: str) -> dict:
         if title_part in json.dumps(spec, ensure_ascii=False):
             return spec
     raise AssertionError(f"no figure mentions {title_part!r}")
+
+
+@pytest.fixture
+def fake_timing(monkeypatch):
+    """The attention lab's cost tab with a stand-in live SDPA timing (ms = n at the lengths asked, a result of
+    the right shape), so a page test does not time attention up to 8K on a shared machine; the shared
+    measurement is dropped before and after."""
+    import numpy as np
+
+    from core.maths import attention as A
+    from core.web import cache
+
+    def fake(lengths):
+        n = np.asarray(lengths, dtype=float)
+        return {"n": n, "ms": n, "q1": n, "q3": n, "min": n, "max": n, "elements": n**2, "reps": 1, "timings": [],
+                "busy": False, "n_busy": 0}
+
+    monkeypatch.setattr(A, "time_attention", fake)
+    cache.attention_timing.clear()
+    yield
+    cache.attention_timing.clear()

@@ -687,7 +687,7 @@ def test_kv_sharing_groups_have_distinct_soft_colours():
     assert PM.kv_sharing_figure(32, 32, "en").data[0].colorscale  # MHA: 32 groups, colours cycle
 
 
-def test_shipped_reference_timing_loads_and_is_shown_with_its_machine_and_date(fake_timing_lab):
+def test_shipped_reference_timing_loads_and_is_shown_with_its_machine_and_date(fake_timing):
     """The JSON in assets/ (made by tests/benchmarks/bench_attention_reference.py --write) lines up, and the
     cost tab shows its medians beside the live run, with its machine, date and torch in the caption."""
     from core.common import i18n
@@ -709,16 +709,3 @@ def test_shipped_reference_timing_loads_and_is_shown_with_its_machine_and_date(f
         assert table[i18n.t("attention_lab.live_col", lang)].tolist() == [float(n) for n in ref["n"]]  # the stand-in live run
 
 
-@pytest.fixture
-def fake_timing_lab(monkeypatch):
-    """The cost tab with a stand-in live timing (ms = n) at the reference's lengths, dropped before and after."""
-    from core.web import cache
-
-    def fake(lengths):
-        n = np.asarray(lengths, dtype=float)
-        return {"n": n, "ms": n, "q1": n, "q3": n, "min": n, "max": n, "elements": n**2, "reps": 1, "timings": [], "busy": False, "n_busy": 0}
-
-    monkeypatch.setattr(A, "time_attention", fake)
-    cache.attention_timing.clear()
-    yield
-    cache.attention_timing.clear()

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 from markdown_it import MarkdownIt
 
 from conftest import _smol_tokenizer
@@ -266,24 +265,6 @@ def test_three_attention_implementations_agree_within_float32():
             floats.assert_as_accurate(out[name], out["eager"], exact, f"{name} attention, n={n}")
             assert c["max_err"][name] == float(np.abs(out[name].astype(np.float64) - exact).max())
         assert not np.array_equal(out["tiled"], out["eager"])  # a different route, not the same sums
-
-
-@pytest.fixture
-def fake_timing(monkeypatch):
-    """The attention lab's cost tab without its SDPA timing (a stand-in result of the right shape), so a
-    page test does not time attention up to 8K on a shared machine; the shared measurement is dropped
-    before and after."""
-    from core.maths import attention as A
-    from core.web import cache
-
-    def fake(lengths):
-        n = np.asarray(lengths, dtype=float)
-        return {"n": n, "ms": n, "q1": n, "q3": n, "min": n, "max": n, "elements": n**2, "reps": 1, "timings": [], "busy": False, "n_busy": 0}
-
-    monkeypatch.setattr(A, "time_attention", fake)
-    cache.attention_timing.clear()
-    yield
-    cache.attention_timing.clear()
 
 
 def test_cost_tab_shows_the_comparison_in_both_languages(fake_timing):
