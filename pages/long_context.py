@@ -8,7 +8,7 @@ import streamlit as st
 from core.inside import figures as inside_fig
 from core.inside import heads, longctx
 from core.learn import long_docs
-from core.web import page, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 
 def _span(loaded, tr) -> tuple[int, int]:
@@ -66,7 +66,7 @@ def _loss(loaded, tr) -> None:
     st.header(ui.t("longctx.h_loss"))
     if tr.n_tokens > LOSS_AT_ONCE and not st.toggle(ui.t("longctx.loss_run", T=f"{tr.n_tokens:,}"), key="longctx_loss"):
         return  # the LM head over every position of a long document: seconds on a shared CPU, so on request
-    logp = longctx.next_token_logprob(loaded, tr.final_hidden, tr.token_ids)
+    logp = cache.next_token_logprob_of(tr)  # once per trace, not on every rerun
     rows = longctx.loss_table(logp)
     st.table({ui.t("longctx.loss_from"): [a for a, _, _ in rows], ui.t("longctx.loss_to"): [b for _, b, _ in rows],
               ui.t("longctx.loss_nats"): [f"{x:.3f}" for _, _, x in rows]})

@@ -25,7 +25,7 @@ from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase, say
 from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
-from core.inside import ablation, embeddings, heads
+from core.inside import ablation, embeddings, heads, longctx
 from core.learn import training
 from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
@@ -96,6 +96,14 @@ def layer_of(tr: Trace, layer_idx: int) -> LayerDetail:
     """Layer ``layer_idx`` of the cached trace ``tr`` in full, derived once (``get_layer`` by the trace's own key)."""
     k = key_of(tr)
     return get_layer(k.spec, k.prompt, k.chat, layer_idx, k.max_tokens)
+
+
+def next_token_logprob_of(tr: Trace) -> np.ndarray:
+    """[T−1] log p of each real next token of the cached trace ``tr`` (``longctx.next_token_logprob``: the LM
+    head over every position), computed once per trace and kept in the byte-bounded store beside it, not
+    again on every rerun of the long-context page (at 1,024 tokens one pass is ~29 GFLOP)."""
+    k = key_of(tr)
+    return store().get(("logp", *k), lambda: longctx.next_token_logprob(get_model(k.spec), tr.final_hidden, tr.token_ids))
 
 
 def _layer_key(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int) -> tuple:
