@@ -52,7 +52,7 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
         ui.badge("model", ui.t("ablation.badge_probs"))
     with right:
         layer, head = target.layer, target.head
-        atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
+        atlas = cache.atlas(tr)
         title = ui.t("ablation.map_title", l=layer, h=head, **heads.head_stats(atlas, layer, head))
         d = ui.layer_detail(tr, layer)
         if d is not None:

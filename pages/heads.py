@@ -32,7 +32,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
         g = heads.head_grid(d.weights, heads.layer_titles(tr.n_heads, tr.kv_head_of), hide, start)
     else:
         with st.spinner(ui.t("heads.deriving_all", h=head, L=tr.n_layers)):
-            g = cache.head_across_layers(ui.model_spec(), tr.prompt, tr.chat, head, hide, start)
+            g = cache.head_across_layers(tr, head, hide, start)
     presenter.chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols, g.view), width="stretch")
     if note := inside_fig.map_note(g.view, lang, g.maps):
         st.caption(note)
@@ -58,15 +58,7 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
 
 def _she_view(tr) -> examples.View | None:
     """Seed 000's 她 → 小红 read off this trace (every layer's weights), when the prompt is that example."""
-    if tr.prompt != examples.SHE.prompt or tr.chat:
-        return None
-    layers = []
-    for layer in range(tr.n_layers):
-        d = ui.layer_detail(tr, layer)
-        if d is None:
-            return None
-        layers.append(d.weights)
-    return examples.best_view(tr.tokens, layers)
+    return examples.view_of(tr, lambda layer: None if (d := ui.layer_detail(tr, layer)) is None else d.weights)
 
 
 def _open_example() -> None:
@@ -95,9 +87,7 @@ def _example(tr, lang: str) -> None:
         st.markdown(ui.t("heads.example_intro", prompt=examples.SHE.prompt))
         st.button(ui.t("heads.example_btn"), key="heads_example_btn", on_click=_open_example)
         return
-    st.markdown(ui.t("heads.example_text", q=", ".join(map(str, v.query_positions)), pos=v.query_pos, l=v.layer, h=v.head,
-                     t=f"{v.on_target:.0%}", o=f"{v.on_other:.0%}", tp="–".join(map(str, (v.target_positions[0], v.target_positions[-1]))),
-                     op="–".join(map(str, (v.other_positions[0], v.other_positions[-1]))) if v.other_positions else "–"))
+    st.markdown(ui.t("heads.example_text", **v.fill()))
     url = examples.link(v, lang) + ("&present=1" if presenter.is_on() else "")
     st.markdown(f"[{ui.t('heads.example_link')}]({url})")
     ui.badge("model")
@@ -109,7 +99,7 @@ def _atlas(tr, layer: int, head: int, lang: str) -> None:
     if tr.n_tokens > heads.ATLAS_EAGER and not st.toggle(ui.t("heads.atlas_long", T=tr.n_tokens, L=tr.n_layers), key="heads_atlas_on"):
         return  # every layer must be derived for the atlas: on a long prompt only when asked
     with st.spinner(ui.t("heads.deriving_atlas", L=tr.n_layers)):
-        atlas = cache.atlas(ui.model_spec(), tr.prompt, tr.chat)
+        atlas = cache.atlas(tr)
     metric = widgets.radio_url(ui.t("heads.metric"), heads.METRICS, heads.METRICS[0], format_func=ui.fmt("heads.metric_{}"),
                                horizontal=True, key="heads_metric", param="metric")
     presenter.chart(inside_fig.fig_atlas(getattr(atlas, metric), ui.t(f"heads.metric_{metric}"), ui.t(f"heads.unit_{metric}"), lang,
@@ -128,7 +118,7 @@ def render(tr) -> None:
     _query(tr, layer, head, hide, lang)
     _example(tr, lang)
     _atlas(tr, layer, head, lang)
-    ui.download_trace("heads")
+    ui.download_trace(tr, "heads")
 
 
 page.run(render)

@@ -60,17 +60,17 @@ def render(loaded, tr) -> None:
     with box:
         ui.badge("model")
     box = stage(8, "journey.s8.body", "logits", tok=f"`{widgets.code(tokens.visible(rows[0][0]))}`", p=f"{rows[0][3]:.1%}")
-    if not ui.chat() and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
+    if not tr.chat and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
-    asked = (ui.model_spec(), ui.prompt(), ui.chat())
+    asked = cache.key_of(tr)  # what this trace was made from: the button's answer is for it alone
     if journey.deferred(T) and st.session_state.get("journey_asked") != asked:  # a long prompt: the loop on request
         box = stage(9, "journey.s9.deferred", "generation", T=f"{T:,}", limit=f"{journey.DEFER_ABOVE:,}", n=journey.MAX_NEW)
         box.button(ui.t("journey.continue", n=journey.MAX_NEW), key="journey_continue", type="primary",
                    on_click=st.session_state.__setitem__, args=("journey_asked", asked))
-        ui.download_trace("journey")
+        ui.download_trace(tr, "journey")
         return
     with st.spinner(ui.t("journey.generating", n=journey.MAX_NEW)):  # shown only if it takes over half a second
-        new, stopped = cache.get_continuation(*asked, journey.MAX_NEW)
+        new, stopped = cache.get_continuation(tr, journey.MAX_NEW)
     box = stage(9, "journey.s9.body", "generation", n=len(new))
     pieces = tokens.readable_tokens(tok, new)
     box.markdown(ui.t("journey.s9.text", text=widgets.code(tok.decode(new))))  # the bytes decoded together: whole characters
@@ -78,7 +78,7 @@ def render(loaded, tr) -> None:
     box.info(ui.t("journey.stop_eos") if stopped else ui.t("journey.stop_limit", n=len(new)))
     with box:
         ui.badge("model", ui.t("journey.greedy"))
-    ui.download_trace("journey")
+    ui.download_trace(tr, "journey")
 
 
 page.run(render)

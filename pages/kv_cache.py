@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.common.numbers import human_bytes
-from core.engine import tokens
-from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, ModelFacts
+from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, LoadedModel, ModelFacts
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report, workloads
 from core.web import cache, measure, nav, page, presenter, ui, widgets
@@ -18,7 +16,7 @@ P = "kv_cache"
 def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
     """The calculator's inputs: the current model (first), a preset or a pasted config.json, bytes/value, tokens, requests."""
     current = ui.t("kv_cache.current", name=facts.name)
-    presets = {current: kvcalc.current_shape(facts), **{p.name: p for p in kvcalc.load_presets()}}
+    presets = kvcalc.shape_choices(facts, current)
     shown = kvcalc.preset_text(ui.lang())  # a preset's name and source in the page's language
     c = st.columns(4)
     name = c[0].selectbox(ui.t("kv_cache.model"), [*presets, ui.t("kv_cache.paste")], key=f"{P}_preset",
@@ -28,9 +26,8 @@ def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
     tokens = int(c[2].number_input(ui.t("kv_cache.tokens"), 1, 10_000_000, 4096, key=f"{P}_tokens"))
     reqs = int(c[3].number_input(ui.t("kv_cache.requests"), 1, 100_000, 1, key=f"{P}_reqs"))
     if name == current:
-        g = presets[name]
-        st.caption(ui.t("kv_cache.current_source", L=g.n_layers, H=g.n_heads, Hkv=g.n_kv_heads, dh=g.dh))
-        return g, bpv, tokens, reqs
+        st.caption(report.current_source(presets[name], ui.lang()))
+        return presets[name], bpv, tokens, reqs
     if name in presets:
         st.caption(ui.t("kv_cache.source", src=shown.get(name, (name, presets[name].source))[1]))
         return presets[name], bpv, tokens, reqs
@@ -42,22 +39,18 @@ def _shape(facts: ModelFacts) -> tuple[HeadGeometry | None, int, int, int]:
         return None, bpv, tokens, reqs
 
 
-def _compare(spec: str, prompt: str, chat: bool, n: int, min_len: int, run: int) -> None:
-    loaded = cache.get_model(spec)
-    c = measure.show(cache.compare_cache(spec, prompt, chat, n, min_len, run))  # in a server thread: a rerun waits for it
+def _compare(loaded: LoadedModel, prompt: str, chat: bool, n: int, min_len: int, run: int) -> None:
+    c = measure.show(cache.compare_cache(loaded, prompt, chat, n, min_len, run))  # in a server thread: a rerun waits for it
     if c is None:  # refused: said why and when to retry
         return
     st.caption(ui.t("kv_cache.prompt_len", t=c.n_prompt) + " " + ui.t("kv_cache.reps_note", reps=c.with_total.n))
-    stop = report.compare_stop(c, tokens.readable_tokens(loaded.tokenizer, c.with_ids[-1:])[0] if c.with_ids else "", ui.lang())
-    if stop:
+    if stop := report.compare_stop_of(c, loaded.tokenizer, ui.lang()):
         st.info(stop)
     presenter.chart(gen_fig.cache_compare(c.with_lengths, c.with_seconds, c.without_lengths, c.without_seconds, ui.lang()), width="stretch")
     ui.badge("measured")
     st.markdown(report.compare_verdict(c, ui.lang()))
-    tok = loaded.tokenizer
     # read-only: st.table on a projector (presenter CSS can enlarge it; a dataframe canvas it cannot)
-    presenter.frame(report.compare_table(c, tokens.sequence_labels(tok, c.with_ids), tokens.sequence_labels(tok, c.without_ids), ui.lang()),
-                    width="stretch")
+    presenter.frame(report.compare_tokens(c, loaded.tokenizer, ui.lang()), width="stretch")
     st.markdown(report.compare_totals(c, ui.lang()))
     if c.busy:
         st.warning(report.busy_note(ui.lang()))
@@ -72,13 +65,13 @@ def _measure(want: tuple) -> None:
     st.session_state[f"{P}_cmp"] = (*want, st.session_state[f"{P}_run"])
 
 
-def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
+def _with_and_without(loaded: LoadedModel, prompt: str, chat: bool) -> None:
     """Section 1: the same tokens with and without the cache, timed (repeated runs), once the button asks."""
     st.header(ui.t("kv_cache.s1"))
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
     min_len = c2.select_slider(ui.t("kv_cache.min_len"), [0, 32, 64, 128, 256], 128, key=f"{P}_len", help=ui.t("kv_cache.min_len_help"))
-    want = (spec, prompt, chat, n, min_len)
+    want = (ui.model_spec(), prompt, chat, n, min_len)
     done = st.session_state.get(f"{P}_cmp")  # the button's callback has run already: a press shows at once
     shown = done is not None and done[:5] == want
     label = ui.t("kv_cache.measure_again") if shown else ui.t("kv_cache.measure")
@@ -87,7 +80,7 @@ def _with_and_without(spec: str, prompt: str, chat: bool) -> None:
         st.info(ui.t("hint.empty_prompt"))
     elif shown:
         try:
-            _compare(spec, prompt, chat, n, min_len, done[5])
+            _compare(loaded, prompt, chat, n, min_len, done[5])
         except EmptyPromptError:
             st.info(ui.t("hint.empty_prompt"))
     else:
@@ -100,14 +93,12 @@ def _calculator(facts: ModelFacts) -> None:
     shape, bpv, tokens, reqs = _shape(facts)
     if shape is None:
         return
-    terms = kvcalc.formula_terms(shape, tokens, bpv, reqs)
-    total = terms["total"]
-    st.metric(ui.t("kv_cache.total", kind=shape.kind), human_bytes(total))
-    st.caption(f"{total:,} B")
-    st.caption(ui.t("kv_cache.formula", **terms))
-    rows = kvcalc.variant_rows(shape, tokens, bpv, reqs)
-    presenter.frame(report.variant_table(rows, ui.lang()), hide_index=True, width="stretch")
-    presenter.chart(gen_fig.kv_variants([r["kind"] for r in rows], [r["total_bytes"] for r in rows], ui.lang()), width="stretch")
+    kv = report.kv_total(shape, tokens, bpv, reqs, ui.lang())
+    st.metric(kv.label, kv.value)
+    st.caption(kv.exact)
+    st.caption(kv.formula)
+    presenter.frame(kv.table, hide_index=True, width="stretch")
+    presenter.chart(gen_fig.kv_variants(kv.kinds, kv.totals, ui.lang()), width="stretch")
     ui.badge("formula")
 
 
@@ -125,12 +116,11 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
     m = measure.show(cache.measured_costs(spec, run), label=lambda *_: ui.t("kv_cache.measuring"))  # in a server thread
     if m is None:  # refused (one in flight, or the server's cap): the notice says when to try again
         return
-    costs = kvcalc.Costs.of_model(facts, m.prefill_per_token, m.tpot or 0.0)
+    costs, rows = kvcalc.workload_rows(facts, m.prefill_per_token, m.tpot)
     st.markdown(report.costs_text(m, costs, facts.name, ui.lang()))
     if m.busy:
         st.warning(report.busy_note(ui.lang()))
     st.button(ui.t("kv_cache.remeasure_costs"), key=f"{P}_costs_again", on_click=_measure_costs)
-    rows = kvcalc.simulate(kvcalc.SEED_WORKLOADS, costs)
     st.table(report.workload_table(rows, ui.lang()).style.format(precision=2, thousands=","), hide_index=True)  # every column whole
     presenter.chart(gen_fig.workloads(report.workload_names(rows, ui.lang()), rows, ui.lang()), width="stretch")
     ui.badge("measured", ui.t("kv_cache.simulated"))
@@ -139,10 +129,9 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
 
 
 def render(loaded) -> None:
-    spec = ui.model_spec()
-    _with_and_without(spec, ui.prompt(), ui.chat())
+    _with_and_without(loaded, ui.prompt(), ui.chat())  # the shared prompt's own ids (extended), timed: no trace
     _calculator(loaded.facts)
-    _workloads(spec, loaded.facts)
+    _workloads(ui.model_spec(), loaded.facts)
 
 
 page.run(render)

@@ -16,10 +16,9 @@ def _she_view() -> examples.View | None:
     model), read off every layer's attention; None (and the link leaves the view to the page) if it cannot be read."""
     try:
         tr = cache.get_trace(EMBEDDED_ID, examples.SHE.prompt, False)
-        layers = [cache.get_layer(EMBEDDED_ID, tr.prompt, tr.chat, layer).weights for layer in range(tr.n_layers)]
+        return examples.view_of(tr, lambda layer: cache.layer_of(tr, layer).weights)
     except Exception:  # the link still opens the page on the example's prompt, where its button finds the view
         return None
-    return examples.best_view(tr.tokens, layers)
 
 
 def _href(route: lessons.Route, step: lessons.Step, view: examples.View | None) -> str:

@@ -66,7 +66,7 @@ def _lens(tr, spec: str, lang: str) -> None:
         hi = lo + lens.LENS_MAX
         st.caption(ui.t("logits.lens_capped", n=lens.LENS_MAX, a=lo, b=hi - 1))
     try:  # only the window's positions are read through the LM head (31 passes over T rows otherwise)
-        ids, probs, cells = cache.get_lens(spec, ui.prompt(), ui.chat(), lo, hi)
+        ids, probs, cells = cache.get_lens(tr, lo, hi)
     except Exception as e:  # e.g. a model without a findable final norm
         st.info(ui.t("logits.lens_fail", msg=widgets.md(e)))
         return
@@ -76,7 +76,7 @@ def _lens(tr, spec: str, lang: str) -> None:
     st.caption(ps.lens_caption(fig, lang))  # which row is the prediction, read off the figure itself
     presenter.chart(fig, width="stretch")
     ui.badge("model")
-    ui.download_trace("logits")
+    ui.download_trace(tr, "logits")
 
 
 def render(tr) -> None:

@@ -53,7 +53,7 @@ def _real_tab(lang: str) -> None:
     m2.metric(ui.t("masks.below"), s["below"])
     st.caption(ui.t("masks.fp16_note"))
     ui.badge("model")
-    ui.download_trace("masks")
+    ui.download_trace(tr, "masks")
 
 
 def render() -> None:

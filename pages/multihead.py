@@ -55,7 +55,7 @@ def _real_section(lang: str) -> None:
         return
     layer = widgets.layer_slider("multihead_layer", tr.n_layers)
     try:
-        parts = cache.recombine(ui.model_spec(), ui.prompt(), ui.chat(), layer)
+        parts = cache.recombine(tr, layer)
     except (ValueError, AttributeError) as e:
         return st.info(ui.t("multihead.no_o_proj", msg=widgets.md(e)))
     r = A.recombine_readout(parts)
@@ -70,7 +70,7 @@ def _real_section(lang: str) -> None:
                                     note=attnview.note(view, lang)), width="stretch")
     st.caption(ui.t("multihead.diff_note"))
     ui.badge("model")
-    ui.download_trace("multihead")
+    ui.download_trace(tr, "multihead")
 
 
 def render() -> None:

@@ -103,7 +103,7 @@ def _real_tab(loaded) -> None:
         return st.info(ui.t("positions.not_rope", kind=loaded.facts.position_type))
     layer = widgets.layer_slider("positions_layer", tr.n_layers)
     try:
-        chk = cache.rope_check(ui.model_spec(), ui.prompt(), ui.chat(), layer)
+        chk = cache.rope_check(tr, layer)
     except (ValueError, AttributeError) as e:
         return st.info(ui.t("positions.not_rope", kind=widgets.md(e)))
     d = ui.layer_detail(tr, layer)
@@ -114,7 +114,7 @@ def _real_tab(loaded) -> None:
     m1.metric(ui.t("positions.diff_rot"), gaps["rotated"])
     m2.metric(ui.t("positions.diff_raw"), gaps["raw"])
     ui.badge("model")
-    ui.download_trace("positions")
+    ui.download_trace(tr, "positions")
 
 
 def render() -> None:

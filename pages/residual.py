@@ -91,7 +91,7 @@ def render(loaded, tr) -> None:
     _norm(loaded, tr, layer, pos, lang)
     _mlp(loaded, tr, layer, pos, lang, facts)
     _block(tr, lang, facts)
-    ui.download_trace("residual")
+    ui.download_trace(tr, "residual")
 
 
 page.run(render)

@@ -14,7 +14,7 @@ from core.web import cache, chips, page, presenter, ui, widgets
 
 def _chips(tr, spec: str) -> None:
     st.header(ui.t("tokens.chips_title"))
-    src = cache.sources(spec, tr.prompt, tr.chat)[: tr.n_tokens]
+    src = cache.sources(tr)[: tr.n_tokens]
     names = {k: ui.t(f"tokens.src_{k}") for k in set(src)}
     chips.show_page(tr.tokens, tr.token_ids, key="tokens", kinds=src, titles=[names[s] for s in src], positions=True)
     st.caption(ui.t("tokens.chips_legend", **embeddings.source_counts(src)))
@@ -108,7 +108,7 @@ def render(loaded, tr) -> None:
     _id_distance(loaded, spec, lang)
     _pca(spec, lang)
     _rag(spec, lang)
-    ui.download_trace("tokens")
+    ui.download_trace(tr, "tokens")
 
 
 page.run(render)

@@ -76,7 +76,7 @@ def render() -> None:
     presenter.sources(stage.concept)
     _nav(step, n, "bottom")
     if not presenter.is_on():
-        ui.download_trace("tour")
+        ui.download_trace(tr, "tour")
 
 
 page.run(render)

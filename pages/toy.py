@@ -59,7 +59,7 @@ def _sites_section(lang: str) -> None:
     if NOTE_NO_TEMPLATE in tr.notes:  # (the truncation note is the warning above)
         st.caption(ui.t("toy.note_no_template"))
     if ui.is_toy():
-        ui.download_trace("toy")
+        ui.download_trace(tr, "toy")
 
 
 def _order_section(lang: str) -> None:

@@ -52,7 +52,7 @@ def _loss(tf: training.TeacherForcing, texts: list[str], chosen: int) -> None:
     st.caption(ui.t("training.hf_check"))
 
 
-def _inference(tf: training.TeacherForcing, spec: str, texts: list[str]) -> int:
+def _inference(tr, tf: training.TeacherForcing, spec: str, texts: list[str]) -> int:
     st.header(ui.t("training.h_infer"))
     st.markdown(ui.t("training.infer_note"))
     T = tf.ids.size
@@ -67,7 +67,7 @@ def _inference(tf: training.TeacherForcing, spec: str, texts: list[str]) -> int:
                      f"- `{'… ' if s > 3 else ''}{escape.code(prefix)}` → ?")
     st.markdown("\n".join(lines))
     with st.spinner(ui.t("training.running_prefix", n=t + 1)):
-        sl = cache.same_logits(spec, ui.prompt(), ui.chat(), t)
+        sl = cache.same_logits(tr, t)
     m = st.columns(3)
     m[0].metric(ui.t("training.m_diff"), f"{sl.max_diff:.2e}")
     m[1].metric(ui.t("training.m_rel"), f"{sl.max_diff / max(sl.scale, 1e-30):.1e}")
@@ -87,13 +87,13 @@ def render(tr) -> None:
         return
     spec = ui.model_spec()
     with st.spinner(ui.t("training.running")):
-        tf = cache.teacher_forcing(spec, ui.prompt(), ui.chat())
+        tf = cache.teacher_forcing(tr)
     texts = cache.token_texts(spec, tuple(int(i) for i in tf.top1))
     _shift(tf)
     held = st.session_state.get("training_pos")  # the position the inference section picks (this run's, not the URL's last)
     chosen = held if isinstance(held, int) else ui.qp_int("pos", tf.ids.size - 2, 0, tf.ids.size - 1)
     _loss(tf, texts, chosen)
-    _inference(tf, spec, texts)
+    _inference(tr, tf, spec, texts)
     st.caption(ui.t("training.quiz_note"))
     nav.see_page("quiz")
 

@@ -108,6 +108,6 @@ def test_a_long_prompt_continues_only_when_asked(smol, monkeypatch):
         ref = smol.model.generate(torch.tensor([ids]), max_new_tokens=journey.MAX_NEW, do_sample=False)[0, len(ids):].tolist()
     line = next(m.value for m in at.markdown if m.value.startswith("Decoded together"))
     assert " ".join(smol.tokenizer.decode(ref).split()).replace("`", "ˋ") in line
-    assert cache.get_continuation(EMBEDDED_ID, PROMPT, False, journey.MAX_NEW)[0] == ref  # the tokens the page showed
+    assert cache.get_continuation(cache.get_trace(EMBEDDED_ID, PROMPT, False), journey.MAX_NEW)[0] == ref  # the tokens the page showed
     at.run()  # a rerun (e.g. a slider moved) keeps the answer shown
     assert [m for m in at.markdown if m.value.startswith("Decoded together")]

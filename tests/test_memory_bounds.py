@@ -13,30 +13,71 @@ import threading
 import numpy as np
 
 import core.backends as backends
-from core.engine.types import TOY_ID
 from core.web import cache, server
 from tests.conftest import ROOT
 
 
-def test_the_npz_download_is_built_on_demand_and_reuses_cached_layers(monkeypatch):
+def _old_npz(loaded, tr) -> bytes:
+    """The file as the download built it before it was kept: every layer by ``backends.layer_detail``, nothing stored."""
+    return backends.export_npz_bytes(loaded, tr, detail=lambda layer: backends.layer_detail(loaded, tr, layer))
+
+
+def test_the_npz_download_is_built_from_the_stores_layers_and_kept_under_the_budget(tiny_dirs, monkeypatch):
     assert not hasattr(cache.get_trace_npz, "clear")  # not an st.cache_data entry: nothing kept outside XRAY_CACHE_GB
-    prompt = "kqzmwpkqzmw, a prompt for the npz"
-    tr = cache.get_trace(TOY_ID, prompt, False)
-    kept = cache.get_layer(TOY_ID, prompt, False, 0)  # a page has derived layer 0 already
+    spec, prompt = str(tiny_dirs["llama"]), "kqzmwpkqzmw, a prompt for the npz"
+    tr = cache.get_trace(spec, prompt, False)
+    kept = cache.layer_of(tr, 0)  # a page has derived layer 0 already
+    old = _old_npz(cache.get_model(spec), tr)  # the old route (same derivation: same route → equal bytes)
     real, asked = backends.layer_detail, []
 
-    def counted(loaded, tr_, layer):
+    def counted(loaded, tr_, layer, **kw):
         asked.append(layer)
-        return real(loaded, tr_, layer)
+        return real(loaded, tr_, layer, **kw)
 
     monkeypatch.setattr(backends, "layer_detail", counted)
-    entries = len(cache.store())
-    data = cache.get_trace_npz(TOY_ID, prompt, False)
+    before = cache.store().stats()["bytes"]
+    data = cache.get_trace_npz(tr)
+    assert data == old
     assert asked == list(range(1, tr.n_layers))  # layer 0 came from the store, the others were derived once
-    assert len(cache.store()) == entries  # and not stored: the file's layers are not kept
+    assert all(cache.has_layer_of(tr, i) for i in range(tr.n_layers))  # and kept there, like a page's
+    derived = sum(cache.layer_of(tr, i).nbytes for i in range(1, tr.n_layers))
+    assert ("npz", *cache.key_of(tr)) in cache.store()
+    assert cache.store().stats()["bytes"] == before + derived + len(data)  # the file counts in the store's bytes
+    assert cache.get_trace_npz(tr) is data and asked == list(range(1, tr.n_layers))  # a second click: the kept file
     with np.load(io.BytesIO(data)) as z:
         np.testing.assert_array_equal(z["q"][0], kept.q)
         assert z["q"].shape[0] == tr.n_layers
+
+
+def test_a_small_cache_budget_evicts_the_npz_file(tiny_dirs, monkeypatch):
+    """Under ``XRAY_CACHE_GB`` the file is evicted like a trace: room for the trace, its layers, the file and one
+    more trace, then other prompts' traces push it out; a budget smaller than the file hands it out (the same
+    bytes) without keeping it."""
+    spec, prompt = str(tiny_dirs["llama"]), "kqzmwpkqzmw, a prompt for the evicted npz"
+    loaded = cache.get_model(spec)
+    one = backends.trace(loaded, prompt)
+    size = len(_old_npz(loaded, one))
+    layers = sum(backends.layer_detail(loaded, one, i).nbytes for i in range(one.n_layers))
+    monkeypatch.setenv("XRAY_CACHE_GB", str((2 * one.nbytes + layers + size) / 1e9))
+    cache.store.clear()
+    try:
+        tr = cache.get_trace(spec, prompt, False)
+        data = cache.get_trace_npz(tr)
+        assert len(data) == size and ("npz", *cache.key_of(tr)) in cache.store()  # kept: it fits
+        for i in range(100):  # other sessions' prompts, until the file is the least recently used
+            cache.get_trace(spec, f"another prompt number {i}", False)
+            st = cache.store().stats()
+            assert st["bytes"] <= st["max_bytes"], st
+            if ("npz", *cache.key_of(tr)) not in cache.store():
+                break
+        assert ("npz", *cache.key_of(tr)) not in cache.store()  # evicted like the rest
+        monkeypatch.setenv("XRAY_CACHE_GB", str(size / 2 / 1e9))
+        cache.store.clear()
+        tr = cache.get_trace(spec, prompt, False)
+        assert cache.get_trace_npz(tr) == data  # bigger than the whole budget: handed out …
+        assert ("npz", *cache.key_of(tr)) not in cache.store() and cache.store().stats()["bytes"] <= size / 2  # … not kept
+    finally:
+        cache.store.clear()
 
 
 def _run(code: str) -> subprocess.CompletedProcess:

@@ -78,6 +78,12 @@ def current_shape(facts: ModelFacts) -> HeadGeometry:
     return replace(facts.geometry, source=f"{facts.name} config ({facts.model_type})")
 
 
+def shape_choices(facts: ModelFacts, current: str) -> dict[str, HeadGeometry]:
+    """The calculator's shapes by the name its choice list shows: the model in use first (named ``current``),
+    then every published preset."""
+    return {current: current_shape(facts), **{p.name: p for p in load_presets()}}
+
+
 def load_presets(path: Path | None = None) -> list[HeadGeometry]:
     """The published shapes in assets/model_presets.json."""
     data = json.loads((path or PRESETS_PATH).read_text(encoding="utf-8"))
@@ -151,3 +157,10 @@ def simulate(workloads: Sequence[Workload], costs: Costs) -> list[dict[str, Any]
             "memory_dominant": "kv" if kv >= costs.weight_bytes else "weights",
         })
     return rows
+
+
+def workload_rows(facts: ModelFacts, prefill_s_per_token: float, decode_s_per_token: float | None,
+                  workloads: Sequence[Workload] = SEED_WORKLOADS) -> tuple[Costs, list[dict[str, Any]]]:
+    """The model's costs (the per-token times measured on it; no decode measured: 0) and ``simulate``'s rows."""
+    costs = Costs.of_model(facts, prefill_s_per_token, decode_s_per_token or 0.0)
+    return costs, simulate(workloads, costs)

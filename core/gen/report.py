@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -16,12 +16,12 @@ from core.common.i18n import t
 from core.common.numbers import human_bytes, three_significant
 from core.common.timing import Timing
 from core.engine import budget
-from core.engine.tokens import visible
-from core.engine.types import ModelFacts
+from core.engine.tokens import readable_tokens, sequence_labels, visible
+from core.engine.types import HeadGeometry, ModelFacts
 from core.gen import diagnose as dg
 from core.gen.chat_template import ChatRendering
 from core.gen.generate import CacheComparison, Stepper, StepRecord, TpotMeasure
-from core.gen.kvcalc import Costs
+from core.gen.kvcalc import Costs, formula_terms, variant_rows
 
 # ---------------------------------------------------------------------------------------------
 # Timings, said the same way everywhere (core.common.timing measures them)
@@ -120,6 +120,16 @@ def compare_stop(c: CacheComparison, end_token: str, lang: str) -> str | None:
     return t("kv_cache.stopped_context", lang, k=c.n_done, n=c.n_requested)
 
 
+def compare_stop_of(c: CacheComparison, tokenizer: Any, lang: str) -> str | None:
+    """``compare_stop`` with the end token the runs made, read by ``tokenizer``."""
+    return compare_stop(c, readable_tokens(tokenizer, c.with_ids[-1:])[0] if c.with_ids else "", lang)
+
+
+def compare_tokens(c: CacheComparison, tokenizer: Any, lang: str) -> pd.DataFrame:
+    """``compare_table`` of both runs' tokens as ``tokenizer`` labels them."""
+    return compare_table(c, sequence_labels(tokenizer, c.with_ids), sequence_labels(tokenizer, c.without_ids), lang)
+
+
 def compare_table(c: CacheComparison, with_tokens: Sequence[str], without_tokens: Sequence[str], lang: str) -> pd.DataFrame:
     """The tokens of both runs, one row each, and a ✓/✗ row where they agree or not."""
     marks = ["✓" if a == b else "✗" for a, b in zip(c.with_ids, c.without_ids)]
@@ -150,6 +160,34 @@ def variant_table(rows: Sequence[dict[str, Any]], lang: str) -> pd.DataFrame:
     df = pd.DataFrame([{**r, "bytes_per_token": f"{r['bytes_per_token']:,.0f}", "total_bytes": f"{r['total_bytes']:,.0f}",
                         "vs_mha": f"{r['vs_mha']:.2f}"} for r in rows])
     return _columns(df, lang)
+
+
+class KvTotal(NamedTuple):
+    """The calculator's answer for one shape, as the page shows it: the metric, its exact bytes, the formula
+    with every factor, the MHA / GQA / MQA table and the figure's bars."""
+
+    label: str
+    value: str
+    exact: str
+    formula: str
+    table: pd.DataFrame
+    kinds: list[str]
+    totals: list[int]
+
+
+def kv_total(shape: HeadGeometry, tokens: int, bytes_per_value: int, requests: int, lang: str) -> KvTotal:
+    """The KV cache of ``requests`` × ``tokens`` in ``shape`` by formula (``kvcalc.formula_terms``), and as
+    the attention variants would hold it (``kvcalc.variant_rows``)."""
+    terms = formula_terms(shape, tokens, bytes_per_value, requests)
+    total = terms["total"]
+    rows = variant_rows(shape, tokens, bytes_per_value, requests)
+    return KvTotal(t("kv_cache.total", lang, kind=shape.kind), human_bytes(total), f"{total:,} B", t("kv_cache.formula", lang, **terms),
+                   variant_table(rows, lang), [r["kind"] for r in rows], [r["total_bytes"] for r in rows])
+
+
+def current_source(shape: HeadGeometry, lang: str) -> str:
+    """Where the model in use's shape comes from: its own loaded config, factor by factor."""
+    return t("kv_cache.current_source", lang, L=shape.n_layers, H=shape.n_heads, Hkv=shape.n_kv_heads, dh=shape.dh)
 
 
 def costs_text(m: TpotMeasure, costs: Costs, model: str, lang: str) -> str:

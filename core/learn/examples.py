@@ -8,7 +8,7 @@ Seed 000's pronoun example: in 小明把书交给小红，因为她明天要考�
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import numpy as np
 
 from core.engine import tokens
+from core.engine.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,16 @@ class View:
     on_target: float
     on_other: float
 
+    def fill(self) -> dict[str, Any]:
+        """The values the heads page's sentence about this view quotes (``heads.example_text``): the query
+        positions, the layer and head, both weights as percentages and both words' position spans."""
+        def span(ps: tuple[int, ...]) -> str:
+            return "–".join(map(str, (ps[0], ps[-1]))) if ps else "–"
+
+        return {"q": ", ".join(map(str, self.query_positions)), "pos": self.query_pos, "l": self.layer, "h": self.head,
+                "t": f"{self.on_target:.0%}", "o": f"{self.on_other:.0%}", "tp": span(self.target_positions),
+                "op": span(self.other_positions)}
+
 
 def best_view(pieces: Sequence[Any], layers: Iterable[np.ndarray], ex: Example = SHE) -> View | None:
     """Scan every layer's weights ([H, T, T] each, in order) for the head whose row at the query's last
@@ -76,6 +87,21 @@ def best_view(pieces: Sequence[Any], layers: Iterable[np.ndarray], ex: Example =
             best = (float(on_t[h]), layer, h, float(rows[h, os_].sum()) if os_ else 0.0)
     assert best is not None
     return View(q, tuple(qs), tuple(ts), tuple(os_), best[1], best[2], best[0], best[3])
+
+
+def view_of(trace: Trace, weights: Callable[[int], np.ndarray | None], ex: Example = SHE) -> View | None:
+    """``best_view`` read off a trace of the example's own prompt (without the chat template), one layer's
+    weights at a time (``weights(layer)``: [H, T, T], or None when that layer cannot be had); None for any
+    other prompt, a chat-templated one, or a layer missing."""
+    if trace.prompt != ex.prompt or trace.chat:
+        return None
+    layers = []
+    for layer in range(trace.n_layers):
+        w = weights(layer)
+        if w is None:
+            return None
+        layers.append(w)
+    return best_view(trace.tokens, layers, ex)
 
 
 def link(view: View, lang: str, ex: Example = SHE, page: str = "heads") -> str:

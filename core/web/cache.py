@@ -87,15 +87,9 @@ def key_of(tr: Trace) -> TraceKey:
     return tr.key
 
 
-def has_layer_of(tr: Trace, layer_idx: int) -> bool:
-    """Whether layer ``layer_idx`` of the cached trace ``tr`` is derived already."""
-    return has_layer(*key_of(tr)[:3], layer_idx, key_of(tr).max_tokens)
-
-
-def layer_of(tr: Trace, layer_idx: int) -> LayerDetail:
-    """Layer ``layer_idx`` of the cached trace ``tr`` in full, derived once (``get_layer`` by the trace's own key)."""
-    k = key_of(tr)
-    return get_layer(k.spec, k.prompt, k.chat, layer_idx, k.max_tokens)
+# A helper below that ``st.cache_data`` keeps takes the trace itself: Streamlit hashes it by the key it carries
+# (``key_of``: model, prompt, settings), never by its arrays, so the memo is the one the key names.
+BY_KEY = {Trace: key_of}
 
 
 def next_token_logprob_of(tr: Trace) -> np.ndarray:
@@ -106,44 +100,49 @@ def next_token_logprob_of(tr: Trace) -> np.ndarray:
     return store().get(("logp", *k), lambda: longctx.next_token_logprob(get_model(k.spec), tr.final_hidden, tr.token_ids))
 
 
-def _layer_key(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int) -> tuple:
-    return ("layer", spec, prompt, chat, max_tokens, layer_idx)
+def _layer_key(k: TraceKey, layer_idx: int) -> tuple:
+    return ("layer", k.spec, k.prompt, k.chat, k.max_tokens, layer_idx)
 
 
-def has_layer(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int = MAX_TOKENS) -> bool:
-    """Whether that layer is already derived (a page shows a spinner only when it is not)."""
-    return _layer_key(spec, prompt, chat, layer_idx, max_tokens) in store()
+def has_layer_of(tr: Trace, layer_idx: int) -> bool:
+    """Whether layer ``layer_idx`` of the cached trace ``tr`` is derived already (a page shows a spinner only when it is not)."""
+    return _layer_key(key_of(tr), layer_idx) in store()
 
 
-def get_layer(spec: str, prompt: str, chat: bool, layer_idx: int, max_tokens: int = MAX_TOKENS) -> LayerDetail:
-    """One layer of the cached trace in full (q, k, v, weights, sub-layer outputs), derived once."""
-    tr = get_trace(spec, prompt, chat, max_tokens)
-    return store().get(_layer_key(spec, prompt, chat, layer_idx, max_tokens),
-                       lambda: backends.layer_detail(get_model(spec), tr, layer_idx))
+def layer_of(tr: Trace, layer_idx: int) -> LayerDetail:
+    """Layer ``layer_idx`` of the cached trace ``tr`` in full (q, k, v, weights, sub-layer outputs), derived
+    once from ``tr`` itself and kept in the byte-bounded store under the trace's own key."""
+    k = key_of(tr)
+    return store().get(_layer_key(k, layer_idx), lambda: backends.layer_detail(get_model(k.spec), tr, layer_idx))
 
 
-def get_trace_npz(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> bytes:
-    """The trace as a .npz file, built when the download is clicked and not kept (at 4,096 tokens it is
-    about 0.5 GB: kept in ``st.cache_data`` it would sit outside the ``XRAY_CACHE_GB`` budget). Layers
-    already derived in the store are reused; the others are derived for the file alone, not stored."""
-    loaded = get_model(spec)
-    tr = get_trace(spec, prompt, chat, max_tokens)
+class NpzFile(NamedTuple):
+    """The bytes of a trace's .npz file as the store keeps them: ``nbytes`` is what they count against the budget."""
 
-    def detail(layer: int) -> LayerDetail:
-        def derive() -> LayerDetail:
-            return backends.layer_detail(loaded, tr, layer)
+    data: bytes
 
-        key = _layer_key(spec, prompt, chat, layer, max_tokens)
-        return store().get(key, derive) if key in store() else derive()
-
-    return backends.export_npz_bytes(loaded, tr, detail=detail)
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = MAX_NEW) -> tuple[list[int], bool]:
+def get_trace_npz(tr: Trace) -> bytes:
+    """The cached trace ``tr`` as a .npz file, built when the download is clicked from the store's derived
+    layers (``layer_of``: a layer a page derived is not derived again, one the file needs is derived once and
+    kept like any other), and kept in the same byte-bounded store (``XRAY_CACHE_GB``), evicted like the rest:
+    at 4,096 tokens the file is about 0.5 GB, and one bigger than the whole budget is handed out, not kept."""
+    k = key_of(tr)
+
+    def build() -> NpzFile:
+        return NpzFile(backends.export_npz_bytes(get_model(k.spec), tr, detail=lambda layer: layer_of(tr, layer)))
+
+    return store().get(("npz", *k), build).data
+
+
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=BY_KEY)
+def get_continuation(tr: Trace, max_new: int = MAX_NEW) -> tuple[list[int], bool]:
     """The greedy answer the journey page shows (ids, stopped at an end token)."""
-    tr = get_trace(spec, prompt, chat)
-    loaded = get_model(spec)  # the trace's pass already filled the prompt's KV cache: no second prefill
+    loaded = get_model(key_of(tr).spec)  # the trace's pass already filled the prompt's KV cache: no second prefill
     # the whole answer in one hold of the model's lock (an RLock: each step takes it again): twenty sessions
     # stepping in turn would each keep a prompt's KV cache alive for the whole burst, one after another they don't
     with loaded.lock:
@@ -154,17 +153,17 @@ def get_continuation(spec: str, prompt: str, chat: bool, max_new: int = MAX_NEW)
 # generation: timings, measured once per (model, prompt, settings)
 
 
-def compare_cache(spec: str, prompt: str, chat: bool, n: int, min_len: int = 0, run: int = 0) -> jobs.Job | jobs.Refused:
+def compare_cache(loaded: LoadedModel, prompt: str, chat: bool, n: int, min_len: int = 0, run: int = 0) -> jobs.Job | jobs.Refused:
     """The same ``n`` greedy tokens with and without the KV cache, each timed ``TPOT_REPS`` times after a
     warm-up (``generate.compare_with_without``); the prompt's text is repeated up to ``min_len`` tokens so
     that the prefix the no-cache run recomputes is long. A measurement (see ``measurement``): the job,
-    whose value is a ``generate.CacheComparison``, or a refusal. ``run``: a new number measures again."""
-    loaded = get_model(spec)
+    whose value is a ``generate.CacheComparison``, or a refusal. ``run``: a new number measures again.
+    ``loaded``: the model the page holds (``get_model``'s); the page's own prompt, not a trace (no pass is traced)."""
     ids = generate.extended_prompt_ids(loaded.tokenizer, prompt, chat, min_len,
                                        max_len=min(generate.MAX_PROMPT_TOKENS, _room(loaded, n)))
     if not ids:
         raise EmptyPromptError("empty")
-    return measurement(("compare_cache", spec, tuple(ids), n, run), lambda job: generate.compare_with_without(loaded, ids, n))
+    return measurement(("compare_cache", loaded.spec, tuple(ids), n, run), lambda job: generate.compare_with_without(loaded, ids, n))
 
 
 def _room(loaded: LoadedModel, n: int) -> int:
@@ -223,12 +222,14 @@ def pca_words(spec: str, words: tuple[str, ...]) -> tuple[list[str], list[str], 
     return [v.word for v in vecs], [" + ".join(v.pieces) for v in vecs], p.coords, p.explained
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def sources(spec: str, prompt: str, chat: bool) -> list[str]:
-    loaded = get_model(spec)
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def sources(tr: Trace) -> list[str]:
+    """Where each token of the cached trace ``tr`` came from in the prompt's text."""
+    k = key_of(tr)
+    loaded = get_model(k.spec)
     tok = loaded.tokenizer
-    enc = tokens.encode(tok, prompt, chat=chat, max_positions=loaded.facts.max_positions)  # the trace's ids
-    return embeddings.token_sources(tok, enc.text, prompt, enc.ids, chat)
+    enc = tokens.encode(tok, k.prompt, chat=k.chat, max_positions=loaded.facts.max_positions)  # the trace's ids
+    return embeddings.token_sources(tok, enc.text, k.prompt, enc.ids, k.chat)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -245,18 +246,17 @@ def layer_sweep(spec: str, ids: tuple[int, ...], layer: int) -> np.ndarray:
     return np.array([ablation.kl_divergence(before, a) for a in after])
 
 
-@st.cache_data(show_spinner=False, max_entries=12)
-def atlas(spec: str, prompt: str, chat: bool) -> heads.HeadAtlas:
+@st.cache_data(show_spinner=False, max_entries=12, hash_funcs=BY_KEY)
+def atlas(tr: Trace) -> heads.HeadAtlas:
     """Head metrics of the cached trace (computed once per prompt, not per slider move), one layer at a time."""
-    n = get_trace(spec, prompt, chat).n_layers
-    return heads.head_atlas_of(get_layer(spec, prompt, chat, i).weights for i in range(n))
+    return heads.head_atlas_of(layer_of(tr, i).weights for i in range(tr.n_layers))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def head_across_layers(spec: str, prompt: str, chat: bool, head: int, hide: bool, start: int | None) -> heads.Grid:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def head_across_layers(tr: Trace, head: int, hide: bool, start: int | None) -> heads.Grid:
     """One head in every layer, as drawn (small: at most attnview.CELLS² cells per layer)."""
-    n = get_trace(spec, prompt, chat).n_layers
-    return heads.head_grid((get_layer(spec, prompt, chat, i).weights[head] for i in range(n)), heads.head_titles(n), hide, start)
+    n = tr.n_layers
+    return heads.head_grid((layer_of(tr, i).weights[head] for i in range(n)), heads.head_titles(n), hide, start)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -297,26 +297,26 @@ def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> di
     return {**timing, "measured_at": datetime.datetime.now(datetime.UTC)}
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def rope_check(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def rope_check(tr: Trace, layer: int) -> dict[str, np.ndarray]:
     """RoPE redone by hand on layer ``layer`` of the cached trace (see core.maths.positions.rope_check)."""
-    return positions.rope_check(get_model(spec), get_trace(spec, prompt, chat), get_layer(spec, prompt, chat, layer))
+    return positions.rope_check(get_model(key_of(tr).spec), tr, layer_of(tr, layer))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def recombine(spec: str, prompt: str, chat: bool, layer: int) -> dict[str, np.ndarray]:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def recombine(tr: Trace, layer: int) -> dict[str, np.ndarray]:
     """Per-head outputs → concat → W_O on the cached trace (see core.maths.attention.recombine_layer)."""
-    return attention.recombine_layer(get_model(spec), get_layer(spec, prompt, chat, layer))
+    return attention.recombine_layer(get_model(key_of(tr).spec), layer_of(tr, layer))
 
 
 # ---------------------------------------------------------------------------------------------
 # the residual stream, logits and anatomy
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def get_lens(spec: str, prompt: str, chat: bool, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+@st.cache_data(show_spinner=False, max_entries=8, hash_funcs=BY_KEY)
+def get_lens(tr: Trace, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The logit lens of the cached trace at positions lo … hi−1: top ids [L+1, T'], their probabilities, and their text."""
-    return lens.logit_lens_with_text(get_model(spec), get_trace(spec, prompt, chat), lo, hi)
+    return lens.logit_lens_with_text(get_model(key_of(tr).spec), tr, lo, hi)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -335,25 +335,25 @@ def token_texts(spec: str, ids: tuple[int, ...]) -> list[str]:
 # training vs inference (core.learn.training)
 
 
-def scored_trace(spec: str, prompt: str, chat: bool) -> Trace:
-    """The cached trace, or (a prompt over ``training.MAX_POSITIONS`` tokens) the cached trace of its first ones."""
-    tr = get_trace(spec, prompt, chat)
+def scored_trace(tr: Trace) -> Trace:
+    """The cached trace ``tr``, or (a prompt over ``training.MAX_POSITIONS`` tokens) the cached trace of its first ones."""
     if tr.n_tokens <= training.MAX_POSITIONS:
         return tr
-    return store().get(("trace_head", spec, prompt, chat, training.MAX_POSITIONS),
-                       lambda: training.scored_trace(get_model(spec), tr))
+    k = key_of(tr)
+    return store().get(("trace_head", k.spec, k.prompt, k.chat, training.MAX_POSITIONS),
+                       lambda: training.scored_trace(get_model(k.spec), tr))
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def teacher_forcing(spec: str, prompt: str, chat: bool) -> training.TeacherForcing:
+@st.cache_data(show_spinner=False, max_entries=8, hash_funcs=BY_KEY)
+def teacher_forcing(tr: Trace) -> training.TeacherForcing:
     """Every position's next-token loss from the one parallel pass of the (first positions of the) prompt."""
-    return training.teacher_forcing(get_model(spec), scored_trace(spec, prompt, chat), n_total=get_trace(spec, prompt, chat).n_tokens)
+    return training.teacher_forcing(get_model(key_of(tr).spec), scored_trace(tr), n_total=tr.n_tokens)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def same_logits(spec: str, prompt: str, chat: bool, t: int) -> training.SameLogits:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def same_logits(tr: Trace, t: int) -> training.SameLogits:
     """Row ``t`` of the parallel pass beside a separate forward pass of the prefix 0 … t."""
-    return training.same_logits(get_model(spec), scored_trace(spec, prompt, chat), t)
+    return training.same_logits(get_model(key_of(tr).spec), scored_trace(tr), t)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -347,14 +347,12 @@ def badge(kind: str, detail: str | None = None) -> None:
     st.caption(f"{icon} {text}")
 
 
-def download_trace(key: str) -> None:
-    """A 'Download trace (.npz)' button; the file is built only when clicked."""
-    spec, p, c = model_spec(), prompt(), chat()
-    if not p.strip():
-        return
+def download_trace(tr: Trace, key: str) -> None:
+    """A 'Download trace (.npz)' button for the cached trace ``tr`` (the one the page shows, by its own key);
+    the file is built only when clicked."""
     st.download_button(
         t("ui.download_trace"),
-        data=lambda: cache.get_trace_npz(spec, p, c),
+        data=lambda: cache.get_trace_npz(tr),
         file_name="trace.npz",
         mime="application/octet-stream",
         key=f"dl_{key}",
