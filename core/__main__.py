@@ -34,8 +34,9 @@ import numpy as np
 from core import backends
 from core.cause import pair, patching
 from core.common import digits
+from core.common.progress import Progress
 from core.engine.trace import EXPORT_KEYS, MAX_TOKENS, PATTERN_EXPORT_MAX, Trace
-from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError
+from core.engine.types import ConfigError, EmptyPromptError, ModelLoadError, UnsupportedArchitectureError, say
 from core.gen import generate, serving_cli
 from core.gen.sampling import SamplingConfig
 
@@ -292,18 +293,18 @@ def trace_main(argv: list[str]) -> int:
 # generate
 
 
-def _progress(requested: int) -> Callable[[int, int, float], None]:
-    """The ``on_step`` callback of ``generate_record``: a line on stderr about once a second, and a
+def _progress(requested: int) -> Progress:
+    """The progress of ``generate_record``: its words on stderr about once a second, and a
     note the first time if the model's context cut ``--steps`` down."""
     last = {"t": -math.inf}
 
-    def on_step(done: int, total: int, seconds: float) -> None:
+    def on_step(done: int, total: int, words: Any = None) -> None:
         if done == 1 and total < requested:
             print(f"note: --steps {requested} is more than the model's context leaves after the prompt; "
                   f"generating at most {total} tokens.", file=sys.stderr)
         if done < total and time.monotonic() - last["t"] >= PROGRESS_EVERY_S:
             last["t"] = time.monotonic()
-            print(f"{done}/{total} tokens, {seconds:.1f} s", file=sys.stderr, flush=True)
+            print(say(words), file=sys.stderr, flush=True)
 
     return on_step
 
@@ -335,7 +336,7 @@ def generate_main(argv: list[str]) -> int:
     def work(a: argparse.Namespace) -> dict:
         cfg = _sampling(a)
         loaded = backends.load_model(a.model)
-        rec = generate.generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat, on_step=_progress(a.steps))
+        rec = generate.generate_record(loaded, a.prompt, a.steps, cfg, chat=a.chat, progress=_progress(a.steps))
         if len(rec["token_ids"]):
             write_output(a.out, lambda f: np.savez(f, **rec))
         return rec
@@ -368,11 +369,11 @@ def generate_main(argv: list[str]) -> int:
 # patch
 
 
-def _patch_progress(site: str) -> Callable[[int, int], None]:
+def _patch_progress(site: str) -> Progress:
     """The sweep's progress on stderr, about once a second."""
     last = {"t": time.monotonic()}
 
-    def on_runs(done: int, total: int) -> None:
+    def on_runs(done: int, total: int, _words: Any = None) -> None:
         if done < total and time.monotonic() - last["t"] >= PROGRESS_EVERY_S:
             last["t"] = time.monotonic()
             print(f"{site}: {done}/{total} runs", file=sys.stderr, flush=True)

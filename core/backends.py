@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from core.engine import hf, hf_trace, xray
+from core.engine import hf, hf_trace, roles, xray
 from core.engine.tokens import Encoded, encode
 from core.engine.trace import LAYER_SITES, MAX_TOKENS, MLP_SITES, PATTERN_EXPORT_MAX, LayerDetail, NextTokens, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
@@ -118,6 +118,50 @@ def _knowing(loaded: LoadedModel, tr: Trace) -> Trace:
 def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
     """The whole [T, V] logits matrix, recomputed from ``final_hidden`` by the LM head."""
     return toy_run.full_logits(loaded, tr) if loaded.is_toy else hf_trace.full_logits(loaded, tr)
+
+
+LOGPROB_CHUNK = 256  # positions whose logits exist at once in ``next_token_logprob`` (256 × 49,152 × 8 B = 96 MiB)
+
+
+@dataclass(frozen=True)
+class NextLogprob:
+    """What the model said of each real next token of a text: position t = 0 … T−2 predicts ids[t + 1]."""
+
+    logp: np.ndarray  # [T−1] float64: log p(ids[t + 1] | ids[0 … t]); −mean is the text's training loss
+    rank: np.ndarray | None  # [T−1] int64: how many tokens score strictly higher than the real one (0 = the favourite)
+    top1: np.ndarray | None  # [T−1] int64: the model's own favourite next token at t
+
+
+def next_token_logprob(loaded: LoadedModel, tr: Trace, *, chunk: int = LOGPROB_CHUNK, ranks: bool = False) -> NextLogprob:
+    """Per-position log p(next token) of ``tr``'s text, measured by the model's LM head on the trace's
+    ``final_hidden``, ``chunk`` positions at a time, so the [T, V] logits never exist at once; the
+    log-softmax in float64 on the float32 logits. With ``ranks``, the real token's rank and the favourite
+    too, read off the same float32 rows. (An HF model that post-processes its head's output — a logit
+    scale or soft-cap — takes its rows from ``full_logits``, which runs its forward again: only there the
+    whole matrix exists.)"""
+    ids = np.asarray(tr.token_ids, dtype=np.int64)
+    if ids.size < 2:
+        raise ValueError("next-token labels need at least two tokens")
+    n, chunk = ids.size - 1, max(1, int(chunk))
+    whole = None if loaded.is_toy or hf_trace._head_reproduces(loaded, tr) else full_logits(loaded, tr)
+    head = loaded.model.lm_head if loaded.is_toy else roles.find_sites(loaded.model).lm_head
+    tgt = torch.from_numpy(ids[1:].copy())
+    logp = np.empty(n, dtype=np.float64)
+    rank, top1 = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if ranks else (None, None)
+    with loaded.lock, torch.inference_mode():
+        for a in range(0, n, chunk):
+            b = min(a + chunk, n)
+            if whole is None:
+                z = head(torch.from_numpy(np.array(tr.final_hidden[a:b], dtype=np.float32))).float()  # [c, V], a copy in
+            else:
+                z = torch.from_numpy(whole[a:b])
+            lab = tgt[a:b, None]
+            z64 = z.double()
+            logp[a:b] = (z64.gather(1, lab)[:, 0] - torch.logsumexp(z64, dim=1)).numpy()
+            if ranks:
+                rank[a:b] = (z > z.gather(1, lab)).sum(dim=1).numpy()
+                top1[a:b] = z.argmax(dim=1).numpy()
+    return NextLogprob(logp, rank, top1)
 
 
 def next_tokens(loaded: LoadedModel, tr: Trace, positions: Sequence[int] | None = None) -> NextTokens:

@@ -8,6 +8,7 @@ import streamlit as st
 from core.cause import attribution
 from core.cause import figures as cause_fig
 from core.web import cache, cause, chips, page, presenter, ui, widgets
+from core.web.bar import Bar
 
 
 def _steps() -> int:
@@ -32,10 +33,9 @@ def render() -> None:
     if ans is None:
         return
     steps = _steps()
-    update, bar = cause.progress_bar("cause.progress_ig")
-    att = cache.cause_attribution(ui.model_spec(), pt.ids_clean, ans.answer, ans.foil, steps, progress=update)
+    with Bar(attribution.ig_words(), lang=ui.lang()) as bar:
+        att = cache.cause_attribution(ui.model_spec(), pt.ids_clean, ans.answer, ans.foil, steps, progress=bar)
     gxi, ig = att.gxi, att.ig
-    bar.empty()
     a, f = cause.token_md(ans.answer_text), cause.token_md(ans.foil_text)
     st.markdown(ui.t("cause.attr_target", a=a, f=f, ld=f"{gxi.value:.3f}"))
     _chips(ui.t("cause.chips_gxi"), pt.tokens_clean, gxi.scores)

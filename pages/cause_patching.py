@@ -12,6 +12,7 @@ from core.cause import pair, patching
 from core.common.numbers import three_significant
 from core.engine.tokens import position_label
 from core.web import cache, cause, page, presenter, ui, widgets
+from core.web.bar import Bar
 
 GRID = "cpatch_grid"
 
@@ -25,9 +26,8 @@ def _site() -> str:
 
 
 def _sweep(r: cause.Ready, site: str) -> np.ndarray:
-    update, bar = cause.progress_bar("cause.progress", site=ui.t(f"cause.site_{site}"))
-    raw = cache.cause_sweep(ui.model_spec(), *r.ids, r.answers.answer, r.answers.foil, site, progress=update)
-    bar.empty()
+    with Bar(patching.sweep_words(site), lang=ui.lang()) as bar:
+        raw = cache.cause_sweep(ui.model_spec(), *r.ids, r.answers.answer, r.answers.foil, site, progress=bar)
     sp = patching.sweep_plan(r.base, site)
     st.caption(ui.t("cause.runs_cached" if sp.cached else "cause.runs", n=f"{sp.runs:,}", passes=f"{sp.passes:,}",
                     pct=three_significant(100 * sp.share)))

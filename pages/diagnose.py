@@ -34,17 +34,13 @@ def _bump(name: str, want: tuple) -> None:
     st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
 
 
-def _label(key: str):
-    return lambda done, total, n: ui.t(key, done=done, total=total, n=n)
-
-
 def _points(spec: str, quiet: bool = True) -> list[dg.PrefillPoint] | None:
     """The prefill curve asked for (measured in a server thread: a rerun waits for it, never restarts it);
     ``quiet=False`` where it was asked for, which says so when the server refuses a fresh one."""
     got = st.session_state.get(f"{P}_prefill")
     if not got or got[0] != spec:
         return None
-    return measure.show(cache.diagnose_prefill(spec, got[1], got[2]), _label("diagnose.progress_prefill"), quiet)
+    return measure.show(cache.diagnose_prefill(spec, got[1], got[2]), quiet=quiet)
 
 
 def _decode(spec: str, quiet: bool = True) -> dg.DecodeRun | None:
@@ -52,7 +48,7 @@ def _decode(spec: str, quiet: bool = True) -> dg.DecodeRun | None:
     if not got or got[:4] != (spec, ui.prompt(), ui.chat(), got[3]) or not ui.prompt().strip():
         return None
     try:
-        return measure.show(cache.diagnose_decode(spec, got[1], got[2], got[3], got[4]), _label("diagnose.progress_decode"), quiet)
+        return measure.show(cache.diagnose_decode(spec, got[1], got[2], got[3], got[4]), quiet=quiet)
     except EmptyPromptError:
         return None
 

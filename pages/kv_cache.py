@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, LoadedModel, ModelFacts
+from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, LoadedModel, ModelFacts, Phrase
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report, workloads
 from core.web import cache, measure, nav, page, presenter, ui, widgets
@@ -113,7 +113,7 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
     """Section 3: the three request shapes, simulated from the per-token costs measured here."""
     st.header(ui.t("kv_cache.s3"))
     run = st.session_state.get(f"{P}_costs_run", 0)
-    m = measure.show(cache.measured_costs(spec, run), label=lambda *_: ui.t("kv_cache.measuring"))  # in a server thread
+    m = measure.show(cache.measured_costs(spec, run), Phrase("kv_cache.measuring"))  # in a server thread
     if m is None:  # refused (one in flight, or the server's cap): the notice says when to try again
         return
     costs, rows = kvcalc.workload_rows(facts, m.prefill_per_token, m.tpot)

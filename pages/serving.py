@@ -69,7 +69,7 @@ def _settings(part: str, loaded, text: str | None) -> tuple[int, int | None, int
 
 def _run(spec: str, text: str, settings: tuple, sharing: bool, solo: bool, run: int):
     page, blocks, mbt, _ = settings
-    return cache.serving_run(spec, text, page, blocks, mbt, sharing, solo, run, _label=lambda f: ui.t("serving.progress", pct=round(100 * f)))
+    return cache.serving_run(spec, text, page, blocks, mbt, sharing, solo, run)
 
 
 def _results(res: serving.ServeResult, lang: str) -> None:

@@ -183,12 +183,12 @@ def test_generate_record_keeps_the_tokens_when_interrupted():
     toy = backends.load_model("toy")
     seen = []
 
-    def on_step(done, total, seconds):
+    def on_step(done, total, words):
         seen.append((done, total))
         if done == 4:
             raise KeyboardInterrupt
 
-    rec = generate.generate_record(toy, "hi", 50, on_step=on_step, warmup=False)
+    rec = generate.generate_record(toy, "hi", 50, progress=on_step, warmup=False)
     meta = json.loads(str(rec["meta"]))
     assert meta["stop_reason"] == "interrupted"
     assert seen == [(i, 50) for i in range(1, 5)]

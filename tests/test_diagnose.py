@@ -96,7 +96,7 @@ def test_one_tpot_measured_one_way(smol, monkeypatch):
     assert m.kv_tokens == (5, 6, 7, 8)
     assert m.kv_bytes == dg.MemoryShape.of_facts(smol.facts, smol.facts.value_bytes).kv_bytes(8)
     seen = []
-    generate.measure_tpot(smol, [1, 2], n_decode=0, reps=2, warmup=1, progress=lambda d, t: seen.append((d, t)))
+    generate.measure_tpot(smol, [1, 2], n_decode=0, reps=2, warmup=1, progress=lambda d, t, _w: seen.append((d, t)))
     assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]
     calls = []
     real = generate.measure_tpot

@@ -9,7 +9,7 @@ import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
 from core.engine import hf
 from core.engine.types import Phrase
-from core.web import cache
+from core.web import bar, cache
 
 STEPS = ["load.start", "load.step_check", "load.step_read", "load.step_dequant", "load.step_write",
          "load.step_load_first", "load.step_load", "load.step_weights", "load.ready"]
@@ -25,21 +25,23 @@ def test_every_step_is_said_in_both_languages(key):
 
 
 def test_the_bar_says_how_far_and_what_in_the_readers_language():
-    said = hf.Said(Phrase("load.step_dequant", FIELDS))
-    assert cache.progress_text(0.42, said, "en") == (
+    said = Phrase("load.step_dequant", FIELDS)
+    assert bar.text(42, 100, said, "en", share_first=True) == (
         "42% · First start: converting the embedded model, once. Step 2 of 4: de-quantising its weights (3 of 272 tensors) …")
-    assert cache.progress_text(0.42, said, "zh") == (
+    assert bar.text(42, 100, said, "zh", share_first=True) == (
         "42% · 首次启动：正在转换内置模型（只需一次）。第 2 步（共 4 步）：反量化权重（已完成 3/272 个张量）……")
-    assert cache.progress_text(1.7, "ready", "zh") == "100% · ready"  # a plain message as it is, the share capped
+    assert bar.text(170, 100, "ready", "zh", share_first=True) == "100% · ready"  # a plain message as it is, the share capped
 
 
 def test_the_de_quantisation_counts_the_tensors():
-    got: list[tuple[float, str]] = []
-    loop = hf._counted(lambda f, m: got.append((f, m)))
+    got: list[tuple[int, Phrase]] = []
+    totals: set[int] = set()
+    loop = hf._counted(lambda done, total, m: got.append((done, m)) or totals.add(total))
     assert list(loop(range(100), desc="…")) == list(range(100))  # every tensor, in order
+    assert totals == {hf.LOAD_TOTAL}  # counted in per cent of the whole load
     fracs = [f for f, _ in got]
     assert fracs == sorted(fracs) and hf.DEQUANT_SPAN[0] <= fracs[0] and fracs[-1] == hf.DEQUANT_SPAN[1]
-    assert all(m.phrase.key == "load.step_dequant" for _, m in got) and got[-1][1].phrase.params == {"done": 100, "n": 100}
+    assert all(m.key == "load.step_dequant" for _, m in got) and got[-1][1].params == {"done": 100, "n": 100}
     assert 15 <= len(got) <= 25  # every 5 %: a bar that moves, not a message per tensor
 
 
@@ -61,7 +63,7 @@ def test_the_conversion_says_each_step_through_transformers_own_loop(monkeypatch
     monkeypatch.setattr(hf.AutoTokenizer, "from_pretrained", lambda *a, **k: None)
     monkeypatch.setattr(hf.AutoModelForCausalLM, "from_pretrained", fake_model)
     with pytest.raises(Stop):
-        hf._dequantise(tmp_path / "x.gguf", tmp_path, lambda _f, m: said.append(m.phrase.key))
+        hf._dequantise(tmp_path / "x.gguf", tmp_path, lambda _done, _total, m: said.append(m.key))
     assert gguf_utils.tqdm is own
     assert said[0] == "load.step_read" and said[1:] == ["load.step_dequant"] * (len(said) - 1) and len(said) > 10
 
@@ -79,7 +81,7 @@ def test_a_cold_start_draws_its_bar_in_the_main_area(monkeypatch, smol):
 
     def get_model(spec):
         if not said:
-            said["text"] = cache.progress_text(0.5, Phrase("load.step_load"), st.session_state.get("lang", "en"))
+            said["text"] = bar.text(50, 100, Phrase("load.step_load"), st.session_state.get("lang", "en"), share_first=True)
             st.progress(0.5, text=said["text"])
         return real(spec)
 

@@ -499,7 +499,7 @@ def test_loss_along_the_document_is_hfs_log_softmax(smol):
     """The measured per-position log p(next token) equals log_softmax of HF's own logits of one forward pass
     (two float32 routes of the LM head's product, each within its allowance A: log p moves by ≤ 2·2A)."""
     tr = backends.trace(smol, "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is")
-    got = longctx.next_token_logprob(smol, tr.final_hidden, tr.token_ids, chunk=5)  # chunks that cut the document
+    got = backends.next_token_logprob(smol, tr, chunk=5).logp  # chunks that cut the document
     with smol.lock, torch.inference_mode():
         z = smol.model(torch.from_numpy(tr.token_ids)[None]).logits[0].double()
     want = torch.log_softmax(z, -1)[torch.arange(tr.n_tokens - 1), torch.from_numpy(tr.token_ids[1:])].numpy()

@@ -35,8 +35,8 @@ def test_a_sweep_stopped_by_a_rerun_resumes_where_it_was(monkeypatch):
     def counted_sweep(loaded_, base, site_, answer, foil, *, progress=None, chunk=None):
         started.append(site_)
 
-        def report(done: int, total: int) -> None:
-            progress(done, total)
+        def report(done: int, total: int, words=None) -> None:
+            progress(done, total, words)
             if forwards:
                 gate.wait(30)  # hold the sweep after its first pass until the first script run has been stopped
 
@@ -51,7 +51,7 @@ def test_a_sweep_stopped_by_a_rerun_resumes_where_it_was(monkeypatch):
     args = (TOY_ID, tuple(pt.ids_clean), tuple(pt.ids_corrupted), ans.answer, ans.foil, site)
     at_stop: list[int] = []
 
-    def stopped(done: int, total: int) -> None:  # the first run's bar: the language switched, Streamlit stops it here
+    def stopped(done: int, total: int, words=None) -> None:  # the first run's bar: the language switched, Streamlit stops it here
         at_stop.append(done)
         raise Rerun
 
@@ -60,7 +60,7 @@ def test_a_sweep_stopped_by_a_rerun_resumes_where_it_was(monkeypatch):
     assert started == [site] and len(forwards) <= 1  # stopped at its start: the sweep was under way
     seen: list[int] = []
     gate.set()
-    grid = cache.cause_sweep(*args, progress=lambda done, total: seen.append(done))  # the rerun
+    grid = cache.cause_sweep(*args, progress=lambda done, total, words=None: seen.append(done))  # the rerun
     assert started == [site]  # the same sweep, picked up: not started again from zero
     base = cache.cause_baseline(*args[:3])
     monkeypatch.setattr(patching, "_forward_rows", real_forward)

@@ -28,24 +28,24 @@ whose ``requires_grad`` stays as it is; ``torch.autograd.grad`` asks for the lea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 import core.backends as backends
+from core.common.progress import Progress, noop
 from core.engine import roles
 from core.engine.hooks import scoped_hooks
 from core.engine.trace import Trace
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Phrase
 
 IG_STEPS = (16, 32, 64, 128, 256)
 DEFAULT_STEPS = 128
 ROUGH_GAP = 0.1  # a relative completeness gap above this: the page says the scores need more steps
 ROWS_PER_PASS = 512  # interpolation points × T per forward/backward pass
 
-Progress = Callable[[int, int], None]
 
 
 def embeddings(loaded: LoadedModel, ids: Sequence[int]) -> torch.Tensor:
@@ -138,8 +138,9 @@ class IntegratedGradients:
 
 
 def integrated_gradients(loaded: LoadedModel, ids: Sequence[int], answer: int, foil: int, steps: int = DEFAULT_STEPS,
-                         *, keep_first: bool = True, progress: Progress | None = None) -> IntegratedGradients:
-    """Integrated gradients from ``baseline`` to the input's embeddings, ``steps`` Gauss–Legendre nodes."""
+                         *, keep_first: bool = True, progress: Progress = noop) -> IntegratedGradients:
+    """Integrated gradients from ``baseline`` to the input's embeddings, ``steps`` Gauss–Legendre nodes;
+    its progress counts the nodes done, said as ``ig_words``."""
     e = embeddings(loaded, ids)  # [T, d]
     b = baseline(loaded, e, keep_first)  # [T, d]
     alphas, weights = gauss_legendre(steps)
@@ -150,11 +151,16 @@ def integrated_gradients(loaded: LoadedModel, ids: Sequence[int], answer: int, f
         a = torch.tensor(alphas[s : s + per], dtype=e.dtype)[:, None, None]  # [S, 1, 1]
         _, g = value_and_grad(loaded, ids, b[None] + a * (e - b)[None], answer, foil)  # [S, T, d]
         avg += (torch.tensor(weights[s : s + per])[:, None, None] * g.double()).sum(0)
-        if progress:
-            progress(min(s + per, steps), steps)
+        done = min(s + per, steps)
+        progress(done, steps, ig_words(done, steps))
     ends, _ = value_and_grad(loaded, ids, torch.stack([e, b]), answer, foil)
     scores = (avg * (e - b).double()).sum(-1).numpy()  # [T]
     return IntegratedGradients(scores, steps, float(ends[0]), float(ends[1]))
+
+
+def ig_words(done: int | None = None, steps: int | None = None) -> Phrase:
+    """The attributions' progress in words: "Integrated gradients: {done} of {n} steps" (None: not known yet)."""
+    return Phrase("cause.progress_ig", {"done": "0" if done is None else f"{done:,}", "n": "…" if steps is None else f"{steps:,}"})
 
 
 @dataclass(frozen=True)
@@ -170,7 +176,7 @@ class Attributions:
 
 
 def attribute(loaded: LoadedModel, ids: Sequence[int], answer: int, foil: int, steps: int = DEFAULT_STEPS, *,
-              progress: Progress | None = None) -> Attributions:
+              progress: Progress = noop) -> Attributions:
     out = Attributions(grad_x_input(loaded, ids, answer, foil),
                        integrated_gradients(loaded, ids, answer, foil, steps, progress=progress))
     out.gxi.scores.flags.writeable = out.ig.scores.flags.writeable = False  # cached and shared: read-only

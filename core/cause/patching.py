@@ -45,12 +45,13 @@ import torch
 
 import core.backends as backends
 from core.cause import pair
+from core.common.progress import Progress, noop
 from core.engine import hf_trace, roles
 from core.engine.hooks import HookSpec, scoped_hooks
 from core.engine.hooks import first_of as _first
 from core.engine.hooks import hidden_of as _hidden_of
 from core.engine.trace import site_row
-from core.engine.types import LoadedModel, UnsupportedArchitectureError
+from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError
 
 # the registry's sites a patched run copies from the clean run (``Baseline`` keeps each under its name)
 COPIED = tuple(site_row(name).name for name in ("resid", "attn_out", "mlp_out", "z"))
@@ -59,7 +60,7 @@ HEAD = "head"  # the layer × head grid of ``z``, at the last position
 ALL_SITES = (*SITES, HEAD)
 TOKENS_PER_PASS = 512  # rows × T per batched pass: big enough to use the CPU well, small in memory
 
-Progress = Callable[[int, int], None]  # (runs done, runs in all)
+# progress: core.common.progress's (done, total, words), in patched runs
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ def plan(base: Baseline, patches: Sequence[Patch | None], *, chunk: int | None =
 
 
 def run(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], *, chunk: int | None = None,
-        progress: Progress | None = None, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        progress: Progress = noop, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
         reuse_prefix: bool = False) -> np.ndarray:
     """The patched runs' last-position scores, [n, V] float32 — or ``reduce(scores)`` per chunk
     (e.g. the logit difference, [n]), so a sweep never holds n × V numbers. Runs are grouped by
@@ -357,15 +358,14 @@ def run(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], *,
     res = np.empty((n, *same.shape[1:]), dtype=same.dtype)
     res[:] = same[0]
     done = n - sum(len(idx) for _, idx in chunks)
-    if progress and done:
-        progress(done, n)
+    if done:
+        progress(done, n, None)
     for skip, idx in chunks:
         prefix = (skip, [(k[:, :, :skip], v[:, :, :skip]) for k, v in kv]) if skip else None
         out = _forward_rows(loaded, base, [patches[i] for i in idx], prefix)
         res[idx] = (reduce(out) if reduce else out).numpy()
         done += len(idx)
-        if progress:
-            progress(done, n)
+        progress(done, n, None)
     return res
 
 
@@ -375,7 +375,7 @@ def patched_logits(loaded: LoadedModel, base: Baseline, patch: Patch | None) -> 
 
 
 def logit_diffs(loaded: LoadedModel, base: Baseline, patches: Sequence[Patch | None], answer: int, foil: int, *,
-                chunk: int | None = None, progress: Progress | None = None, reuse_prefix: bool = False) -> np.ndarray:
+                chunk: int | None = None, progress: Progress = noop, reuse_prefix: bool = False) -> np.ndarray:
     """logit(answer) − logit(foil) of each patched run, [n] float64 (see ``pair.logit_diff``)."""
     return run(loaded, base, patches, chunk=chunk, progress=progress, reuse_prefix=reuse_prefix,
                reduce=lambda lg: lg[:, answer].double() - lg[:, foil].double())
@@ -429,12 +429,20 @@ def sweep_plan(base: Baseline, site: str, chunk: int | None = None) -> SweepPlan
 
 
 def sweep(loaded: LoadedModel, base: Baseline, site: str, answer: int, foil: int, *,
-          progress: Progress | None = None, chunk: int | None = None) -> np.ndarray:
+          progress: Progress = noop, chunk: int | None = None) -> np.ndarray:
     """Raw logit differences of every patched run of ``site`` (``sweep_patches``): [L, T] for resid /
     attn_out / mlp_out (position t of layer l), [L, H] for head (each head at the last position). The
-    passes are ``plan``'s: they may start after the corrupted run's cached keys and values."""
+    passes are ``plan``'s: they may start after the corrupted run's cached keys and values. Its progress
+    counts the runs, said as ``sweep_words``."""
     patches, shape = sweep_patches(base, site)
-    return logit_diffs(loaded, base, patches, answer, foil, chunk=chunk, progress=progress, reuse_prefix=True).reshape(shape)
+    return logit_diffs(loaded, base, patches, answer, foil, chunk=chunk, reuse_prefix=True,
+                       progress=lambda done, n, _w=None: progress(done, n, sweep_words(site, done, n))).reshape(shape)
+
+
+def sweep_words(site: str, done: int | None = None, n: int | None = None) -> Phrase:
+    """A sweep's progress in words: "Patching {site}: {done} of {n} runs" (None: not known yet, "…")."""
+    return Phrase("cause.progress", {"site": Phrase(f"cause.site_{site}"), "done": "0" if done is None else f"{done:,}",
+                                     "n": "…" if n is None else f"{n:,}"})
 
 
 def normalise(ld: np.ndarray | float, ld_clean: float, ld_corrupted: float) -> np.ndarray | None:

@@ -2,7 +2,7 @@
 
 ``ByteLRU.get(key, compute)`` returns the cached value or computes it once — two sessions asking for
 the same key at the same moment wait for one computation instead of running two; with ``progress``,
-a long computation reports (done, total) through ``ByteLRU.reporter`` and every session waiting for
+a long computation reports (done, total, words) through ``ByteLRU.reporter`` and every session waiting for
 it sees the same progress, not only the one that started it — and evicts the
 least recently used values until the total size is within the budget. A value bigger than the
 whole budget is returned but not kept. Values are shared, not copied: whatever is cached must be
@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from core.common.progress import Progress
+
 
 def size_of(value: Any) -> int:
     """Bytes a cached value holds: its ``nbytes`` (a Trace, a LayerDetail, an array), else 0."""
@@ -23,7 +25,6 @@ def size_of(value: Any) -> int:
     return int(n) if isinstance(n, (int, float)) else 0
 
 
-Progress = Callable[[int, int], None]  # (done, total)
 POLL_S = 0.25  # how often a waiting thread looks at the computing thread's progress
 
 
@@ -36,7 +37,7 @@ class ByteLRU:
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._inflight: dict[Hashable, threading.Event] = {}
-        self._progress: dict[Hashable, tuple[int, int]] = {}  # the last (done, total) of a key being computed
+        self._progress: dict[Hashable, tuple[int, int, Any]] = {}  # the last (done, total, words) of a key being computed
         self.total = 0
         self.hits = 0
         self.misses = 0
@@ -50,7 +51,7 @@ class ByteLRU:
 
     def get(self, key: Hashable, compute: Callable[[], Any], progress: Progress | None = None) -> Any:
         """The cached value of ``key``, or ``compute()``'s, computed once however many threads ask.
-        ``progress(done, total)`` is called while another thread computes the key, with what that
+        ``progress(done, total, words)`` is called while another thread computes the key, with what that
         computation last told ``reporter(key, …)`` (polled every ``POLL_S``)."""
         while True:
             with self._lock:
@@ -81,12 +82,12 @@ class ByteLRU:
             done.set()
 
     def reporter(self, key: Hashable, progress: Progress | None = None) -> Progress:
-        """The progress callback for ``key``'s computation: it records (done, total) for the threads
+        """The progress callback for ``key``'s computation: it records (done, total, words) for the threads
         waiting on the key and passes it on to ``progress`` (the computing session's own bar)."""
-        def report(done: int, total: int) -> None:
-            self._progress[key] = (int(done), int(total))
+        def report(done: int, total: int, words: Any = None) -> None:
+            self._progress[key] = (int(done), int(total), words)
             if progress is not None:
-                progress(done, total)
+                progress(done, total, words)
 
         return report
 

@@ -41,6 +41,7 @@ from safetensors.torch import save_file
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from core.common.progress import Progress, noop, span
 from core.engine import budget, xray
 from core.engine import config as cfgread
 from core.engine.types import EMBEDDED_ID, ConfigError, LoadedModel, ModelFacts, ModelLoadError, Phrase
@@ -132,13 +133,6 @@ def facts_from_hf(model: PreTrainedModel, name: str, cfg: cfgread.ModelConfig | 
 
 # ---------------------------------------------------------------------------------------------
 # Loading
-
-
-ProgressFn = Callable[[float, str], None]
-
-
-def noop(_f: float, _m: str) -> None:
-    pass
 
 
 def _from_pretrained(path: str | Path, **kw: Any) -> Any:
@@ -274,31 +268,24 @@ def _set_aside(folder: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-class Said(str):
-    """A progress message that is a sentence of the catalogue: its English text (what any progress
-    callback shows), and ``phrase``, for a page that says it in its reader's language."""
-
-    phrase: Phrase
-
-    def __new__(cls, phrase: Phrase) -> Said:
-        said = super().__new__(cls, phrase.text("en"))
-        said.phrase = phrase
-        return said
+# A load's progress (core.common.progress) is counted in per cent of the whole load, each step said by a
+# sentence of the catalogue (a Phrase: the page says it in its reader's language, the CLI in English).
+LOAD_TOTAL = 100
 
 
-def _rebuild_notice(progress: ProgressFn, reason: Phrase) -> None:
-    notice = Said(Phrase("load.cache_rebuild", {"reason": reason}))
-    print(f"note: {notice}", file=sys.stderr, flush=True)  # the CLI's one line; the server's log
-    progress(0.1, notice)
+def _rebuild_notice(progress: Progress, reason: Phrase) -> None:
+    notice = Phrase("load.cache_rebuild", {"reason": reason})
+    print(f"note: {notice.text('en')}", file=sys.stderr, flush=True)  # the CLI's one line; the server's log
+    progress(10, LOAD_TOTAL, notice)
 
 
-def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
+def load_embedded(progress: Progress = noop) -> LoadedModel:
     gguf = embedded_gguf_path()
     conv = converted_dir(gguf)
     clean_stale(conv.parent)
     for attempt in (1, 2):
         if conv.is_dir():
-            progress(0.02, Said(Phrase("load.step_check")))
+            progress(2, LOAD_TOTAL, Phrase("load.step_check"))
         problem = cache_problem(conv) if conv.is_dir() else None
         if problem is not None:
             _rebuild_notice(progress, problem)
@@ -306,7 +293,7 @@ def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
         converted = not (conv / WEIGHTS).is_file()
         if converted:
             _convert_gguf(gguf, conv, progress)
-        progress(0.85 if converted else 0.1, Said(Phrase("load.step_load_first" if converted else "load.step_load")))
+        progress(85 if converted else 10, LOAD_TOTAL, Phrase("load.step_load_first" if converted else "load.step_load"))
         try:
             model, info = _from_pretrained(conv, use_safetensors=True)
             tok = AutoTokenizer.from_pretrained(str(conv), local_files_only=True)
@@ -320,34 +307,35 @@ def load_embedded(progress: ProgressFn = noop) -> LoadedModel:
     problems = check_loading_info(model, info)
     if problems:
         raise ModelLoadError("embedded_incomplete", problems=problems)
-    progress(1.0, Said(Phrase("load.ready")))
+    progress(LOAD_TOTAL, LOAD_TOTAL, Phrase("load.ready"))
     return LoadedModel(model, tok, facts_from_hf(model, EMBEDDED_ID), EMBEDDED_ID, "hf", EMBEDDED_SOURCE)
 
 
-# The conversion's progress, said per step in the reader's language (hf.Said): 1 reading the GGUF, 2 de-quantising
+# The conversion's progress, said per step in the reader's language (a Phrase): 1 reading the GGUF, 2 de-quantising
 # its tensors (counted as transformers' own loop goes through them), 3 writing the cache, 4 loading it.
-DEQUANT_SPAN = (0.08, 0.6)  # the share of the bar the de-quantisation moves through
+DEQUANT_SPAN = (8, 60)  # the per cent of the load the de-quantisation moves through
 _TENSOR_LOOP = threading.Lock()  # the loop's tqdm is replaced process-wide for one conversion at a time
 
 
-def _counted(progress: ProgressFn) -> Callable[..., Iterator[Any]]:
+def _counted(progress: Progress) -> Callable[..., Iterator[Any]]:
     """A stand-in for the ``tqdm`` transformers wraps the GGUF's tensors in: yields them as they are, saying
-    every 5 % how many are done (``load.step_dequant``)."""
+    every 5 % how many are done (``load.step_dequant``), through ``DEQUANT_SPAN`` of the load."""
+    part = span(progress, *DEQUANT_SPAN, LOAD_TOTAL)
+
     def loop(items: Iterable[Any], *_a: Any, **_k: Any) -> Iterator[Any]:
         items = list(items)
         n, every = len(items), max(1, len(items) // 20)
-        lo, hi = DEQUANT_SPAN
         for i, item in enumerate(items):
             if i % every == 0:
-                progress(lo + (hi - lo) * i / max(1, n), Said(Phrase("load.step_dequant", {"done": i, "n": n})))
+                part(i, n, Phrase("load.step_dequant", {"done": i, "n": n}))
             yield item
-        progress(hi, Said(Phrase("load.step_dequant", {"done": n, "n": n})))
+        part(n, n, Phrase("load.step_dequant", {"done": n, "n": n}))
     return loop
 
 
-def _dequantise(gguf: Path, tmp: Path, progress: ProgressFn = noop) -> None:
+def _dequantise(gguf: Path, tmp: Path, progress: Progress = noop) -> None:
     """The GGUF de-quantised by transformers, written into ``tmp`` as safetensors + config + tokenizer."""
-    progress(0.03, Said(Phrase("load.step_read")))
+    progress(3, LOAD_TOTAL, Phrase("load.step_read"))
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     with _TENSOR_LOOP:
         own = getattr(gguf_utils, "tqdm", None)
@@ -358,7 +346,7 @@ def _dequantise(gguf: Path, tmp: Path, progress: ProgressFn = noop) -> None:
         finally:
             if own is not None:
                 gguf_utils.tqdm = own
-    progress(DEQUANT_SPAN[1], Said(Phrase("load.step_write")))
+    progress(DEQUANT_SPAN[1], LOAD_TOTAL, Phrase("load.step_write"))
     cfg = model.config.to_dict()
     cfg.pop("quantization_config", None)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -369,7 +357,7 @@ def _dequantise(gguf: Path, tmp: Path, progress: ProgressFn = noop) -> None:
     tok.save_pretrained(str(tmp))
 
 
-def _convert_gguf(gguf: Path, out: Path, progress: ProgressFn = noop) -> None:
+def _convert_gguf(gguf: Path, out: Path, progress: Progress = noop) -> None:
     """De-quantise the GGUF once and keep it as safetensors + config + tokenizer + manifest, in a
     temporary folder renamed onto ``out`` when whole (a failure removes it, saying why)."""
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -681,7 +669,7 @@ def _local_source(spec: str, folder: Path) -> tuple[str, str]:
     return folder.name, f"local folder {_inert(folder.name, 120)}"
 
 
-def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
+def load_local(spec: str, progress: Progress = noop) -> LoadedModel:
     folder = _resolve_local(spec)  # from here on, it is a model folder: specific reasons may be given
     check_causal_config(_read_config(folder))  # config.json as written: every field the app reads, validated where it enters
     config = _config_object(folder)  # … and as transformers reads it, its defaults filled in: what the model is built from
@@ -691,7 +679,7 @@ def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
         raise ModelLoadError("config_unsized", reason=e.reason()) from None
     parts = check_budget(shape)  # before any weight is read or allocated
     check_coverage(stored_tensors(weight_files(folder)), config, parts)
-    progress(0.3, Said(Phrase("load.step_weights")))
+    progress(30, LOAD_TOTAL, Phrase("load.step_weights"))
     try:
         model, info = _from_pretrained(folder, config=config, use_safetensors=True)
     except Exception as e:  # transformers raises many kinds; the page needs one clear sentence
@@ -704,6 +692,6 @@ def load_local(spec: str, progress: ProgressFn = noop) -> LoadedModel:
         tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as e:
         raise ModelLoadError("tokenizer", error=_library_error(e, folder)) from None
-    progress(1.0, Said(Phrase("load.ready")))
+    progress(LOAD_TOTAL, LOAD_TOTAL, Phrase("load.ready"))
     name, source = _local_source(spec, folder)
     return LoadedModel(model, tok, facts_from_hf(model, name, shape), str(spec), "hf", source)

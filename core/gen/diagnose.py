@@ -30,7 +30,7 @@ import itertools
 import math
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +39,12 @@ import torch
 
 from core.common import timing
 from core.common.numbers import softmax, top_k
+from core.common.progress import Progress, noop
 from core.common.timing import Timing
 from core.engine import budget
 from core.engine import config as cfgread
 from core.engine.tokens import encode
-from core.engine.types import HeadGeometry, LoadedModel, ModelFacts
+from core.engine.types import HeadGeometry, LoadedModel, ModelFacts, Phrase
 from core.gen import generate, kvcalc
 
 # input lengths the prefill curve is measured at (cut at the chosen longest and at the context window)
@@ -58,7 +59,6 @@ SYMPTOMS: tuple[str, ...] = ("slow_first", "slow_answer", "oom", "temperature", 
 SEE_ALSO: dict[str, tuple[str, ...]] = {"slow_first": ("long_context", "kv_cache"), "slow_answer": ("generation",), "oom": ("kv_cache",),
                                         "temperature": ("logits",), "attention": ("ablation", "cause_patching")}
 BASE_TEXT = "The quick brown fox jumps over the lazy dog. 小明把书交给小红。"
-ProgressFn = Callable[[int, int, int], None]  # (done, total, tokens being measured now)
 
 
 def machine() -> dict[str, Any]:
@@ -99,19 +99,19 @@ def text_of(tokenizer: Any, n_tokens: int) -> tuple[str, list[int]]:
 
 
 def measure_prefill_curve(loaded: LoadedModel, lengths: Sequence[int], reps: int = 3, warmup: int = 1,
-                          progress: ProgressFn | None = None, tpot_steps: int = TPOT_STEPS) -> list[PrefillPoint]:
+                          progress: Progress = noop, tpot_steps: int = TPOT_STEPS) -> list[PrefillPoint]:
     """Tokenising, prefill and decode-step time at each length (``reps`` timed runs after ``warmup``
-    untimed ones; ``tpot_steps`` decode steps after each prefill, 0 for none)."""
+    untimed ones; ``tpot_steps`` decode steps after each prefill, 0 for none); its progress counts the
+    lengths done, saying the one being measured (``diagnose.progress_prefill``)."""
     out = []
     for i, n in enumerate(lengths):
-        if progress is not None:
-            progress(i, len(lengths), n)
+        progress(i, len(lengths), Phrase("diagnose.progress_prefill", {"done": i, "total": len(lengths), "n": n}))
         text, ids = text_of(loaded.tokenizer, int(n))
         tok_t, _ = timing.repeat(lambda text=text: loaded.tokenizer(text, add_special_tokens=False), reps=max(reps, 5), warmup=1)
         m = generate.measure_tpot(loaded, ids, n_decode=tpot_steps, reps=reps, warmup=warmup)
         out.append(PrefillPoint(len(ids), tok_t, m.prefill, m.decode))
-    if progress is not None:
-        progress(len(lengths), len(lengths), 0)
+    progress(len(lengths), len(lengths), Phrase("diagnose.progress_prefill", {"done": len(lengths), "total": len(lengths),
+                                                                             "n": lengths[-1] if lengths else 0}))
     return out
 
 
@@ -298,15 +298,18 @@ class DecodeRun:
 
 
 def measure_decode(loaded: LoadedModel, prompt: str, chat: bool, n_decode: int = 32, reps: int = 3, warmup: int = 1,
-                   progress: ProgressFn | None = None) -> DecodeRun:
+                   progress: Progress = noop) -> DecodeRun:
     """The prompt tokenised and generated ``n_decode`` + 1 tokens by ``generate.measure_tpot`` (end token
-    ignored: a step's cost does not depend on which token it is), ``reps`` timed runs after ``warmup``.
-    Raises EmptyPromptError on an empty prompt."""
+    ignored: a step's cost does not depend on which token it is), ``reps`` timed runs after ``warmup``;
+    its progress counts the runs (``diagnose.progress_decode``). Raises EmptyPromptError on an empty prompt."""
     tok_t, enc = timing.repeat(lambda: encode(loaded.tokenizer, prompt, chat=chat, max_tokens=generate.MAX_PROMPT_TOKENS,
                                                       max_positions=loaded.facts.max_positions),
                                reps=max(reps, 5), warmup=1)
     ids = list(enc.ids)
-    step = None if progress is None else (lambda done, total: progress(done, total, len(ids)))
+
+    def step(done: int, total: int, _words: Any = None) -> None:
+        progress(done, total, Phrase("diagnose.progress_decode", {"done": done, "total": total, "n": len(ids)}))
+
     m = generate.measure_tpot(loaded, ids, n_decode=n_decode, reps=reps, warmup=warmup, progress=step)
     medians = [float(np.median([r[j] for r in m.runs])) for j in range(m.n_decode)]  # per step, over the timed runs
     decode = m.decode if m.decode is not None else timing.of([0.0])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,10 +32,11 @@ import torch
 import core.backends as backends
 from core.common import timing
 from core.common.numbers import softmax, top_k
+from core.common.progress import Progress, noop
 from core.common.timing import Timing
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Phrase
 from core.gen.sampling import SamplingConfig, choose, next_token_distribution
 
 TOP_K = 10  # candidates kept per step
@@ -321,19 +322,18 @@ def warm_prefill(loaded: LoadedModel, ids: Sequence[int], record_attention: bool
     backends.forward_step(loaded, ids, None, use_cache=True, record_attention=record_attention and len(ids) <= MAX_PREFILL_PATTERN)
 
 
-StepCallback = Callable[[int, int, float], None]  # (tokens so far, tokens at most, seconds since the prefill began)
-
-
-def _run_interruptible(st: Stepper, total: int, on_step: StepCallback | None) -> None:
-    """``st.run()`` with a callback after each pass; Ctrl-C stops it and keeps what was generated
+def _run_interruptible(st: Stepper, total: int, progress: Progress) -> None:
+    """``st.run()`` with its progress after each pass (tokens so far of tokens at most, said with the seconds
+    since the prefill began: ``generation.progress_tokens``); Ctrl-C stops it and keeps what was generated
     (``stop_reason = "interrupted"``)."""
     t0 = time.perf_counter()
     try:
         while not st.done:
             if st.step() is None:
                 break
-            if on_step is not None:
-                on_step(len(st.records), total, time.perf_counter() - t0)
+            done = len(st.records)
+            progress(done, total, Phrase("generation.progress_tokens", {"done": done, "total": total,
+                                                                 "seconds": f"{time.perf_counter() - t0:.1f}"}))
     except KeyboardInterrupt:
         st.stop_reason = "interrupted"
         n = min(len(st.records), len(st.generated))  # the interrupt may fall between the two appends
@@ -341,13 +341,13 @@ def _run_interruptible(st: Stepper, total: int, on_step: StepCallback | None) ->
 
 
 def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingConfig | None = None, *, chat: bool = False,
-                    warmup: bool = True, on_step: StepCallback | None = None) -> dict[str, Any]:
+                    warmup: bool = True, progress: Progress = noop) -> dict[str, Any]:
     """Run prefill + decode and return plain arrays (the CLI writes them to an .npz).
 
     Every per-pass array has one entry per generated token; entry 0 is the prefill, so
     ``step_seconds[0] == prefill_seconds`` and ``step_seconds[1:]`` are the TPOTs.
 
-    ``steps`` is capped by the model's context (the Stepper stops with ``"context"``); ``on_step(done, total, seconds)``
+    ``steps`` is capped by the model's context (the Stepper stops with ``"context"``); ``progress(done, total, words)``
     is called after every pass. Ctrl-C (KeyboardInterrupt) during the passes ends the run early:
     the record holds the tokens so far and ``meta["stop_reason"] == "interrupted"`` (it may hold
     no token at all if the prefill itself was interrupted).
@@ -357,7 +357,7 @@ def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingC
         warm_up(loaded)
     st = Stepper(loaded, enc.ids, cfg, max_steps=steps, record_attention=False)
     total = min(st.max_steps, max(1, st.max_positions - len(enc.ids)))  # the Stepper stops there ("context")
-    _run_interruptible(st, total, on_step)
+    _run_interruptible(st, total, progress)
     toks, tot, per = st.kv_arrays()
     cfg_d = asdict(st.cfg)
     meta = {
@@ -428,14 +428,14 @@ class TpotMeasure:
 
 def measure_tpot(loaded: LoadedModel, prompt_ids: Sequence[int], n_decode: int = TPOT_DECODE, reps: int = TPOT_REPS,
                  warmup: int = TPOT_WARMUP, cfg: SamplingConfig | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> TpotMeasure:
+                 progress: Progress = noop) -> TpotMeasure:
     """The TTFT and TPOT of ``prompt_ids`` on ``loaded``, measured the one way this app measures them.
 
     Both the stepper and the KV-cache page call this, so "TPOT" means the same number everywhere:
     ``warmup`` untimed runs, then ``reps`` runs of prefill + ``n_decode`` decode steps, with no
     attention recorded and the end token ignored (a step's cost does not depend on which token it is).
     ``cfg``: the sampling settings (greedy by default), since choosing the token is part of a step.
-    ``progress(done, total)``: called before each run (warm-up included) and once at the end."""
+    ``progress(done, total, None)``: runs done, called before each run (warm-up included) and once at the end."""
     ids = [int(i) for i in prompt_ids]
     n_dec = max(0, min(int(n_decode), backends.context_room(loaded) - len(ids) - 1))
     prefills: list[float] = []
@@ -444,8 +444,7 @@ def measure_tpot(loaded: LoadedModel, prompt_ids: Sequence[int], n_decode: int =
     total = warmup + reps
 
     def one_run() -> list[float]:
-        if progress is not None:
-            progress(len(prefills), total)
+        progress(len(prefills), total, None)
         s = Stepper(loaded, ids, cfg, max_steps=n_dec + 1, record_attention=False, stop_at_eos=False)
         s.run()
         prefills.append(float(s.ttft or 0.0))
@@ -457,8 +456,7 @@ def measure_tpot(loaded: LoadedModel, prompt_ids: Sequence[int], n_decode: int =
     if decode is None:  # still time the prefill the same way
         for _ in range(total):
             one_run()
-    if progress is not None:
-        progress(total, total)
+    progress(total, total, None)
     toks, held, _ = last[0].kv_arrays()
     return TpotMeasure(timing.of(prefills[warmup:], warmup), decode, len(ids), n_dec, tuple(runs[warmup:]),
                        tuple(int(x) for x in toks), int(held[-1]))

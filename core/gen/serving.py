@@ -46,9 +46,10 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig
 
+from core.common.progress import Progress, noop
 from core.engine.hooks import scoped_hooks
 from core.engine.tokens import encode
-from core.engine.types import CodedError, EmptyPromptError, LoadedModel
+from core.engine.types import CodedError, EmptyPromptError, LoadedModel, Phrase
 
 # ---------------------------------------------------------------------------------------------
 # bounds: a class shares one server, so one student's workload must stay short (seconds, not minutes)
@@ -691,12 +692,7 @@ def solo_generate(plain: LoadedModel, ids: Sequence[int], max_new_tokens: int) -
     return _in_worker(run)
 
 
-ProgressFn = Callable[[float, str], None]
-
-
-def _noop(_f: float, _m: str) -> None:
-    pass
-
+PROGRESS_ENGINE = 4  # a request served by the engine counts 4 units of a run's progress, checked by generate 1
 
 _quiet_lock = threading.Lock()
 
@@ -718,15 +714,15 @@ class _QuietEngineLog:
 
 def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: int = DEFAULT_PAGE_SIZE,
                  num_blocks: int | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-                 prefix_sharing: bool = True, progress: ProgressFn | None = None, solo: bool = True,
+                 prefix_sharing: bool = True, progress: Progress = noop, solo: bool = True,
                  prompt_ids: Sequence[Sequence[int]] | None = None, timeout_s: float = 300.0) -> ServeResult:
     """Serve ``requests`` with transformers' continuous batching on ``plain`` (``plain_model``), greedy:
     each request is handed to the running engine when its ``arrival_s`` comes. Then (``solo``) the same
     requests one after another with HF ``generate`` on the same model: each request's ✓ and the
     sequential throughput. A pool too small is not an error: what the engine does (queue, preempt, or
-    refuse a request it can never fit) is in the result. ``progress(fraction, words)`` is called from
-    this thread. The whole run holds ``plain.lock`` (one workload at a time on the lab's copy)."""
-    say = progress or _noop
+    refuse a request it can never fit) is in the result. Its progress (``progress(done, total, words)``, from
+    this thread) counts ``PROGRESS_ENGINE`` units per request the engine has finished and one per request
+    checked by ``generate``, out of ``PROGRESS_ENGINE + 1`` per request. The whole run holds ``plain.lock`` (one workload at a time on the lab's copy)."""
     settings = EngineSettings(page_size, num_blocks, max_batch_tokens, bool(prefix_sharing))
     if not requests:
         raise WorkloadError("empty")
@@ -751,8 +747,9 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
     order = sorted(range(len(requests)), key=lambda i: (arrivals[i], i))
     outputs: dict[str, Any] = {}
     submitted: dict[str, float] = {}
+    total = (PROGRESS_ENGINE + 1) * len(requests)
     with plain.lock, _QuietEngineLog(), torch.inference_mode():
-        say(0.0, f"starting the engine: {len(requests)} requests, {blocks} blocks of {page_size} tokens")
+        progress(0, total, Phrase("serving.step_start", {"n": len(requests), "blocks": blocks, "page": page_size}))
         manager = plain.model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
         clean = False
         try:
@@ -782,8 +779,9 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
                     raise WorkloadError("timeout", s=int(timeout_s))
                 if now - last_say >= 1.0:
                     last_say = now
-                    say(0.8 * len(outputs) / len(requests),
-                        f"engine: {len(outputs)}/{len(requests)} requests done, {len(rec.steps)} steps, {now:.1f} s")
+                    progress(PROGRESS_ENGINE * len(outputs), total,
+                             Phrase("serving.step_engine", {"done": len(outputs), "n": len(requests), "steps": len(rec.steps),
+                                                            "s": f"{now:.1f}"}))
             wall = time.perf_counter() - t0
             fatal = manager.background_thread_status.fatal_error
             clean = True
@@ -818,7 +816,7 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
     if solo:
         seq_s = 0.0
         for k, (x, p) in enumerate(zip(results, ids)):
-            say(0.8 + 0.2 * k / len(results), f"checking against generate, one request at a time: {k + 1}/{len(results)}")
+            progress(PROGRESS_ENGINE * len(requests) + k, total, Phrase("serving.step_solo", {"k": k + 1, "n": len(results)}))
             x.solo_token_ids, x.solo_s = solo_generate(plain, p, x.max_new_tokens)
             seq_s += x.solo_s
             x.equals_solo = x.token_ids == x.solo_token_ids if x.outcome == "finished" else False
@@ -826,7 +824,7 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
     peak = max((s.blocks_used for s in rec.steps), default=0)
     mem = memory_report(plain, page_size, engine_blocks, lens, news, peak, pool_bytes)
     mem["pool_bytes_data"] = engine_blocks * bytes_per_block  # the two trash sectors are in pool_bytes_measured only
-    say(1.0, "done")
+    progress(total, total, Phrase("serving.step_done"))
     return ServeResult(
         results, rec.steps,
         {"page_size": page_size, "num_blocks": engine_blocks, "max_batch_tokens": max_batch_tokens,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import core.backends as backends
-from core.engine.types import TOY_ID
+from core.engine.types import TOY_ID, say
 from core.gen import serving
 
 
@@ -44,8 +44,9 @@ def _read_workload(raw: str) -> str:
         raise ValueError(f"The workload file {raw} is not UTF-8 text (byte {e.start}).") from None
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+def _progress(_done: int, _total: int, words: Any = None) -> None:
+    """The run's progress on stderr: its words, in English."""
+    print(say(words), file=sys.stderr, flush=True)
 
 
 def main(argv: list[str], cli: Any) -> int:
@@ -84,7 +85,7 @@ def main(argv: list[str], cli: Any) -> int:
         ids = serving.encode_workload(plain.tokenizer, a.requests, plain.facts.max_positions)
         res = serving.run_workload(plain, a.requests, page_size=a.page_size, num_blocks=a.blocks,
                                    max_batch_tokens=a.max_batch_tokens, prefix_sharing=not a.no_prefix_sharing,
-                                   prompt_ids=ids, progress=lambda _f, m: _progress(m))
+                                   prompt_ids=ids, progress=_progress)
         body = (json.dumps(res.to_json(), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
 
         def write(f: BinaryIO) -> None:

@@ -1,16 +1,13 @@
 """Views that only become interesting on long prompts: what the predicting position reads across the
 whole document (which heads find a fact planted early), and how much attention the first token
-soaks up as the sequence grows (the "attention sink"). Pure numpy on a trace's exact weights."""
+soaks up as the sequence grows (the "attention sink"). Pure numpy on a trace's exact weights. (The loss
+along the document is measured by ``core.backends.next_token_logprob``, shared with the training page.)"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
-import torch
-
-from core.engine import roles
 
 KEY_CELLS = 256  # the most key columns the document-wide figure draws
 
@@ -69,22 +66,6 @@ def binned(curve: np.ndarray, bins: int = 64) -> tuple[np.ndarray, np.ndarray]:
     x = np.arange(n) * b
     y = np.array([np.mean(curve[..., i * b : (i + 1) * b], axis=-1) for i in range(n)]).T
     return x, y
-
-
-def next_token_logprob(loaded: Any, final_hidden: np.ndarray, ids: Any, chunk: int = 256) -> np.ndarray:
-    """[T−1] log p(token t+1 | tokens ≤ t) at every position of a document: measured, by the model's own LM
-    head on the trace's final hidden states (``chunk`` positions at a time, so the [T, V] logits never exist
-    at once), log-softmax in float64. −mean is the document's loss; a rise at late positions is what the
-    context limit looks like from the inside."""
-    head = roles.find_sites(loaded.model).lm_head
-    tgt = torch.tensor(np.asarray(ids[1:], dtype=np.int64))  # a copy: a trace's arrays are read-only
-    out = np.empty(len(tgt), dtype=np.float64)
-    with loaded.lock, torch.inference_mode():
-        for a in range(0, len(tgt), chunk):
-            h = torch.tensor(np.asarray(final_hidden[a : min(a + chunk, len(tgt))], dtype=np.float32))  # [c, d], a copy
-            z = head(h).double()  # [c, V]
-            out[a : a + len(h)] = (z.gather(1, tgt[a : a + len(h), None])[:, 0] - torch.logsumexp(z, dim=1)).numpy()
-    return out
 
 
 def loss_table(logp: np.ndarray, bins: int = 8) -> list[tuple[int, int, float]]:

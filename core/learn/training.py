@@ -24,7 +24,7 @@ from core.common.numbers import softmax, top_k
 from core.engine.trace import Trace
 from core.engine.types import LoadedModel
 
-MAX_POSITIONS = 256  # positions scored in one page view: the [T, V] logits are formed once (256 × 49,152 × 4 B = 48 MiB)
+MAX_POSITIONS = 256  # positions scored in one page view (each a bar of the loss figure)
 TOP = 8  # candidates compared between the parallel row and the separate prefix pass
 
 
@@ -96,19 +96,16 @@ def scored_trace(loaded: LoadedModel, tr: Trace, max_positions: int = MAX_POSITI
 
 
 def teacher_forcing(loaded: LoadedModel, tr: Trace, n_total: int | None = None) -> TeacherForcing:
-    """Per-position losses of ``tr``'s text from the logits of its one forward pass (``backends.full_logits``:
-    the LM head on every row of ``final_hidden``)."""
+    """Per-position losses of ``tr``'s text from its one forward pass: the LM head on every row of
+    ``final_hidden`` (``backends.next_token_logprob``, a chunk of rows at a time), with each label's rank
+    and the favourite read off the same rows."""
     ids = tr.token_ids.astype(np.int64)
     if ids.size < 2:
         raise ValueError("next-token labels need at least two tokens")
-    logits = backends.full_logits(loaded, tr)[:-1]  # [n, V]: the last row has no label inside the text
-    _, labels = shift_labels(ids)
-    losses = cross_entropy(logits, labels)
-    label_logit = logits[np.arange(labels.size), labels]
-    rank = (logits > label_logit[:, None]).sum(axis=1).astype(np.int64)  # how many tokens score strictly higher
+    scored = backends.next_token_logprob(loaded, tr, ranks=True)
+    losses = -scored.logp
     return TeacherForcing(ids=ids, tokens=[str(t) for t in tr.tokens], losses=losses, p_label=np.exp(-losses),
-                          top1=logits.argmax(axis=1).astype(np.int64), rank=rank,
-                          n_total=int(n_total if n_total is not None else ids.size))
+                          top1=scored.top1, rank=scored.rank, n_total=int(n_total if n_total is not None else ids.size))
 
 
 def parallel_row(loaded: LoadedModel, tr: Trace, t: int) -> np.ndarray:

@@ -4,7 +4,6 @@ that fills the same ``Trace`` as the real tracer (plus toy-only sites in ``extra
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,10 @@ import torch
 from safetensors.torch import load_file
 
 from core.common.paths import asset
+from core.common.progress import Progress, noop
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import LAYER_SITES, MAX_TOKENS, MLP, SITES, TOY, Trace
-from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError
+from core.engine.types import TOY_ID, LoadedModel, ModelFacts, ModelLoadError, Phrase
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.tokenizer import ByteTokenizer
 
@@ -49,10 +49,10 @@ def wrap(model: ToyTransformer, source: str, name: str = TOY_ID) -> LoadedModel:
     return LoadedModel(model, ByteTokenizer(), facts_of(model, name), name, "toy", source)
 
 
-def load_trained(progress: Callable[[float, str], None] | None = None, folder: Path = ASSETS) -> LoadedModel:
-    """The toy trained by ``make toy`` (``python -m core.toy.train``), from assets/toy/ (instant: ~100 kB)."""
-    if progress:
-        progress(0.5, "loading the toy's weights")
+def load_trained(progress: Progress = noop, folder: Path = ASSETS) -> LoadedModel:
+    """The toy trained by ``make toy`` (``python -m core.toy.train``), from assets/toy/ (instant: ~100 kB);
+    its progress in two steps, said in the reader's language."""
+    progress(1, 2, Phrase("load.step_toy"))
     try:
         cfg = ToyConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")))
         state = load_file(str(folder / WEIGHTS_FILE))
@@ -65,8 +65,7 @@ def load_trained(progress: Callable[[float, str], None] | None = None, folder: P
         raise ModelLoadError("toy_broken", where=f"`{where}`", error=f"`{error}`") from None
     model = ToyTransformer(cfg)
     model.load_state_dict(state, strict=False)  # strict=False: a tied lm_head is not stored twice
-    if progress:
-        progress(1.0, "ready")
+    progress(2, 2, Phrase("load.ready"))
     return wrap(model, TOY_SOURCE)
 
 

@@ -36,6 +36,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from core.common import timing
+from core.common.progress import Progress
+from core.engine.types import Phrase
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.run import ASSETS, CONFIG_FILE, LOSS_FILE, WEIGHTS_FILE
 from core.toy.tokenizer import ByteTokenizer
@@ -199,11 +201,11 @@ def induction_snapshot(model: ToyTransformer, ids: list[int], second_copy_from: 
     return h, w[h]
 
 
-def train_live(steps: int, seed: int, on_step: Callable[[int, int, float], None],
+def train_live(steps: int, seed: int, progress: Progress,
                on_snapshot: Callable[[int, list[float], int, Any], None], seconds: float | None = None) -> dict[str, Any]:
     """Train a fresh toy for up to ``steps`` steps or ``seconds``, whichever comes first.
 
-    ``on_step(step, steps, loss)`` after every step; ``on_snapshot(step, losses, head, weights)``
+    ``progress(done, steps, words)`` after every step (steps done, said with the loss: ``toy.live_progress``); ``on_snapshot(step, losses, head, weights)``
     every LIVE_EVERY steps and at the last step (once). Returns the losses, the time taken, ``completed`` (the
     step budget was met) and ``stop`` ("done" or "time": the time budget ran out first), the time of
     each training step alone (``step_timing``, a ``core.common.timing.Timing`` as a dict; the page's
@@ -221,7 +223,7 @@ def train_live(steps: int, seed: int, on_step: Callable[[int, int, float], None]
         now = time.perf_counter()
         step_s.append(now - last[0])  # the training step alone: data, forward, backward, update
         losses.append(loss)
-        on_step(step, steps, loss)
+        progress(step + 1, steps, Phrase("toy.live_progress", {"step": step + 1, "steps": steps, "loss": f"{loss:.3f}"}))
         if step % LIVE_EVERY == 0 or step == steps - 1:
             on_snapshot(step, losses, *induction_snapshot(model, ids))
             snapped[0] = step

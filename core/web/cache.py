@@ -25,7 +25,7 @@ from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase, say
 from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
-from core.inside import ablation, embeddings, heads, longctx
+from core.inside import ablation, embeddings, heads
 from core.learn import training
 from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
@@ -93,11 +93,11 @@ BY_KEY = {Trace: key_of}
 
 
 def next_token_logprob_of(tr: Trace) -> np.ndarray:
-    """[T−1] log p of each real next token of the cached trace ``tr`` (``longctx.next_token_logprob``: the LM
+    """[T−1] log p of each real next token of the cached trace ``tr`` (``backends.next_token_logprob``: the LM
     head over every position), computed once per trace and kept in the byte-bounded store beside it, not
     again on every rerun of the long-context page (at 1,024 tokens one pass is ~29 GFLOP)."""
     k = key_of(tr)
-    return store().get(("logp", *k), lambda: longctx.next_token_logprob(get_model(k.spec), tr.final_hidden, tr.token_ids))
+    return store().get(("logp", *k), lambda: backends.next_token_logprob(get_model(k.spec), tr).logp)
 
 
 def _layer_key(k: TraceKey, layer_idx: int) -> tuple:

@@ -1,5 +1,5 @@
 """What the three Cause-and-effect pages share: the pair of prompts and its two answers (widgets kept
-in the session and the URL, validated once into a sentence), the recorded pair, a progress bar.
+in the session and the URL, validated once into a sentence), the recorded pair.
 
 URL: ``clean``, ``corrupt``, ``answer``, ``foil`` carry the pair (each capped like a text box);
 the patching page adds ``site``, ``layer``, ``pos`` / ``head`` (the chosen cell), the attribution
@@ -143,16 +143,6 @@ def ready(loaded: LoadedModel, text: pair.PairText) -> Ready | None:
         return None
     return Ready(pt, ans, base, pair.logit_diff(base.clean_logits(), ans.answer, ans.foil),
                  pair.logit_diff(base.corrupted_logits(), ans.answer, ans.foil))
-
-
-def progress_bar(key: str, **kw: object) -> tuple[Callable[[int, int], None], object]:
-    """A progress bar with words (``key``: an i18n string with {done} and {n}); returns (callback, bar)."""
-    bar = st.progress(0.0, text=ui.t(key, done=0, n="…", **kw))
-
-    def update(done: int, n: int) -> None:
-        bar.progress(min(1.0, done / max(1, n)), text=ui.t(key, done=f"{done:,}", n=f"{n:,}", **kw))
-
-    return update, bar
 
 
 def new_click(chart_key: str, n_rows: int, n_cols: int) -> tuple[int, int] | None:

@@ -3,7 +3,8 @@
 A Streamlit rerun (a language switch, a slider moved, a second press) stops the running script at its
 next element; a computation made in the script's own thread is lost with it, and the next run starts it
 again from zero. Here a long computation (a patching sweep, the attributions, a timing measurement)
-runs in a thread of its own, keyed: the script only waits on it, drawing its progress (``wait``), and a
+runs in a thread of its own, keyed: the script only waits on it, drawing its progress (``wait``; the job's
+``report`` is the computation's ``core.common.progress.Progress``), and a
 rerun waits again on the same key, so it picks the work up where it is, never restarting it. The
 finished results are kept (least recently used first out, bounded in entries: they are small — grids
 and timings, not traces). Two sessions asking for the same key share one computation.
@@ -26,6 +27,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
+
+from core.common.progress import Progress
 
 RATE_ENV = "XRAY_MEASURES_PER_MIN"
 RATE_DEFAULT = 4
@@ -64,21 +67,22 @@ class Limiter:
 
 
 class Job:
-    """One keyed computation in its own thread: ``report(*progress)`` from inside it, ``done`` when over."""
+    """One keyed computation in its own thread: ``report(done, total, words)`` from inside it (its progress,
+    kept for every session that waits on it), ``done`` when over."""
 
     def __init__(self, key: Hashable) -> None:
         self.key = key
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
-        self.progress: tuple[Any, ...] | None = None
+        self.progress: tuple[int, int, Any] | None = None  # the last (done, total, words) reported
 
     @property
     def running(self) -> bool:
         return not self.done.is_set()
 
-    def report(self, *progress: Any) -> None:
-        self.progress = progress
+    def report(self, done: int, total: int, words: Any = None) -> None:
+        self.progress = (int(done), int(total), words)
 
 
 @dataclass(frozen=True)
@@ -165,17 +169,17 @@ class Runner:
                 del self._jobs[k]
 
 
-def wait(job: Job, on_progress: Callable[..., None] | None = None, tick: Callable[[], None] | None = None,
+def wait(job: Job, progress: Progress | None = None, tick: Callable[[], None] | None = None,
          poll: float = POLL_S) -> Any:
-    """``job``'s value, once it is done (its error raised, if it failed). Meanwhile ``on_progress(*p)``
+    """``job``'s value, once it is done (its error raised, if it failed). Meanwhile ``progress(done, total, words)``
     each time its progress changes and ``tick()`` every ``poll`` seconds: each draws an element, where
     Streamlit may stop this script for a rerun — the job itself runs on, and the next run waits for it."""
     seen = None
     while not job.done.wait(poll):
         p = job.progress
-        if on_progress is not None and p is not None and p != seen:
+        if progress is not None and p is not None and p != seen:
             seen = p
-            on_progress(*p)
+            progress(*p)
         if tick is not None:
             tick()
     if job.error is not None:

@@ -3,12 +3,13 @@ in the page's language why a fresh measurement was not started and when to try a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
 
+from core.engine.types import Phrase
 from core.web import jobs, ui
+from core.web.bar import Bar
 
 
 def busy() -> bool:
@@ -16,24 +17,16 @@ def busy() -> bool:
     return jobs.running(st.session_state.get(jobs.MINE))
 
 
-def show(job: jobs.Job | jobs.Refused, label: Callable[..., str] | None = None, quiet: bool = False) -> Any:
-    """The value of ``job`` once done, waiting with a progress bar whose words are ``label(*progress)``
-    (default: "Measuring …"); None, with a notice unless ``quiet``, when it was refused. A rerun while
-    it waits stops only this wait: the job runs on, and the next run waits for it again."""
+def show(job: jobs.Job | jobs.Refused, words: Phrase | None = None, quiet: bool = False) -> Any:
+    """The value of ``job`` once done, waiting with a progress bar (``core.web.bar``) that says the
+    measurement's own words as it reports them, and until then ``words`` (default: "Measuring …"); None,
+    with a notice unless ``quiet``, when it was refused. A rerun while it waits stops only this wait: the
+    job runs on, and the next run waits for it again."""
     if isinstance(job, jobs.Refused):
         if not quiet:
             st.warning(ui.t(f"measure.refused_{job.why}", s=job.retry_s))
         return None
     if not job.running:
         return jobs.wait(job)
-    last: list[Any] = [0.0, ui.t("measure.running")]
-    bar = st.progress(last[0], text=last[1])
-
-    def update(done: int, total: int, *rest: Any) -> None:
-        last[:] = [min(1.0, done / max(1, total)), label(done, total, *rest) if label else ui.t("measure.running")]
-        bar.progress(last[0], text=last[1])
-
-    try:
-        return jobs.wait(job, update, tick=lambda: bar.progress(last[0], text=last[1]))
-    finally:
-        bar.empty()
+    with Bar(words or Phrase("measure.running"), lang=ui.lang()) as bar:
+        return jobs.wait(job, bar, tick=bar.draw)
