@@ -21,13 +21,12 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from core.common.progress import Progress, noop
 from core.engine import hf, hf_trace, roles, xray
 from core.engine.tokens import Encoded, encode
 from core.engine.trace import LAYER_SITES, MAX_TOKENS, MLP_SITES, PATTERN_EXPORT_MAX, LayerDetail, NextTokens, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, LoadedModel
 from core.toy import run as toy_run
-
-ProgressFn = hf.ProgressFn
 
 # How many traced forward passes this process has run: tests use it to prove that choosing what
 # to look at (a layer, a head, a colour) reads the cached trace and never runs the model again.
@@ -38,7 +37,7 @@ FORWARD_PASSES = 0
 # loading
 
 
-def load_model(spec: str | None = None, progress: ProgressFn | None = None) -> LoadedModel:
+def load_model(spec: str | None = None, progress: Progress = noop) -> LoadedModel:
     """Load a model for the app.
 
     ``None`` (or ``"SmolLM2-135M-Instruct"``) → the embedded SmolLM2; ``"toy"`` → the trained toy
@@ -47,10 +46,10 @@ def load_model(spec: str | None = None, progress: ProgressFn | None = None) -> L
     """
     spec = (spec or "").strip()
     if spec in ("", EMBEDDED_ID):
-        return hf.load_embedded(progress or hf.noop)
+        return hf.load_embedded(progress or noop)
     if spec == TOY_ID:
-        return toy_run.load_trained(progress=progress)
-    return hf.load_local(spec, progress or hf.noop)
+        return toy_run.load_trained(progress=progress or noop)
+    return hf.load_local(spec, progress or noop)
 
 
 def is_hf(loaded: LoadedModel) -> bool:

@@ -72,12 +72,12 @@ def test_byte_lru_waiting_callers_see_the_computing_callers_progress():
     waiter_saw = {i: threading.Event() for i in (1, 2)}
     started = threading.Event()
 
-    def waiter_progress(done, total):
+    def waiter_progress(done, total, _words=None):
         seen_by_waiter.append((done, total))
         waiter_saw[done].set()
 
     def compute():
-        report = c.reporter("k", lambda d, n: mine.append((d, n)))
+        report = c.reporter("k", lambda d, n, _w=None: mine.append((d, n)))
         started.set()
         for i in (1, 2):
             report(i, 3)

@@ -20,9 +20,10 @@ import streamlit as st
 import core.backends as backends
 from core.cause import attribution, patching
 from core.common.memo import ByteLRU
+from core.common.progress import Progress
 from core.engine import budget, tokens
 from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
-from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase, say
+from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase
 from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
 from core.inside import ablation, embeddings, heads
@@ -32,26 +33,15 @@ from core.maths import attention, positions
 from core.stream import anatomy, lens
 from core.toy import load_loss_curve, word_order_demo
 from core.web import jobs
-
-
-def progress_text(frac: float, msg: Any, lang: str) -> str:
-    """What the loading bar says: how far it is, then what is being done, in the reader's language (a
-    sentence of the catalogue, ``hf.Said``; a plain message as it is)."""
-    return f"{min(max(frac, 0.0), 1.0):.0%} · {say(getattr(msg, 'phrase', msg), lang)}"
+from core.web.bar import Bar
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def get_model(spec: str) -> LoadedModel:
-    lang = st.session_state.get("lang", "en")
-    bar = st.progress(0.0, text=progress_text(0.0, Phrase("load.start"), lang))
-
-    def progress(frac: float, msg: str) -> None:  # a sentence of the catalogue (hf.Said) in the reader's language
-        bar.progress(min(max(frac, 0.0), 1.0), text=progress_text(frac, msg, lang))
-
-    try:
-        return backends.load_model(spec or None, progress=progress)
-    finally:
-        bar.empty()
+    """The model of ``spec``, loaded once per process; meanwhile a bar (``core.web.bar``) says how far the
+    load is and what it does, in the reader's language."""
+    with Bar(Phrase("load.start"), share_first=True) as bar:
+        return backends.load_model(spec or None, progress=bar)
 
 
 @st.cache_resource(show_spinner=False)
@@ -408,11 +398,11 @@ def runner() -> jobs.Runner:
 
 
 def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], answer: int, foil: int, site: str,
-                progress: Any = None) -> np.ndarray:
+                progress: Progress | None = None) -> np.ndarray:
     """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads.
     Computed in a server thread (``runner``), not in the script: a rerun while it runs (a language
     switch, a second visitor) waits for the same sweep and picks it up where it is, instead of losing
-    it; ``progress(done, total)`` draws the page's bar meanwhile, in every session that waits."""
+    it; ``progress(done, total, words)`` (the page's ``core.web.bar.Bar``) draws its bar meanwhile, in every session that waits."""
     key = ("cause_sweep", spec, ids_clean, ids_corrupted, answer, foil, site)
     job = runner().job(key)
     if job is None:
@@ -436,7 +426,7 @@ def cause_run(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, .
 
 
 def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, steps: int,
-                      progress: Any = None) -> attribution.Attributions:
+                      progress: Progress | None = None) -> attribution.Attributions:
     """Gradient × input and integrated gradients of the clean prompt (in a server thread, like ``cause_sweep``)."""
     key = ("cause_attribution", spec, ids, answer, foil, steps)
     job = runner().job(key)
@@ -469,14 +459,14 @@ def measurement(key: tuple, compute: Any) -> jobs.Job | jobs.Refused:
 
 def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:
     """Tokenising and prefill time at each input length (``core.gen.diagnose.measure_prefill_curve``);
-    progress (done, total, n). ``run``: a new number measures again."""
+    its progress counts the lengths, in words. ``run``: a new number measures again."""
     loaded = get_model(spec)
     return measurement(("diagnose_prefill", spec, lengths, run),
                        lambda job: diagnose.measure_prefill_curve(loaded, list(lengths), progress=job.report))
 
 
 def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int = 0) -> jobs.Job | jobs.Refused:
-    """One request timed end to end (``core.gen.diagnose.measure_decode``); progress (done, total, n)."""
+    """One request timed end to end (``core.gen.diagnose.measure_decode``); its progress counts the runs, in words."""
     loaded = get_model(spec)
     return measurement(("diagnose_decode", spec, prompt, chat, n_decode, run),
                        lambda job: diagnose.measure_decode(loaded, prompt, chat, n_decode, progress=job.report))
@@ -498,18 +488,10 @@ def serving_padded(spec: str, prompts: tuple[str, ...], side: str) -> serving.Pa
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def serving_run(spec: str, workload: str, page_size: int, num_blocks: int | None, max_batch_tokens: int, sharing: bool,
-                solo: bool = True, run: int = 0, _label: Any = None) -> serving.ServeResult:
-    """One workload through the engine (``core.gen.serving.run_workload``), with a progress bar in words
-    (``_label(fraction)``) while it runs; ``run`` measures again."""
-    bar = st.progress(0.0, text=_label(0.0) if _label else None)
-
-    def update(frac: float, _words: str) -> None:
-        f = min(1.0, max(0.0, frac))
-        bar.progress(f, text=_label(f) if _label else None)
-
-    try:
+                solo: bool = True, run: int = 0) -> serving.ServeResult:
+    """One workload through the engine (``core.gen.serving.run_workload``), with a progress bar while it
+    runs ("Serving the workload … {pct} %", in the reader's language); ``run`` measures again."""
+    with Bar(Phrase("serving.progress"), keep=True) as bar:
         return serving.run_workload(serving_model(spec), serving.parse_workload(workload), page_size=page_size,
                                     num_blocks=num_blocks, max_batch_tokens=max_batch_tokens, prefix_sharing=sharing,
-                                    solo=solo, progress=update)
-    finally:
-        bar.empty()
+                                    solo=solo, progress=bar)
