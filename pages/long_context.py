@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.common import escape
 from core.inside import figures as inside_fig
-from core.inside import heads, longctx
+from core.inside import heads, longctx, pasttrain
 from core.learn import long_docs
 from core.web import cache, page, presenter, ui, widgets
 
@@ -75,6 +76,40 @@ def _loss(loaded, tr) -> None:
     ui.badge("formula")
 
 
+def _past(lang: str) -> None:
+    """Seed 003's objective 3 past the training length, measured: the toy live (RoPE past its trained length and
+    its config's max_positions), the embedded model from the measurement shipped in assets/past_training.json."""
+    st.header(ui.t("pasttrain.h"))
+    st.markdown(ui.t("pasttrain.intro"))
+    tp = pasttrain.toy_past()  # deterministic: once per process
+    words = pasttrain.toy_text(tp)
+    st.markdown(ui.t("pasttrain.h_toy", **words))
+    st.markdown(ui.t("pasttrain.toy_intro", **words))
+    presenter.chart(inside_fig.fig_toy_past([a for a, _ in tp.bins], tp.loss_all, tp.loss_copy, tp.trained, tp.max_positions,
+                                            pasttrain.CHANCE, lang), width="stretch")
+    st.caption(ui.t("pasttrain.toy_readout", **words))
+    st.caption(ui.t("pasttrain.toy_refusal", maxpos=words["maxpos"], err=pasttrain.toy_refusal()))
+    ui.badge("toy", ui.t("pasttrain.toy_badge", **words))
+    st.markdown(ui.t("pasttrain.h_real"))
+    try:
+        rec = pasttrain.load_reference()
+    except (OSError, ValueError) as e:
+        st.info(ui.t("pasttrain.no_reference", why=escape.md(f"{type(e).__name__}: {e}")))
+        return
+    words = pasttrain.real_text(rec)
+    st.markdown(ui.t("pasttrain.real_intro", **words))
+    presenter.chart(inside_fig.fig_real_past(rec, lang), width="stretch")
+    st.caption(ui.t("pasttrain.real_readout", **words))
+    if "control" in rec:
+        gap = pasttrain.widest_gap(rec)
+        if gap:
+            st.caption(ui.t("pasttrain.real_gap", **gap))
+        st.caption(ui.t("pasttrain.real_control_note", **words))
+    st.caption("📦 " + ui.t("pasttrain.real_label", machine=escape.md(rec["machine"]), model=escape.md(rec["model"]),
+                            doc=rec["document"].replace("`", "ˋ"), **words))  # made elsewhere, once: not this server's badge
+    st.caption(ui.t("pasttrain.real_which"))
+
+
 def render(loaded, tr) -> None:
     if tr.n_tokens < 2:
         st.info(ui.t("longctx.one_token"))
@@ -85,6 +120,7 @@ def render(loaded, tr) -> None:
     _reader(loaded, tr, lang)
     _sink(tr, lang)
     _loss(loaded, tr)
+    _past(lang)
 
 
 page.run(render)

@@ -247,3 +247,46 @@ def fig_sink_curve(x: np.ndarray, y: np.ndarray, layer: int, lang: str) -> go.Fi
     fig.update_layout(title=_t("longctx.fig_sink", lang, l=layer), xaxis_title=_t("heads.query_pos", lang),
                       yaxis_title=_t("longctx.w_first", lang), yaxis_range=[0, 1], height=380, margin=dict(t=50, b=40))
     return fig
+
+
+def _limit_line(fig: go.Figure, x: float, text: str, role: str, pos: str = "top right") -> None:
+    fig.add_vline(x=x, line=palette.line(role, width=2), annotation_text=text, annotation_position=pos)
+
+
+def fig_toy_past(first: Sequence[int], all_tokens: Sequence[float | None], copies: Sequence[float | None], trained: int,
+                 max_positions: int, chance: float, lang: str) -> go.Figure:
+    """The toy's measured loss per bin of positions (each bin at its first position), on every predicted
+    token and on the predictable ones, with its trained length, its config's max_positions and chance marked."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(first), y=list(copies), mode="lines+markers", name=_t("pasttrain.toy_copies", lang),
+                             line=palette.line("main", width=3), marker=palette.marker("main", size=6)))
+    fig.add_trace(go.Scatter(x=list(first), y=list(all_tokens), mode="lines+markers", name=_t("pasttrain.toy_all", lang),
+                             line=palette.line("second", width=2), marker=palette.marker("second", size=5)))
+    fig.add_hline(y=chance, line=dict(color=palette.OKABE_ITO["grey"], dash="dot"),
+                  annotation_text=_t("pasttrain.chance_line", lang, c=f"{chance:.2f}"), annotation_position="bottom right")
+    _limit_line(fig, trained, _t("pasttrain.trained_line", lang, n=f"{trained:,}"), "accent")
+    if max_positions and max_positions <= max(first):
+        _limit_line(fig, max_positions, _t("pasttrain.maxpos_line", lang, n=f"{max_positions:,}"), "weights")
+    fig.update_layout(title=_t("pasttrain.fig_toy", lang), xaxis_title=_t("pasttrain.x_pos", lang),
+                      yaxis_title=_t("pasttrain.y_loss", lang), height=400, margin=dict(t=50, b=40),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def fig_real_past(rec: dict[str, Any], lang: str) -> go.Figure:
+    """The shipped measurement (assets/past_training.json) exactly as written: the loss per bin of positions
+    (at each bin's first position), the control where measured, the trained length and the trace cut marked."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=rec["first"], y=rec["loss"], mode="lines+markers", name=_t("pasttrain.real_full", lang),
+                             line=palette.line("main", width=3), marker=palette.marker("main", size=6)))
+    if "control" in rec:
+        xs = [a for a, c in zip(rec["first"], rec["control"], strict=True) if c is not None]
+        ys = [c for c in rec["control"] if c is not None]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=_t("pasttrain.real_control", lang),
+                                 line=palette.line("with", width=2), marker=palette.marker("with", size=6)))
+    _limit_line(fig, rec["trained"], _t("pasttrain.trained_line", lang, n=f"{rec['trained']:,}"), "accent")
+    _limit_line(fig, rec["trace_cut"], _t("pasttrain.cut_line", lang, n=f"{rec['trace_cut']:,}"), "weights", "top left")
+    fig.update_layout(title=_t("pasttrain.fig_real", lang, n=f"{rec['n_tokens']:,}"), xaxis_title=_t("pasttrain.x_pos", lang),
+                      yaxis_title=_t("pasttrain.y_loss", lang), height=400, margin=dict(t=50, b=40),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
