@@ -11,13 +11,15 @@ import floats
 import numpy as np
 import pytest
 import torch
+from test_app import _font_sizes
 
-from conftest import app_run, figure_spec, plotly_array
+from conftest import app_run, figure_spec, plotly_array, title_of
 from core.common import i18n
 from core.engine.trace import MAX_TOKENS
 from core.inside import pasttrain
 from core.toy import run as toy_run
 from core.toy import train as toy_train
+from core.web import presenter
 
 
 def test_per_position_loss_is_hfs_own_loss(tiny_loaded, eager_refs):
@@ -177,7 +179,15 @@ def test_long_context_page_draws_the_measurements(smol, lang):
 
 
 def test_long_context_page_in_presenter_mode(smol):
+    """?present=1: both new figures are drawn, every text in them (the limit lines' labels too) at the projector's size."""
     at = app_run("long_context", present="1")
     assert not at.exception, [e.value for e in at.exception]
-    titles = [json.loads(c.proto.spec)["layout"].get("meta", {}).get("title", "") for c in at.get("plotly_chart")]
-    assert any(i18n.t("pasttrain.fig_toy", "en") in t for t in titles), titles
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    rec = pasttrain.load_reference()
+    mine = (i18n.t("pasttrain.fig_toy", "en"), i18n.t("pasttrain.fig_real", "en", n=f"{rec['n_tokens']:,}"))
+    ours = [s for s in specs if title_of(s) in mine]
+    assert len(ours) == 2, [title_of(s) for s in specs]
+    for spec in ours:
+        lay = {k: v for k, v in spec["layout"].items() if k != "template"}
+        sizes = _font_sizes({"data": spec["data"], "layout": lay}, [])
+        assert sizes and min(sizes) >= presenter.MIN_FONT, sorted(set(sizes))
