@@ -191,3 +191,21 @@ def test_long_context_page_in_presenter_mode(smol):
         lay = {k: v for k, v in spec["layout"].items() if k != "template"}
         sizes = _font_sizes({"data": spec["data"], "layout": lay}, [])
         assert sizes and min(sizes) >= presenter.MIN_FONT, sorted(set(sizes))
+
+
+def test_real_measurement_maps_the_control_window_onto_the_documents_positions(tiny_loaded):
+    """measure_real on a tiny model (300 document tokens, a 'trained length' of 200): the full curve is the bins of
+    one forward's log p; the control at document position p ≥ 200 is the window's log p at p − 100 (the window
+    ids[100:] run alone: same route, same bits); the record it makes passes the schema check."""
+    loaded = tiny_loaded["llama"]
+    got = pasttrain.measure_real(loaded, 300, 200, width=50, log=lambda _s: None)
+    ids, source = pasttrain.document_ids(loaded.tokenizer, 300)
+    assert got["document"] == source and source.startswith(pasttrain.DOCUMENT) and got["control_start"] == 100
+    full = pasttrain.next_logprob(loaded, pasttrain.forward_rows(loaded, torch.from_numpy(ids[None]))[0])
+    win = pasttrain.next_logprob(loaded, pasttrain.forward_rows(loaded, torch.from_numpy(ids[None, 100:]))[0])
+    bins = pasttrain.bins_of(299, 50)
+    assert got["loss"] == [float((-full[a : b + 1]).mean()) for a, b in bins]
+    assert got["control"] == [None] * 4 + [float((-win[a - 100 : b - 100 + 1]).mean()) for a, b in bins[4:]]
+    assert got["loss_past_control"] == float((-win[100:]).mean()) and got["loss_past"] == float((-full[200:]).mean())
+    rec = pasttrain.reference_record(got, "test machine", "today", "tiny llama", 1.0)
+    assert pasttrain.check_reference(rec) == []

@@ -274,7 +274,7 @@ def trained_length(loaded: LoadedModel) -> int:
 
 
 def measure_real(loaded: LoadedModel, n_tokens: int, trained: int, width: int = REAL_BIN, control: bool = True,
-                 progress: Any = print) -> dict[str, Any]:
+                 log: Any = print) -> dict[str, Any]:
     """The loss per bin of positions of the document's first ``n_tokens`` tokens in one forward pass, and
     (``control``) the tokens past ``trained`` scored again in the window of the last ``trained`` tokens
     (they then sit at positions n − trained … trained − 1, inside the trained length, with ≥ n − trained
@@ -283,7 +283,7 @@ def measure_real(loaded: LoadedModel, n_tokens: int, trained: int, width: int = 
     t0 = time.perf_counter()
     logp = next_logprob(loaded, forward_rows(loaded, torch.from_numpy(ids[None]))[0])  # [n − 1]
     t_full = time.perf_counter() - t0
-    progress(f"full forward of {n_tokens:,} tokens: {t_full:.1f} s")
+    log(f"full forward of {n_tokens:,} tokens: {t_full:.1f} s")
     bins = bins_of(n_tokens - 1, width)
     loss, _ = bin_means(-logp, bins)
     out: dict[str, Any] = {"n_tokens": int(n_tokens), "trained": int(trained), "trace_cut": MAX_TOKENS, "bin": int(width),
@@ -295,7 +295,7 @@ def measure_real(loaded: LoadedModel, n_tokens: int, trained: int, width: int = 
         t1 = time.perf_counter()
         lw = next_logprob(loaded, forward_rows(loaded, torch.from_numpy(ids[None, start:]))[0])  # [trained − 1]
         t_ctrl = time.perf_counter() - t1
-        progress(f"control window of {trained:,} tokens: {t_ctrl:.1f} s")
+        log(f"control window of {trained:,} tokens: {t_ctrl:.1f} s")
         ctrl = np.full(n_tokens - 1, np.nan)
         ctrl[start:] = lw  # position p ≥ start predicted inside the window
         live = ~np.isnan(ctrl)

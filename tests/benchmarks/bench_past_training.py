@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     model = f"{EMBEDDED_ID} (GGUF name: {name}; {loaded.source}); max_position_embeddings {cfg.max_position_embeddings}, rope_theta {cfg.rope_parameters['rope_theta']:g}"
     print(f"{model}\ntrained length {trained:,}, document {n:,} tokens", file=sys.stderr)
     measured = pasttrain.measure_real(loaded, n, trained, width=a.bin, control=not a.no_control,
-                                      progress=lambda s: print(s, file=sys.stderr, flush=True))
+                                      log=lambda s: print(s, file=sys.stderr, flush=True))
     load1 = os.getloadavg()
     rec = pasttrain.reference_record(measured, f"{machine()}, load average {load0[0]:.1f} at the start and {load1[0]:.1f} at the end",
                                      datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), model, time.perf_counter() - t0)
