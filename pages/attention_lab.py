@@ -83,9 +83,8 @@ def _implementations() -> None:
     st.header(ui.t("attention_lab.impl_title"))
     c = A.compare_implementations()
     st.markdown(ui.t("attention_lab.impl_intro", n=c["n"], h=c["heads"], dh=c["head_dim"], b=c["block"]))
-    rows = [{ui.t("attention_lab.impl_col_name"): ui.t(f"attention_lab.impl_{k}"),
-             ui.t("attention_lab.impl_col_err"): f"{c['max_err'][k]:.2e}",
-             ui.t("attention_lab.impl_col_ratio"): f"{c['max_err'][k] / c['float32_error']:.2f}×"} for k in A.IMPLEMENTATIONS]
+    rows = [{ui.t("attention_lab.impl_col_name"): ui.t(f"attention_lab.impl_{k}"), ui.t("attention_lab.impl_col_err"): err,
+             ui.t("attention_lab.impl_col_ratio"): ratio} for k, err, ratio in A.implementation_rows(c)]
     st.table(rows, hide_index=True)
     st.markdown(ui.t("attention_lab.impl_verdict", err=f"{max(c['max_err'].values()):.1e}", largest=f"{c['largest']:.2f}"))
     ui.badge("measured", ui.t("attention_lab.impl_badge"))
@@ -113,26 +112,21 @@ def _real_example() -> Example | None:
 def _key_window(T: int, pos: int) -> slice:
     """All keys up to ``attnview.CELLS``; beyond, a window of that many (URL ``keys``: its first key;
     by default the window that ends at the query), so the editors, tables and figures stay readable."""
-    n = attnview.CELLS
-    if n >= T:
+    window = A.key_window_start(T, pos, attnview.CELLS)
+    if window is None:
         return ALL
-    hi = T - n
-    a = widgets.int_slider(ui.t("attention_lab.key_start"), 0, hi, ui.qp_int("keys", max(0, min(hi, pos - n + 1)), 0, hi),
-                           key="attention_lab_keys")
+    hi, first = window
+    a = widgets.int_slider(ui.t("attention_lab.key_start"), 0, hi, ui.qp_int("keys", first, 0, hi), key="attention_lab_keys")
     ui.set_qp(keys=a)
-    return slice(a, a + n)
+    return slice(a, a + attnview.CELLS)
 
 
 def _example(preset: str) -> Example | None:
     """(arrays, axis labels, version): the version keys the editors, so a new example starts fresh."""
-    if preset == "worked":
-        unmask = st.checkbox(ui.t("attention_lab.unmask"), key="attention_lab_unmask")
-        ex = A.worked_example(unmask)
-        return ex, A.calculator_labels(ex), "worked", f"worked{unmask}", ALL
-    if preset == "seed42":
-        ex = A.drop_batch(A.seed42_example())
-        return ex, A.calculator_labels(ex), preset, preset, ALL
-    return _real_example()
+    if preset == "real":
+        return _real_example()
+    unmask = preset == "worked" and st.checkbox(ui.t("attention_lab.unmask"), key="attention_lab_unmask")
+    return (*A.preset_example(preset, unmask), ALL)
 
 
 def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str, mask_version: str,
@@ -145,18 +139,11 @@ def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str, ma
         part = ex[name] if name == "q" else ex[name][keys]
         with col:
             st.markdown(f"**{name.upper()}** `[{ex[name].shape[0]}, {ex[name].shape[1]}]`")
-            out.append(_put(ex[name], keys if name != "q" else ALL, _edit(part, rows, cols, f"attention_lab_{name}_{version}")))
+            out.append(A.put_rows(ex[name], keys if name != "q" else ALL, _edit(part, rows, cols, f"attention_lab_{name}_{version}")))
     st.markdown(ui.t("attention_lab.mask_label"))
     mask = ex["mask"].copy()
     mask[:, keys] = _edit(ex["mask"][:, keys], lab.q, lab.k[keys], f"attention_lab_mask_{mask_version}")
     return (*out, mask)
-
-
-def _put(whole: np.ndarray, rows: slice, edited: np.ndarray) -> np.ndarray:
-    """``whole`` with its ``rows`` replaced by the edited ones (the keys outside a window keep the model's values)."""
-    out = whole.copy()
-    out[rows] = edited
-    return out
 
 
 def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: slice) -> None:
@@ -173,7 +160,7 @@ def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: sl
     if keys != ALL:  # say that the softmax ran over every key, and what the hidden ones hold
         n = steps.weights.shape[-1]
         st.caption(ui.t("attention_lab.key_window", a=keys.start, b=min(keys.stop, n) - 1, T=n,
-                        rest=f"{float(steps.weights[0].sum() - steps.weights[0, keys].sum()):.3f}"))
+                        rest=f"{A.hidden_mass(steps.weights, keys):.3f}"))
 
 
 def _calc_tab(lang: str) -> None:

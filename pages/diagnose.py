@@ -15,8 +15,6 @@ from core.gen import kvcalc, report, workloads
 from core.web import cache, measure, nav, page, presenter, ui, widgets
 
 P = "diagnose"
-LONGEST = (256, 512, 1024, 2048, 4096)
-ANSWERS = ("phase", "temperature", "output", "hardware")
 
 
 def _machine() -> str:
@@ -29,9 +27,7 @@ def _bump(name: str, want: tuple) -> None:
     while this session's measurement still runs (a second press then waits for the first)."""
     if measure.busy():
         return
-    done = st.session_state.get(f"{P}_{name}")
-    again = done is not None and tuple(done[: len(want)]) == want
-    st.session_state[f"{P}_{name}"] = (*want, time.time_ns() if again else 0)
+    st.session_state[f"{P}_{name}"] = dg.next_request(st.session_state.get(f"{P}_{name}"), want, time.time_ns())
 
 
 def _points(spec: str, quiet: bool = True) -> list[dg.PrefillPoint] | None:
@@ -58,20 +54,19 @@ def _controls(spec: str, max_pos: int) -> None:
     st.header(ui.t("diagnose.s_measure"))
     st.caption(ui.t("diagnose.measured_on", machine=_machine()))
     c1, c2 = st.columns(2)
-    longest = c1.select_slider(ui.t("diagnose.longest"), LONGEST, 2048, key=f"{P}_longest", help=ui.t("diagnose.longest_help"))
+    longest = c1.select_slider(ui.t("diagnose.longest"), dg.LONGEST_CHOICES, 2048, key=f"{P}_longest", help=ui.t("diagnose.longest_help"))
     lengths = tuple(dg.curve_lengths(longest, max_pos))
-    done = st.session_state.get(f"{P}_prefill")
-    again = done is not None and done[:2] == (spec, lengths)
+    again = dg.asked_again(st.session_state.get(f"{P}_prefill"), (spec, lengths))
     c1.button(ui.t("diagnose.measure_again_prefill" if again else "diagnose.measure_prefill"), key=f"{P}_go_prefill",
               type="primary", on_click=_bump, args=("prefill", (spec, lengths)))
     n_out = c2.slider(ui.t("diagnose.n_out"), 4, 64, 24, key=f"{P}_n_out")
     done = st.session_state.get(f"{P}_decode")
     want = (spec, ui.prompt(), ui.chat(), n_out)
-    c2.button(ui.t("diagnose.measure_again_decode" if done and done[:4] == want else "diagnose.measure_decode"),
+    c2.button(ui.t("diagnose.measure_again_decode" if dg.asked_again(done, want) else "diagnose.measure_decode"),
               key=f"{P}_go_decode", type="primary", on_click=_bump, args=("decode", want))
     if not ui.prompt().strip():
         c2.info(ui.t("hint.empty_prompt"))
-    if done and done[:4] != want:  # the prompt or the length changed since: measure what is asked now
+    if done and not dg.asked_again(done, want):  # the prompt or the length changed since: measure what is asked now
         st.session_state.pop(f"{P}_decode")
     _points(spec, quiet=False)  # a measurement just asked for runs here, its progress bar under its button; later calls read the cache
     _decode(spec, quiet=False)
@@ -126,12 +121,8 @@ def _memory(spec: str, loaded) -> None:
     raw = c[4].text_input(ui.t("diagnose.mem_budget"), "24", key=f"{P}_budget", help=ui.t("diagnose.mem_budget_help"))
     bpv = kvcalc.BYTES_PER_VALUE[bpv_name]
     try:
-        if src == "paste":
-            text = st.text_area(ui.t("kv_cache.paste_here"), '{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, '
-                                '"hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256}', key=f"{P}_cfg")
-            shape = dg.MemoryShape.of_config(text, bpv)
-        else:
-            shape = dg.MemoryShape.of_facts(loaded.facts, bpv)
+        text = st.text_area(ui.t("kv_cache.paste_here"), dg.PASTE_EXAMPLE, key=f"{P}_cfg") if src == "paste" else ""
+        shape = dg.memory_shape(src, text, loaded.facts, bpv)
     except ConfigError as e:
         widgets.config_error(e)
         return
@@ -155,7 +146,7 @@ def _temperature(loaded) -> None:
     q = c1.text_input(ui.t("diagnose.temp_q"), "The capital of Australia is", key=f"{P}_q")
     ev = c2.text_input(ui.t("diagnose.temp_ev"), "Canberra is the capital of Australia.", key=f"{P}_ev")
     tq = ui.current_trace(q, chat_mode=False)
-    te = ui.current_trace(f"{ev.strip()} {q.strip()}", chat_mode=False) if tq is not None else None
+    te = ui.current_trace(dg.with_evidence(ev, q), chat_mode=False) if tq is not None else None
     if tq is None or te is None:
         return
     demo = dg.temperature_demo(tq.last_logits, te.last_logits)
@@ -183,10 +174,11 @@ def _symptom(spec: str, loaded) -> None:
 def _exercise(spec: str, loaded) -> None:
     st.header(ui.t("diagnose.s_exercise"))
     st.markdown(ui.t("diagnose.ex_q"))
-    ans = st.radio(ui.t("diagnose.ex_pick"), ANSWERS, index=None, key=f"{P}_ex", format_func=ui.fmt("diagnose.ex_{}"))
+    ans = st.radio(ui.t("diagnose.ex_pick"), dg.EXERCISE_ANSWERS, index=None, key=f"{P}_ex", format_func=ui.fmt("diagnose.ex_{}"))
     if ans is None:
         return
-    (st.success if ans == "phase" else st.error)(ui.t("diagnose.ex_right" if ans == "phase" else "diagnose.ex_wrong"))
+    right = ans == dg.EXERCISE_RIGHT
+    (st.success if right else st.error)(ui.t("diagnose.ex_right" if right else "diagnose.ex_wrong"))
     st.markdown(ui.t("diagnose.ex_why"))
     lang = ui.lang()
     st.markdown(report.exercise_kv_text(loaded.facts, lang))

@@ -4,7 +4,6 @@ reproducing the real model's queries."""
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from core.maths import figures as P
@@ -58,12 +57,11 @@ def _learned_tab(lang: str) -> None:
     model = R.learned_toy(P_rows)
     table = R.learned_table(model)
     presenter.chart(P.learned_table_figure(table, start, start + R.LEARNED_READ, lang), width="stretch", key="positions_fig_learned")
-    rows = R.learned_lookup(model, start, R.LEARNED_READ)
+    same = R.learned_read(model, start)
     last = start + R.LEARNED_READ - 1
-    if rows is None:
+    if same is None:
         st.error(ui.t("positions.learned_refused", s=start, e=last, p=P_rows, last=P_rows - 1))
     else:
-        same = bool(np.array_equal(rows, table[start : last + 1]))
         st.caption(ui.t("positions.learned_read", s=start, e=last, same=ui.t("positions.yes" if same else "positions.no")))
     st.markdown(ui.t("positions.learned_after", n=f"{R.gpt2_positions():,}"))
     ui.badge("toy", ui.t("norms.untrained"))
@@ -81,7 +79,7 @@ def _alibi_tab(lang: str) -> None:
     with st.expander(ui.t("positions.alibi_table")):
         st.table(R.alibi_slopes_table(demo.slopes), hide_index=True)
     labels = [str(i) for i in range(T)]
-    hidden = np.triu(np.ones((T, T), dtype=bool), 1)
+    hidden = R.future_keys(T)
     presenter.chart(P.matrix_figure(demo.bias[head], ui.t("positions.fig_bias", h=head, m=f"{demo.slopes[head]:.4g}"), labels,
                                     labels, lang), width="stretch", key="positions_fig_bias")
     a, b = st.columns(2)

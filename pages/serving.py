@@ -4,8 +4,6 @@ prefix reuse on and off, and a block pool too small for the workload."""
 
 from __future__ import annotations
 
-import math
-
 import streamlit as st
 
 from core.engine.types import CodedError
@@ -46,9 +44,8 @@ def _workload(lang: str) -> str | None:
     st.caption(ui.t(f"serving.preset_{preset}_why"))
     reqs = serving.parse_workload(workloads.preset_text(preset, lang))  # a Chinese page: the same requests in Chinese
     rows = st.data_editor([r.to_json() for r in reqs], num_rows="dynamic", key=f"{P}_edit_{preset}_{lang}", width="stretch")
-    clean = [{k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))} for row in rows]
     try:
-        return serving.workload_text(serving.parse_workload(workloads.rows_text(clean)))
+        return serving.workload_text(serving.parse_workload(workloads.rows_text(serving.edited_rows(rows))))
     except CodedError as e:
         st.error(e.markdown(lang))
         return None

@@ -709,3 +709,38 @@ def test_shipped_reference_timing_loads_and_is_shown_with_its_machine_and_date(f
         assert table[i18n.t("attention_lab.live_col", lang)].tolist() == [float(n) for n in ref["n"]]  # the stand-in live run
 
 
+
+
+# --- the calculator's glue, moved out of pages/attention_lab.py (hand-computed references) ---
+
+
+def test_preset_example_versions_key_the_editors():
+    ex, lab, version, mask_version = A.preset_example("worked")
+    assert ex["mask"].tolist() == [[True, True, False]] and (version, mask_version) == ("worked", "workedFalse")
+    ex2, _, version2, mask2 = A.preset_example("worked", unmask=True)
+    assert ex2["mask"].tolist() == [[True, True, True]] and version2 == version and mask2 == "workedTrue"  # only the mask's editor renews
+    assert lab.q == A.calculator_labels(ex).q and lab.k == A.calculator_labels(ex).k
+    s, _, v, m = A.preset_example("seed42")
+    assert (v, m) == ("seed42", "seed42") and s["q"].ndim == 2  # the batch axis dropped
+    with pytest.raises(ValueError):
+        A.preset_example("real")
+
+
+def test_key_window_start_by_hand():
+    assert A.key_window_start(64, 63, 64) is None and A.key_window_start(10, 3, 64) is None  # every key fits
+    assert A.key_window_start(100, 99, 64) == (36, 36)  # ends at the query: keys 36 … 99
+    assert A.key_window_start(100, 10, 64) == (36, 0)  # an early query: the first window
+    assert A.key_window_start(100, 70, 64) == (36, 7)  # 70 − 64 + 1
+
+
+def test_put_rows_and_hidden_mass_by_hand():
+    whole = np.arange(12.0).reshape(6, 2)
+    out = A.put_rows(whole, slice(2, 4), np.array([[-1.0, -2.0], [-3.0, -4.0]]))
+    assert out.tolist() == [[0, 1], [2, 3], [-1, -2], [-3, -4], [8, 9], [10, 11]] and whole[2, 0] == 4.0  # a copy
+    w = np.array([[0.5, 0.25, 0.125, 0.125]])  # sums exactly in binary
+    assert A.hidden_mass(w, slice(1, 3)) == 0.625 and A.hidden_mass(w, slice(None)) == 0.0
+
+
+def test_implementation_rows_by_hand():
+    c = {"max_err": {"sdpa": 1.5e-7, "eager": 3e-7, "tiled": 6e-7}, "float32_error": 3e-7}
+    assert A.implementation_rows(c) == [("sdpa", "1.50e-07", "0.50×"), ("eager", "3.00e-07", "1.00×"), ("tiled", "6.00e-07", "2.00×")]

@@ -447,3 +447,26 @@ def test_see_page_link_uses_the_languages_own_colon():
 
     assert t("ui.see_page", "en", page="Long context") == "See the page: Long context"
     assert t("ui.see_page", "zh", page="长上下文") == "查看页面：长上下文"
+
+
+# --- the page's glue, moved out of pages/diagnose.py ---
+
+
+def test_a_press_asks_run_zero_first_then_a_fresh_run():
+    want = ("smol", (256, 512))
+    assert not dg.asked_again(None, want) and dg.next_request(None, want, 99) == ("smol", (256, 512), 0)
+    assert dg.asked_again(("smol", (256, 512), 0), want) and dg.next_request(("smol", (256, 512), 0), want, 99) == ("smol", (256, 512), 99)
+    assert not dg.asked_again(("smol", (256,), 0), want) and dg.next_request(("smol", (256,), 7), want, 99)[-1] == 0  # other settings
+
+
+def test_memory_shape_from_a_paste_or_the_model(smol):
+    pasted = dg.memory_shape("paste", dg.PASTE_EXAMPLE, smol.facts, 2)
+    assert pasted == dg.MemoryShape.of_config(dg.PASTE_EXAMPLE, 2) and pasted.d_model == 4096
+    assert dg.memory_shape("current", "", smol.facts, 4) == dg.MemoryShape.of_facts(smol.facts, 4)
+    with pytest.raises(ConfigError):
+        dg.memory_shape("paste", "{not json", smol.facts, 2)
+
+
+def test_exercise_and_evidence_by_hand():
+    assert dg.EXERCISE_RIGHT in dg.EXERCISE_ANSWERS and len(set(dg.EXERCISE_ANSWERS)) == 4
+    assert dg.with_evidence("  Canberra is the capital. ", " The capital is ") == "Canberra is the capital. The capital is"

@@ -385,3 +385,12 @@ def test_norms_page_shows_the_computed_numbers(smol, lang):
     assert g["pre_last"] in text and g["post_last"] in text
     assert recurrence.reach_readout(recurrence.reach())["factor"] in text
     assert [t.value.shape[0] for t in at.table][1:] == [3, 2, 3]  # the stats, then the three tables
+
+
+def test_learned_read_and_future_keys_by_hand():
+    """Moved out of pages/positions.py: the toy's lookup is its table's rows (or refused past them), and the
+    grey cells of a causal figure are the strict upper triangle."""
+    toy = R.learned_toy(16)
+    assert R.learned_read(toy, 6) is True and R.learned_read(toy, 12) is True  # rows 12 … 15: the last ones
+    assert R.learned_read(toy, 13) is None  # row 16 is past a 16-row table
+    assert R.future_keys(3).tolist() == [[False, True, True], [False, False, True], [False, False, False]]

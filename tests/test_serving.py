@@ -464,3 +464,9 @@ def test_chinese_workloads_are_the_same_requests_in_chinese(name):
         assert shared > 0.8 * min(len(r.prompt) for r in zh)
     with pytest.raises(KeyError):
         workloads.preset_text(name, "fr")
+
+
+def test_edited_rows_drop_empty_cells():
+    """An emptied cell of the lab's table (None, or NaN in a numeric column) is left out, so the default applies."""
+    rows = [{"id": "a", "prompt": "Hi", "max_new_tokens": 4.0, "arrival_s": float("nan")}, {"id": None, "prompt": "Yo", "max_new_tokens": 2}]
+    assert serving.edited_rows(rows) == [{"id": "a", "prompt": "Hi", "max_new_tokens": 4.0}, {"prompt": "Yo", "max_new_tokens": 2}]

@@ -475,3 +475,37 @@ def temperature_demo(logits_question: np.ndarray, logits_evidence: np.ndarray,
     q = np.stack([softmax(lq, temperature=T)[ids_a] for T in temperatures])  # [nT, K]
     e = np.stack([softmax(le, temperature=T)[ids_a] for T in temperatures])
     return TemperatureDemo(ids_a, tuple(float(T) for T in temperatures), q, e, int(np.argmax(lq)), int(np.argmax(le)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the page's glue (pages/diagnose.py keeps only the widgets)
+
+LONGEST_CHOICES = (256, 512, 1024, 2048, 4096)  # the prefill curve's longest prompt, offered on the page
+EXERCISE_ANSWERS = ("phase", "temperature", "output", "hardware")  # the 2K → 20K exercise's choices
+EXERCISE_RIGHT = "phase"  # prefill is quadratic in the prompt: the phase, not the sampler or the output length
+PASTE_EXAMPLE = ('{"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, '
+                 '"hidden_size": 4096, "intermediate_size": 14336, "vocab_size": 128256}')  # an 8B-class config to edit
+
+
+def asked_again(done: Sequence[Any] | None, want: Sequence[Any]) -> bool:
+    """Whether the measurement asked for last (``done``: its settings, then its run number) had the settings ``want``."""
+    return done is not None and tuple(done[: len(want)]) == tuple(want)
+
+
+def next_request(done: Sequence[Any] | None, want: Sequence[Any], fresh: int) -> tuple:
+    """What a press of a measure button asks for: ``want`` with run 0 (the run every visitor shares, the cache keys
+    on it) the first time, with the run number ``fresh`` (one no one has used) when the same was asked before."""
+    return (*want, fresh if asked_again(done, want) else 0)
+
+
+def memory_shape(source: str, config_text: str, facts: ModelFacts, bytes_per_value: int) -> MemoryShape:
+    """The model the memory plan is for: a pasted config (``source == "paste"``) or the current model's facts;
+    ConfigError when the pasted text is not a usable config."""
+    if source == "paste":
+        return MemoryShape.of_config(config_text, bytes_per_value)
+    return MemoryShape.of_facts(facts, bytes_per_value)
+
+
+def with_evidence(evidence: str, question: str) -> str:
+    """The temperature demo's second prompt: the evidence sentence, then the question."""
+    return f"{evidence.strip()} {question.strip()}"

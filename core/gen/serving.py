@@ -850,3 +850,9 @@ def sharing_summary(shared: ServeResult, unshared: ServeResult) -> dict[str, Any
             "computed_prompt_tokens": [sum(r.computed_prompt_tokens for r in x.requests) for x in (shared, unshared)],
             "reused_prompt_tokens": sum(r.reused_prompt_tokens for r in shared.requests),
             "peak_blocks": [x.memory["peak_blocks_used"] for x in (shared, unshared)]}
+
+
+def edited_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The serving lab's edited workload table as request rows: a cell left empty (None, or NaN where the
+    table's column is numeric) is dropped, so the request's default applies, as in a JSONL line without it."""
+    return [{k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))} for row in rows]

@@ -579,3 +579,48 @@ def reference_frame(ref: dict[str, Any], live: dict[str, Any] | None, labels: di
     return pd.DataFrame({"n": ref["n"], labels["ref"]: ref["ms"],
                          labels["iqr"]: [f"{a:,.2f} – {b:,.2f}" for a, b in zip(ref["q1"], ref["q3"])],
                          labels["live"]: [float(live_ms.get(n, np.nan)) for n in ref["n"]]})
+
+
+# ---------------------------------------------------------------------------------------------
+# the calculator's glue (pages/attention_lab.py keeps only the widgets)
+
+CalculatorExample = tuple[dict[str, np.ndarray], CalculatorLabels, str, str]
+
+
+def preset_example(preset: str, unmask: bool = False) -> CalculatorExample:
+    """(arrays, axis labels, editor version, mask editor version) of a built-in example: ``"worked"`` (the
+    tutorial's, its third key hidden unless ``unmask``) or ``"seed42"``. The versions key the page's editors:
+    a new example starts fresh ones, while unmasking the worked example renews only the mask's editor."""
+    if preset == "worked":
+        ex = worked_example(unmask)
+        return ex, calculator_labels(ex), "worked", f"worked{unmask}"
+    if preset == "seed42":
+        ex = drop_batch(seed42_example())
+        return ex, calculator_labels(ex), preset, preset
+    raise ValueError(f"no built-in example {preset!r}")
+
+
+def key_window_start(n_keys: int, pos: int, cells: int) -> tuple[int, int] | None:
+    """(last possible first key, default first key) of a window of ``cells`` keys over ``n_keys``, the default
+    the window that ends at the query ``pos``; None when every key fits (no window)."""
+    if cells >= n_keys:
+        return None
+    hi = n_keys - cells
+    return hi, max(0, min(hi, pos - cells + 1))
+
+
+def put_rows(whole: np.ndarray, rows: slice, edited: np.ndarray) -> np.ndarray:
+    """A copy of ``whole`` with its ``rows`` replaced by ``edited`` (keys outside a window keep the model's values)."""
+    out = whole.copy()
+    out[rows] = edited
+    return out
+
+
+def hidden_mass(weights: np.ndarray, keys: slice) -> float:
+    """The first query row's attention on the keys outside the window ``keys`` (the softmax ran over all of them)."""
+    return float(weights[0].sum() - weights[0, keys].sum())
+
+
+def implementation_rows(c: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(implementation, its max error, that error over float32's own) per ``IMPLEMENTATIONS``, as the table shows them."""
+    return [(k, f"{c['max_err'][k]:.2e}", f"{c['max_err'][k] / c['float32_error']:.2f}×") for k in IMPLEMENTATIONS]

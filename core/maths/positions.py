@@ -315,3 +315,15 @@ def learned_lookup(model: ToyTransformer, start: int, T: int) -> np.ndarray | No
     except ValueError:
         return None
     return rows.detach().double().numpy()
+
+
+def learned_read(model: ToyTransformer, start: int, n: int = LEARNED_READ) -> bool | None:
+    """Whether the rows the toy adds to positions start … start + n − 1 are exactly those rows of its table
+    (a lookup, nothing computed), or None when it refuses a position past the table."""
+    rows = learned_lookup(model, start, n)
+    return None if rows is None else bool(np.array_equal(rows, learned_table(model)[start : start + n]))
+
+
+def future_keys(T: int) -> np.ndarray:
+    """[T, T] True where a causal query cannot see the key (a later position): the cells the figures grey out."""
+    return np.triu(np.ones((T, T), dtype=bool), 1)
