@@ -281,16 +281,16 @@ def test_the_conversion_writes_a_manifest_and_a_warm_load_trusts_it(fake_embedde
 
 def _rebuilt(hf, conv, made, capsys, says: str) -> None:
     rebuilt_from = len(made)
-    notes: list[str] = []
-    loaded = hf.load_embedded(lambda _f, m: notes.append(m))
+    notes: list = []
+    loaded = hf.load_embedded(lambda _done, _total, m: notes.append(m))
     assert len(made) == rebuilt_from + 1, "not rebuilt"
     assert loaded.model.num_parameters() > 0
     out = capsys.readouterr().err
     err = [ln for ln in out.splitlines() if ln.startswith("note:")]  # (transformers' own bars aside)
     assert len(err) == 1 and err[0].startswith("note: The converted model in the cache cannot be trusted") and says in err[0], err
     assert "Traceback" not in out
-    said = next(m for m in notes if getattr(m, "phrase", None) and m.phrase.key == "load.cache_rebuild")  # the page's bar
-    assert said.phrase.text("zh").startswith("缓存中转换好的模型不可信（") and "Traceback" not in said.phrase.text("zh")
+    said = next(m for m in notes if getattr(m, "key", None) == "load.cache_rebuild")  # the page's bar: a Phrase
+    assert said.text("zh").startswith("缓存中转换好的模型不可信（") and "Traceback" not in said.text("zh")
     assert hf.cache_problem(conv) is None
     assert sorted(p.name for p in conv.parent.iterdir()) == [conv.name]  # nothing set aside is left
 
