@@ -196,6 +196,39 @@ def test_generate_record_keeps_the_tokens_when_interrupted():
         assert len(rec[key]) == 4, key
 
 
+
+def test_a_first_ctrl_c_stops_after_the_pass_in_flight():
+    """A real SIGINT (raised in this process at the 3rd pass): nothing is raised into the pass — the flag
+    is read after it — so the record keeps exactly 3 tokens; Python's own handler is back afterwards."""
+    toy = backends.load_model("toy")
+    before = signal.getsignal(signal.SIGINT)
+
+    def on_step(done, total, words):
+        if done == 3:
+            signal.raise_signal(signal.SIGINT)
+
+    rec = generate.generate_record(toy, "hi", 50, progress=on_step, warmup=False)
+    assert json.loads(str(rec["meta"]))["stop_reason"] == "interrupted"
+    assert len(rec["token_ids"]) == len(rec["step_seconds"]) == 3
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_second_ctrl_c_stops_inside_the_pass():
+    """Two presses: the second raises KeyboardInterrupt where it lands (here, in the progress call after
+    the 2nd pass), and the record keeps the 2 tokens whose passes ended."""
+    toy = backends.load_model("toy")
+
+    def on_step(done, total, words):
+        if done == 2:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+
+    rec = generate.generate_record(toy, "hi", 50, progress=on_step, warmup=False)
+    assert json.loads(str(rec["meta"]))["stop_reason"] == "interrupted"
+    assert len(rec["token_ids"]) == len(rec["kv_tokens"]) == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_ctrl_c_saves_the_tokens_so_far(tmp_path):
     """A subprocess on the embedded model (8192 positions: minutes of decoding on a CPU): after a few
     progress lines, SIGINT → exit 130, the .npz holds the tokens so far, stop_reason "interrupted"."""

@@ -20,9 +20,12 @@ the cost the cache saves. ``generate_record`` serves ``python -m core generate``
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -322,22 +325,49 @@ def warm_prefill(loaded: LoadedModel, ids: Sequence[int], record_attention: bool
     backends.forward_step(loaded, ids, None, use_cache=True, record_attention=record_attention and len(ids) <= MAX_PREFILL_PATTERN)
 
 
+@contextlib.contextmanager
+def _ctrl_c_asks_to_stop() -> Iterator[Callable[[], bool]]:
+    """While the passes run, a first Ctrl-C only raises a flag (read after each pass); a second one raises
+    KeyboardInterrupt at once. A handler that raised at the first press could land anywhere, inside a
+    finaliser (``__del__``, a weakref callback) run by the garbage collector mid-step, where Python prints
+    "Exception ignored" and goes on decoding: a flag cannot be lost that way. Off the main thread (where
+    no signal arrives) the flag is never raised."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked.is_set
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if asked.is_set():
+            raise KeyboardInterrupt
+        asked.set()
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield asked.is_set
+    finally:
+        signal.signal(signal.SIGINT, old if old is not None else signal.default_int_handler)
+
+
 def _run_interruptible(st: Stepper, total: int, progress: Progress) -> None:
     """``st.run()`` with its progress after each pass (tokens so far of tokens at most, said with the seconds
-    since the prefill began: ``generation.progress_tokens``); Ctrl-C stops it and keeps what was generated
-    (``stop_reason = "interrupted"``)."""
+    since the prefill began: ``generation.progress_tokens``); Ctrl-C stops it after the pass in flight and
+    keeps what was generated (``stop_reason = "interrupted"``); a second Ctrl-C stops it inside the pass."""
     t0 = time.perf_counter()
-    try:
-        while not st.done:
-            if st.step() is None:
-                break
-            done = len(st.records)
-            progress(done, total, Phrase("generation.progress_tokens", {"done": done, "total": total,
-                                                                 "seconds": f"{time.perf_counter() - t0:.1f}"}))
-    except KeyboardInterrupt:
-        st.stop_reason = "interrupted"
-        n = min(len(st.records), len(st.generated))  # the interrupt may fall between the two appends
-        del st.records[n:], st.generated[n:]
+    with _ctrl_c_asks_to_stop() as asked:
+        try:
+            while not st.done:
+                if st.step() is None:
+                    break
+                done = len(st.records)
+                progress(done, total, Phrase("generation.progress_tokens", {"done": done, "total": total,
+                                                                     "seconds": f"{time.perf_counter() - t0:.1f}"}))
+                if asked() and not st.done:
+                    st.stop_reason = "interrupted"
+        except KeyboardInterrupt:
+            st.stop_reason = "interrupted"
+            n = min(len(st.records), len(st.generated))  # the interrupt may fall between the two appends
+            del st.records[n:], st.generated[n:]
 
 
 def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingConfig | None = None, *, chat: bool = False,
@@ -348,9 +378,9 @@ def generate_record(loaded: LoadedModel, prompt: str, steps: int, cfg: SamplingC
     ``step_seconds[0] == prefill_seconds`` and ``step_seconds[1:]`` are the TPOTs.
 
     ``steps`` is capped by the model's context (the Stepper stops with ``"context"``); ``progress(done, total, words)``
-    is called after every pass. Ctrl-C (KeyboardInterrupt) during the passes ends the run early:
-    the record holds the tokens so far and ``meta["stop_reason"] == "interrupted"`` (it may hold
-    no token at all if the prefill itself was interrupted).
+    is called after every pass. Ctrl-C during the passes ends the run after the pass in flight (a second
+    Ctrl-C, inside it): the record holds the tokens so far and ``meta["stop_reason"] == "interrupted"`` (it may
+    hold no token at all if a second Ctrl-C interrupted the prefill itself).
     """
     enc = backends.encode_prompt(loaded, prompt, chat=chat, max_tokens=MAX_PROMPT_TOKENS)
     if warmup:
