@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.common import fresh
 from core.engine import roles, xray
 from core.engine.hooks import HookSpec, scoped_hooks
 from core.engine.hooks import first_of as _first
@@ -166,6 +169,10 @@ class Capture:
     # sites kept whole (``capture_sites``: activation patching): registry name → layer → [T, ·] (batch row 0)
     keep: tuple[str, ...] = ()
     kept: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+    # the prefill's keys and values [L, Hkv, T, dh], written by the attention calls (``xray``'s ``kv_into``);
+    # None when not kept (above KV_KEEP_MAX) or when some layer's call did not fit its row
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
 
     def stacked(self, site: str) -> torch.Tensor:
         """[L, T, ·] a kept site over every layer ("resid": the stream entering each block)."""
@@ -175,8 +182,40 @@ class Capture:
 
 
 def _new_capture(L: int, T: int, d: int, keep: tuple[str, ...] = ()) -> Capture:
-    return Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T), mlp_norm=torch.zeros(L, T),
-                   sampled=torch.zeros(2, L, len(range(T)[identity_rows(T)]), d), keep=keep)
+    # the stream is kept by the trace: memory whose pages are in place (``fresh.empty``), not faulted in page by
+    # page during the pass; the identity's sample is scratch, used once after the pass and handed back
+    return Capture(resid=torch.from_numpy(fresh.empty((L + 1, T, d))), attn_norm=torch.zeros(L, T),
+                   mlp_norm=torch.zeros(L, T), sampled=_scratch.take((2, L, len(range(T)[identity_rows(T)]), d)),
+                   keep=keep)
+
+
+class _Scratch:
+    """Buffers used during one capture only (the identity's sample), handed back after it and reused by the
+    next: memory already touched, so a pass does not pay a page fault per page for it. At most ``KEEP`` are
+    held between captures (one per capture running at the same time, in practice)."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._free: list[torch.Tensor] = []
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
+        n = math.prod(shape)
+        with self._lock:
+            for i, b in enumerate(self._free):
+                if b.numel() >= n:
+                    return self._free.pop(i)[:n].view(shape)
+        return torch.empty(shape)
+
+    def give(self, t: torch.Tensor) -> None:
+        base = t._base if t._base is not None else t
+        with self._lock:
+            if len(self._free) < self.KEEP:
+                self._free.append(base.view(-1))
+
+
+_scratch = _Scratch()
 
 
 def identity_rows(T: int) -> slice:
@@ -217,7 +256,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
         # temporary's path took ~2.7 ms per call on this machine, out= 15 µs; 60 calls per trace)
         buf = (cap.attn_norm if attn else cap.mlp_norm)[i]
         torch.linalg.vector_norm(y[0], dim=-1, dtype=buf.dtype, out=buf)  # dtype: a model in another dtype still fits the buffer
-        cap.sampled[0 if attn else 1, i].copy_(y[0, rows])  # the identity is checked after the pass, all layers at once
+        cap.sampled[0 if attn else 1, i].copy_(y[0, rows].detach())  # the identity is checked after the pass, all layers at once
         mark(site, i)
         if site in cap.keep:
             store(site, i, y[0])
@@ -273,15 +312,23 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     last_only = _last_only_possible(loaded.model, sites)
     cap = _new_capture(L, T, d)
     extra = {"logits_to_keep": 1} if last_only else {}
-    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=T <= KV_KEEP_MAX) as rec:
+    f = loaded.facts
+    kv = tuple(torch.from_numpy(fresh.empty((L, f.n_kv_heads, T, f.head_dim))) for _ in "kv") if T <= KV_KEEP_MAX else None
+    with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=kv is not None,
+                                                             kv_into=kv) as rec:
         cap.calls = rec.calls
         with scoped_hooks(_capture_hooks(sites, cap, type(loaded.model).__name__, last_only)):
             cap.logits = loaded.model(input_ids=input_ids, use_cache=False, **extra).logits
+        if kv is not None and rec.kv_written == set(range(L)):
+            cap.k, cap.v = kv
+        if kv is not None:
+            xray.last_rows_of(rec.calls, kv[0])  # the rows left for after the pass (written layers only)
         if last_only and type(loaded.model) not in _HEAD_ALONE:
             fh = cap.once.get("final_hidden")
             mine = sites.lm_head(fh[-1:]) if fh is not None and fh.shape[0] == T else None
             _HEAD_ALONE[type(loaded.model)] = mine is not None and torch.allclose(mine[0], cap.logits[0, -1], rtol=1e-5, atol=1e-5)
     if last_only and not _HEAD_ALONE[type(loaded.model)]:
+        _scratch.give(cap.sampled)
         return capture(loaded, ids)  # this class post-processes its logits: trace it with all of them
     _check_identity(cap, type(loaded.model).__name__)
     return cap
@@ -291,11 +338,19 @@ def _check_identity(cap: Capture, model_name: str) -> None:
     """The trace contract's identity, every block at once after the pass: resid[l+1] = resid[l] + attn_out +
     mlp_out at ``identity_rows`` (resid[l] is what block l was called with, resid[l+1] what it returned:
     the chain check saw to it). Float32 rounding grows with the stream's magnitude: relative, floor 1."""
-    L = cap.sampled.shape[1]
+    sampled, cap.sampled = cap.sampled, torch.empty(0)  # scratch: read here once, then handed back
+    try:
+        _identity_gap(cap, sampled, model_name)
+    finally:
+        _scratch.give(sampled)
+
+
+def _identity_gap(cap: Capture, sampled: torch.Tensor, model_name: str) -> None:
+    L = sampled.shape[1]
     if cap.problem is not None or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out", "resid_pre", "resid_post")):
         return  # ``check`` refuses it already, with its own reason
     r = cap.resid[:, identity_rows(cap.resid.shape[1])]  # [L+1, rows, d]
-    gap = (r[1:] - r[:-1] - cap.sampled[0] - cap.sampled[1]).abs_().flatten(1).amax(1)  # [L]
+    gap = (r[1:] - r[:-1] - sampled[0] - sampled[1]).abs_().flatten(1).amax(1)  # [L]
     scale = r[1:].abs().flatten(1).amax(1).clamp_(min=1.0)
     bad = (gap > IDENTITY_RTOL * scale).nonzero()
     if len(bad):
@@ -408,8 +463,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
         truncated_from=what.get("truncated_from"),
         notes=list(what.get("notes") or []),
         replay=Replay(calls, tensors, attn_calls),
-        k=_kept(cap.calls, "key"),
-        v=_kept(cap.calls, "value"),
+        k=cap.k.numpy() if cap.k is not None else _kept(cap.calls, "key"),
+        v=cap.v.numpy() if cap.v is not None else _kept(cap.calls, "value"),
     )
 
 
@@ -421,7 +476,7 @@ def _kept(calls: list[dict[str, Any]], name: str) -> np.ndarray | None:
 
 
 def _last_rows(calls: list[dict[str, Any]], n_heads: int, T: int) -> np.ndarray:
-    """[L, H, T] the last query's weights in every layer (exact eager numbers, see xray's last_row)."""
+    """[L, H, T] the last query's weights in every layer (the formula the pass evaluated, in float32: xray's ``_last_row``)."""
     rows = [c.get("last_row") for c in calls]
     if any(r is None for r in rows):
         raise UnsupportedArchitectureError("last_row_unread")

@@ -51,13 +51,19 @@ class AttentionRecord:
     run fast (SDPA where allowed) and only their count and settings are kept (``calls[i]["kwargs"]``)."""
 
     def __init__(self, keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None,
-                 keep_kv: bool = False, kv_only: bool = False) -> None:
+                 keep_kv: bool = False, kv_only: bool = False,
+                 kv_into: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         self.keep_weights = keep_weights
         # keep the call's key and value, then stop the module there (``KVTaken``): its keys and values
         # without the attention itself (``core.engine.hf_trace.prompt_kv``)
         self.kv_only = kv_only
         # the fast path keeps each call's key and value too (references, no copy): a prefill's KV cache
         self.keep_kv = keep_kv
+        # (keys, values) [L, Hkv, T, dh]: the fast path copies each layer's key and value into row ``layer_idx``
+        # and keeps no reference (a reference would keep the model's own buffer, so the next layer's comes from
+        # memory never touched; a trace's prefill cache is then one array per site, not 2·L small ones)
+        self.kv_into = kv_into
+        self.kv_written: set[int] = set()
         self.last_row = last_row
         # set (e.g. float16): the weights are computed in bands of query rows (``_eager_in_bands``) and
         # kept in this dtype; None: one eager call, weights kept as eager returns them
@@ -154,6 +160,69 @@ def _eager_in_bands(eager: Callable, module: Any, query: torch.Tensor, key: torc
     return torch.cat(outs, dim=1), weights
 
 
+def _last_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+              unmasked: bool, **kwargs: Any) -> torch.Tensor:
+    """The last query's weights [B, H, 1, Tk] in float32: softmax(q·kᵀ·scaling + mask), the formula the fast
+    path's SDPA call evaluated (its ``scaling``, 1/√dh when None; grouped keys read in place, query head h on
+    key head h // (H/Hkv), as ``repeat_kv`` lays them out), written out for one row.
+
+    When the last row masks nothing (``unmasked``: the causal triangle's last row, or a lone query that sees
+    everything), the mask is left out: adding its zeros changes no score. A call with attention sinks or a
+    position bias (terms beyond that formula) is handed to the model's own eager function instead."""
+    if not _plain_formula(kwargs):
+        m = None if unmasked or mask is None else mask[:, :, -1:, :]
+        _, w = _eager_for(module)(module, query[:, :, -1:, :], key, value, m, **kwargs)
+        return w.detach()
+    B, H, _, dh = query.shape
+    Hkv, Tk = key.shape[1], key.shape[2]
+    scaling = kwargs.get("scaling")
+    q = query[:, :, -1, :].reshape(B, Hkv, H // Hkv, dh)
+    s = (torch.matmul(q, key.transpose(-1, -2)) * (dh ** -0.5 if scaling is None else scaling)).reshape(B, H, 1, Tk)
+    if not unmasked and mask is not None:
+        m = mask[:, :, -1:, :Tk]
+        s = s.masked_fill(~m, torch.finfo(s.dtype).min) if m.dtype == torch.bool else s + m
+    return torch.softmax(s, dim=-1, dtype=torch.float32)
+
+
+def _plain_formula(kwargs: dict[str, Any]) -> bool:
+    """No term beyond softmax(q·kᵀ·scaling + mask): no attention sinks, no position bias (soft-capped calls
+    never reach the fast path)."""
+    return kwargs.get("sinks") is None and kwargs.get("s_aux") is None and kwargs.get("position_bias") is None
+
+
+def last_rows_of(calls: list[dict[str, Any]], keys: torch.Tensor) -> None:
+    """Fill in ``last_row`` for every call that left its query row (``last_query``) instead: the same formula
+    as ``_last_row``'s, for all of them in one batched product against ``keys`` [L, Hkv, T, dh] (what
+    ``kv_into`` holds after the pass), row ``layer`` for each call's layer."""
+    todo = [c for c in calls if c.get("last_row") is None and c.get("last_query") is not None]
+    if not todo:
+        return
+    layers = [c["layer"] for c in todo]
+    k = keys if layers == list(range(keys.shape[0])) else keys[layers]  # [n, Hkv, T, dh]
+    q = torch.cat([c["last_query"] for c in todo])  # [n, H, 1, dh]
+    n, H, _, dh = q.shape
+    Hkv, T = k.shape[1], k.shape[2]
+    scale = torch.tensor([dh ** -0.5 if c["kwargs"].get("scaling") is None else c["kwargs"]["scaling"] for c in todo],
+                         dtype=q.dtype).view(n, 1, 1, 1)
+    s = (torch.matmul(q.view(n, Hkv, H // Hkv, dh), k.transpose(-1, -2)) * scale).view(n, H, 1, T)
+    w = torch.softmax(s, dim=-1, dtype=torch.float32)
+    for j, c in enumerate(todo):
+        c["last_row"], c["last_query"] = w[j:j + 1], None
+
+
+def _write_kv(rec: AttentionRecord, layer: Any, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Copy one call's key and value into ``rec.kv_into`` at row ``layer``; False (nothing written) when the
+    call does not fit a row once (no layer index, a shape other than the buffer's, a layer seen before)."""
+    keys, values = rec.kv_into  # type: ignore[misc]
+    if (not isinstance(layer, int) or not 0 <= layer < keys.shape[0] or layer in rec.kv_written
+            or key.shape[0] != 1 or key.shape[1:] != keys.shape[1:] or value.shape[1:] != values.shape[1:]):
+        return False
+    keys[layer].copy_(key[0])
+    values[layer].copy_(value[0])
+    rec.kv_written.add(layer)
+    return True
+
+
 def _scalars(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is None or isinstance(v, (bool, int, float, str))}
 
@@ -168,14 +237,23 @@ def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attent
         mask = _causal_or_none(attention_mask, query.shape[2], key.shape[2])
         out, _ = sdpa_attention_forward(module, query, key, value, mask, **kwargs)
         if rec is not None:
-            last = None
-            if rec.last_row:  # the last query's weights, by the model's own eager function on that one row
-                m = attention_mask[:, :, -1:, :] if attention_mask is not None else None
-                _, w = _eager_for(module)(module, query[:, :, -1:, :], key, value, m, **kwargs)
-                last = w.detach()  # [B, H, 1, Tk]
-            rec.calls.append({"layer": getattr(module, "layer_idx", None), "module": module, "kwargs": _scalars(kwargs),
-                              "query": None, "key": key.detach() if rec.keep_kv else None,
-                              "value": value.detach() if rec.keep_kv else None, "weights": None, "mask": None, "last_row": last})
+            layer = getattr(module, "layer_idx", None)
+            keep = rec.keep_kv
+            written = rec.kv_into is not None and _write_kv(rec, layer, key, value)
+            if written:
+                keep = False
+            last = last_query = None
+            if rec.last_row and written and mask is None and _plain_formula(kwargs) \
+                    and isinstance(kwargs.get("scaling"), (int, float, type(None))):
+                # its keys are in ``kv_into`` now: every such layer's row is computed at once after the pass
+                # (``last_rows_of``), from this query row
+                last_query = query[:, :, -1:, :].detach().clone()
+            elif rec.last_row:
+                last = _last_row(module, query, key, value, attention_mask, mask is None, **kwargs)
+            rec.calls.append({"layer": layer, "module": module, "kwargs": _scalars(kwargs),
+                              "query": None, "key": key.detach() if keep else None,
+                              "value": value.detach() if keep else None, "weights": None, "mask": None, "last_row": last,
+                              "last_query": last_query})
         return out, None
     eager = _eager_for(module)
     if rec is not None and rec.weights_dtype is not None and kwargs.get("sinks") is None and kwargs.get("s_aux") is None:
@@ -212,10 +290,11 @@ def register() -> None:
 
 @contextlib.contextmanager
 def recording(keep_weights: bool = True, last_row: bool = False, weights_dtype: torch.dtype | None = None,
-              keep_kv: bool = False, kv_only: bool = False) -> Iterator[AttentionRecord]:
+              keep_kv: bool = False, kv_only: bool = False,
+              kv_into: tuple[torch.Tensor, torch.Tensor] | None = None) -> Iterator[AttentionRecord]:
     """Record the attention calls this thread makes inside the block; always cleared on exit."""
     prev = getattr(_local, "record", None)
-    rec = AttentionRecord(keep_weights, last_row, weights_dtype, keep_kv, kv_only)
+    rec = AttentionRecord(keep_weights, last_row, weights_dtype, keep_kv, kv_only, kv_into)
     _local.record = rec
     try:
         yield rec
