@@ -52,3 +52,16 @@ def test_the_pool_holds_at_most_its_limit_and_serves_only_near_sizes():
 def test_small_arrays_are_numpys_own():
     a = fresh.empty((10, 10), np.int64)
     assert isinstance(a.base, type(None)) and a.shape == (10, 10) and a.dtype == np.int64
+
+
+def test_an_idle_pool_gives_its_mappings_back():
+    pool = fresh.Pool()
+    old, fresh.POOL = fresh.POOL, pool
+    try:
+        a = fresh.empty((1 << 20,))
+        del a
+        gc.collect()
+        assert pool.drop_if_idle() == 0 and pool.held == 4 << 20  # taken since the last look: kept
+        assert pool.drop_if_idle() == 4 << 20 and pool.held == 0  # nothing taken since: dropped
+    finally:
+        fresh.POOL = old

@@ -39,6 +39,7 @@ class Pool:
         self._maps: list[mmap.mmap] = []
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        self._used = False  # a take since the last ``drop_if_idle``
 
     @property
     def held(self) -> int:
@@ -46,6 +47,7 @@ class Pool:
 
     def take(self, n: int) -> mmap.mmap | None:
         with self._lock:
+            self._used = True
             i = bisect.bisect_left(self._sizes, n)
             if i < len(self._sizes) and self._sizes[i] <= n * SLACK:
                 self.hits += 1
@@ -68,6 +70,18 @@ class Pool:
         with self._lock:
             self._sizes.clear()
             self._maps.clear()
+
+    def drop_if_idle(self) -> int:
+        """Hand every held mapping back to the system if nothing was taken since the last call (the server's
+        trimming thread calls it: an idle server holds none of this memory). Returns the bytes dropped."""
+        with self._lock:
+            if self._used:
+                self._used = False
+                return 0
+            n = sum(self._sizes)
+            self._sizes.clear()
+            self._maps.clear()
+            return n
 
 
 POOL = Pool()
