@@ -22,7 +22,8 @@ each first visit makes (``core.backends.trace``, wrapped with a timer where the 
 timed inside that visit (``trace_s``: the same thread, the same moment's load — a trace timed apart from the
 page, in the main thread of a machine with 10 runnable processes on 2 cores, took 2–3 times as long), and
 the first visit is printed as a ratio to it (``x_trace=``; ``-`` for a page that made no trace). Last lines also give ``journey_first_x_trace_long=`` (target ≤ 1.5) and ``max_other_first_x_trace_long=`` (target
-≤ 1.2) and the load average when the run ended (on a shared machine only ratios within one run count).
+≤ 1.2, over the pages whose first visit traced the document itself: ``trace_tokens`` ≥ 1,024; a page that
+traces a short prompt of its own is listed apart, its ratio being mostly the page's own drawing) and the load average when the run ended (on a shared machine only ratios within one run count).
 """
 
 from __future__ import annotations
@@ -64,16 +65,20 @@ def made_trace() -> bool:
     return any(isinstance(k, tuple) and k and k[0] == "trace" for k in list(cache.store()._items))
 
 
-TRACED: list[float] = []  # seconds of every core.backends.trace the pages made, in order
+TRACED: list[tuple[float, int]] = []  # (seconds, tokens) of every core.backends.trace the pages made, in order
+DOC_TOKENS = 1024  # a first visit's trace this long or longer is a trace of the long document itself
 
 
 def _timed_trace(trace):
     def timed(*args, **kwargs):
         t0 = time.perf_counter()
+        n = 0
         try:
-            return trace(*args, **kwargs)
+            tr = trace(*args, **kwargs)
+            n = int(tr.n_tokens)
+            return tr
         finally:
-            TRACED.append(time.perf_counter() - t0)
+            TRACED.append((time.perf_counter() - t0, n))
     return timed
 
 
@@ -101,6 +106,7 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     ratios: dict[tuple[str, str], float] = {}
+    doc: dict[tuple[str, str], bool] = {}  # did that first visit trace the document itself (not a prompt of its own)
     for name in a.prompts.split(","):
         at = AppTest.from_file(APP, default_timeout=900)
         at.session_state["lang"] = "en"
@@ -111,14 +117,16 @@ def main() -> None:
             TRACED.clear()
             first, mb1, err1 = run_page(at, stem, prompt)
             traced = made_trace() and bool(TRACED)
-            ref = sum(TRACED)  # the trace this first visit needed, timed inside it
+            ref = sum(t for t, _ in TRACED)  # the traces this first visit needed, timed inside it
+            longest = max((n for _, n in TRACED), default=0)
             second, mb2, err2 = run_page(at, stem, prompt)
             rows.append((name, stem, first, second, max(mb1, mb2) / 1e6, err1 or err2))
-            x = first / ref
-            if traced:
+            x = first / ref if traced and ref > 0 else None
+            if x is not None:
                 ratios[(name, stem)] = x
+                doc[(name, stem)] = longest >= DOC_TOKENS
             print(f"{name:8s} {stem:14s} first_s={first:7.2f}  second_s={second:6.2f}  figure_mb={max(mb1, mb2) / 1e6:6.2f}"
-                  f"  trace_s={ref:6.2f}  x_trace={f'{x:.2f}' if traced else '-'}"
+                  f"  trace_s={ref:6.2f}  trace_tokens={longest:5d}  x_trace={f'{x:.2f}' if x is not None else '-'}"
                   + (f"  ERRORS {err1 or err2}" if (err1 or err2) else ""), flush=True)
     warm = max((r[3] for r in rows), default=0.0)
     first_500 = max((r[2] for r in rows if r[0] == "500"), default=0.0)
@@ -128,9 +136,13 @@ def main() -> None:
     print(f"max_figure_mb_long={big_long:.2f}")
     if ("long", "journey") in ratios:
         print(f"journey_first_x_trace_long={ratios[('long', 'journey')]:.2f}")
-    others = [x for (n, stem), x in ratios.items() if n == "long" and stem != "journey"]
+    others = {stem: x for (n, stem), x in ratios.items() if n == "long" and stem != "journey" and doc[(n, stem)]}
     if others:
-        print(f"max_other_first_x_trace_long={max(others):.2f}")
+        worst = max(others, key=others.get)
+        print(f"max_other_first_x_trace_long={others[worst]:.2f} ({worst}; pages whose first visit traced the document)")
+    own = [f"{stem} {x:.2f}" for (n, stem), x in ratios.items() if n == "long" and not doc[(n, stem)]]
+    if own:
+        print("pages that traced a prompt of their own, not the document: " + ", ".join(own))
     print(f"load_average={' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
 
 
