@@ -26,12 +26,42 @@ importer) → this package and ``__main__`` (the CLI) → ``pages/``, ``app.py``
 watches the served replicas (``deploy/serve.py`` imports nothing of this package: no torch in the launcher).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it; CHANGELOG.md says what changed)
 
-from core.backends import attention, encode_prompt, export_npz, full_logits, layer_detail, load_model, next_tokens, trace
-from core.engine.trace import LayerDetail, NextTokens, Trace, load_npz
-from core.engine.types import LoadedModel, ModelFacts
-from core.stream.lens import LensTopK, logit_lens_topk
+if TYPE_CHECKING:
+    from core.backends import attention, encode_prompt, export_npz, full_logits, layer_detail, load_model, next_tokens, trace
+    from core.engine.trace import LayerDetail, NextTokens, Trace, load_npz
+    from core.engine.types import LoadedModel, ModelFacts
+    from core.stream.lens import LensTopK
+
+# Where each name of the API lives. They are imported on first use (PEP 562), so that a light entry point under
+# ``core`` (``python -m core.web.offer``, ``make run``'s setting check) does not pay for torch and transformers:
+# importing all of it took 4.6 s of every start of the server, before the server itself began to import them.
+_HOME = {
+    **dict.fromkeys(("attention", "encode_prompt", "export_npz", "full_logits", "layer_detail", "load_model",
+                     "next_tokens", "trace"), "core.backends"),
+    **dict.fromkeys(("LayerDetail", "NextTokens", "Trace", "load_npz"), "core.engine.trace"),
+    **dict.fromkeys(("LoadedModel", "ModelFacts"), "core.engine.types"),
+    **dict.fromkeys(("LensTopK", "logit_lens_topk"), "core.stream.lens"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # found here from now on, without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def logit_lens(model: LoadedModel, tr: Trace, k: int = 5, lo: int = 0, hi: int | None = None) -> LensTopK:
@@ -43,7 +73,7 @@ def logit_lens(model: LoadedModel, tr: Trace, k: int = 5, lo: int = 0, hi: int |
     alone, spaces shown as ␣), and ``at(pos)``: per layer, the (token, probability) pairs. Row L reads the
     stream leaving the last block, so it is exactly the model's own next-token prediction. ``k=1`` is
     what the Residual page draws. A Hugging Face model only (the toy has its own page)."""
-    return logit_lens_topk(model, tr, k=k, lo=lo, hi=hi)
+    return __getattr__("logit_lens_topk")(model, tr, k=k, lo=lo, hi=hi)
 
 
 __all__ = ["LayerDetail", "LensTopK", "LoadedModel", "ModelFacts", "NextTokens", "Trace", "attention", "encode_prompt",
