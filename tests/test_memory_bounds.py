@@ -125,8 +125,11 @@ def test_trim_hands_back_free_pages_in_the_middle_of_the_heap():
         blocks = [libc.malloc(200_000) for _ in range(2000)]  # 400 MB in blocks below the mmap threshold: the heap
         for b in blocks:
             ctypes.memset(b, 1, 200_000)
-        top = libc.malloc(100)  # something still in use above them: the heap cannot shrink from the top
-        ctypes.memset(top, 1, 100)
+        # something still in use above them, so the heap cannot shrink from the top: a block of their own size (a
+        # small one may be served from a free fragment below them, left by the imports, and then the heap shrinks)
+        top = libc.malloc(200_000)
+        ctypes.memset(top, 1, 200_000)
+        assert top > max(blocks), "the sentinel is not above the blocks"
         full = rss()
         for b in blocks:
             libc.free(ctypes.c_void_p(b))

@@ -330,8 +330,11 @@ def _ctrl_c_asks_to_stop() -> Iterator[Callable[[], bool]]:
     """While the passes run, a first Ctrl-C only raises a flag (read after each pass); a second one raises
     KeyboardInterrupt at once. A handler that raised at the first press could land anywhere, inside a
     finaliser (``__del__``, a weakref callback) run by the garbage collector mid-step, where Python prints
-    "Exception ignored" and goes on decoding: a flag cannot be lost that way. Off the main thread (where
-    no signal arrives) the flag is never raised."""
+    "Exception ignored" and goes on decoding: a flag cannot be lost that way. The handler is installed even where
+    SIGINT was ignored at start — a job started in the background by a shell without job control inherits SIG_IGN,
+    and Python keeps it, so ``kill -INT`` would have been ignored and the run gone on to its last token (the hang
+    of stop 33's CI run, started that way) — and the previous disposition is put back after the run. Off the main
+    thread (where no signal arrives) the flag is never raised."""
     asked = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield asked.is_set
