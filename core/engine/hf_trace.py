@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,40 +180,13 @@ class Capture:
 
 
 def _new_capture(L: int, T: int, d: int, keep: tuple[str, ...] = ()) -> Capture:
-    # the stream is kept by the trace: memory whose pages are in place (``fresh.empty``), not faulted in page by
-    # page during the pass; the identity's sample is scratch, used once after the pass and handed back
+    # memory whose pages are in place (``fresh.empty``), not faulted in page by page during the pass: the stream, kept
+    # by the trace, and the identity's sample, whose mapping goes back to the pool once the check has read it
     return Capture(resid=torch.from_numpy(fresh.empty((L + 1, T, d))), attn_norm=torch.zeros(L, T),
-                   mlp_norm=torch.zeros(L, T), sampled=_scratch.take((2, L, len(range(T)[identity_rows(T)]), d)),
+                   mlp_norm=torch.zeros(L, T), sampled=torch.from_numpy(fresh.empty((2, L, len(range(T)[identity_rows(T)]), d))),
                    keep=keep)
 
 
-class _Scratch:
-    """Buffers used during one capture only (the identity's sample), handed back after it and reused by the
-    next: memory already touched, so a pass does not pay a page fault per page for it. At most ``KEEP`` are
-    held between captures (one per capture running at the same time, in practice)."""
-
-    KEEP = 4
-
-    def __init__(self) -> None:
-        self._free: list[torch.Tensor] = []
-        self._lock = threading.Lock()
-
-    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
-        n = math.prod(shape)
-        with self._lock:
-            for i, b in enumerate(self._free):
-                if b.numel() >= n:
-                    return self._free.pop(i)[:n].view(shape)
-        return torch.empty(shape)
-
-    def give(self, t: torch.Tensor) -> None:
-        base = t._base if t._base is not None else t
-        with self._lock:
-            if len(self._free) < self.KEEP:
-                self._free.append(base.view(-1))
-
-
-_scratch = _Scratch()
 
 
 def identity_rows(T: int) -> slice:
@@ -328,7 +299,6 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
             mine = sites.lm_head(fh[-1:]) if fh is not None and fh.shape[0] == T else None
             _HEAD_ALONE[type(loaded.model)] = mine is not None and torch.allclose(mine[0], cap.logits[0, -1], rtol=1e-5, atol=1e-5)
     if last_only and not _HEAD_ALONE[type(loaded.model)]:
-        _scratch.give(cap.sampled)
         return capture(loaded, ids)  # this class post-processes its logits: trace it with all of them
     _check_identity(cap, type(loaded.model).__name__)
     return cap
@@ -338,14 +308,7 @@ def _check_identity(cap: Capture, model_name: str) -> None:
     """The trace contract's identity, every block at once after the pass: resid[l+1] = resid[l] + attn_out +
     mlp_out at ``identity_rows`` (resid[l] is what block l was called with, resid[l+1] what it returned:
     the chain check saw to it). Float32 rounding grows with the stream's magnitude: relative, floor 1."""
-    sampled, cap.sampled = cap.sampled, torch.empty(0)  # scratch: read here once, then handed back
-    try:
-        _identity_gap(cap, sampled, model_name)
-    finally:
-        _scratch.give(sampled)
-
-
-def _identity_gap(cap: Capture, sampled: torch.Tensor, model_name: str) -> None:
+    sampled, cap.sampled = cap.sampled, torch.empty(0)  # read once here; its memory then goes back to fresh's pool
     L = sampled.shape[1]
     if cap.problem is not None or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out", "resid_pre", "resid_post")):
         return  # ``check`` refuses it already, with its own reason
