@@ -167,3 +167,19 @@ def shoot(page, name: str) -> None:
 
 def h1(page) -> str:
     return page.locator('[data-testid="stMain"] h1').first.inner_text().strip()
+
+
+def painted(read, want, timeout: float = 5, poll: float = 0.2, same=lambda a, b: a == b):
+    """``read()`` until it is ``same`` as ``want`` or ``timeout`` seconds pass: (last value, the values read before it).
+
+    ``settle`` waits for the script run to end; the browser paints a widget's new value a moment later,
+    and on a slower machine that moment can fall after ``settle`` returns (stop 34's CI read the prompt
+    box once, got another value, and a second read a moment later gave the step's). A value that never
+    becomes ``want`` is returned as the last one read, so the test still fails and says what it saw."""
+    seen, deadline = [], time.time() + timeout
+    while True:
+        got = read()
+        if same(got, want) or time.time() >= deadline:
+            return got, seen
+        seen.append(got)
+        time.sleep(poll)

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 
 import pytest
-from browser_helpers import CHROMIUM, SHOTS, Watch, axe_violations, chromium, grow, h1, settle, shoot, streamlit_server, url_path
+from browser_helpers import CHROMIUM, SHOTS, Watch, axe_violations, chromium, grow, h1, painted, settle, shoot, streamlit_server, url_path
 
 from core.common import i18n
 from core.web.nav import STEMS
@@ -88,8 +88,8 @@ def test_shared_url_restores_state(browser, server):
     page.goto(f"{server}/tour?lang=zh&step=3&layer=3&prompt={urllib.parse.quote(prompt)}")
     settle(page)
     assert h1(page) == i18n.t("page.tour", "zh")
-    assert page.locator(".st-key-prompt textarea").input_value() == prompt
-    assert page.locator('.st-key-tour_layer input[type="range"]').input_value() == "3"
+    assert painted(page.locator(".st-key-prompt textarea").input_value, prompt)[0] == prompt
+    assert painted(page.locator('.st-key-tour_layer input[type="range"]').input_value, "3")[0] == "3"
     assert i18n.t("tour.blocks.title", "zh") in page.locator('[data-testid="stMain"] h2').first.inner_text()
     qs = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
     assert qs["lang"] == ["zh"] and qs["layer"] == ["3"] and qs["step"] == ["3"] and qs["prompt"] == [prompt]

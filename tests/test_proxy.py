@@ -37,7 +37,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from browser_helpers import CHROMIUM, Watch, chromium, settle, url_path
+from browser_helpers import CHROMIUM, Watch, chromium, painted, settle, url_path
 
 from conftest import ROOT
 from core.common import i18n
@@ -596,8 +596,8 @@ def test_stopping_a_replica_moves_its_students_with_their_view(hall, browser):
         assert i18n.t("serve.moved", "zh", n=hall.number(moved_to), total=2) in _notices(a)
         # the view came back from the URL: page, language, stage, layer, prompt
         assert a.locator('[data-testid="stMain"] h1').first.inner_text().strip() == i18n.t("page.tour", "zh")
-        assert a.locator(".st-key-prompt textarea").input_value() == prompt
-        assert a.locator('.st-key-tour_layer input[type="range"]').input_value() == "2"
+        assert painted(a.locator(".st-key-prompt textarea").input_value, prompt)[0] == prompt
+        assert painted(a.locator('.st-key-tour_layer input[type="range"]').input_value, "2")[0] == "2"
         after = _qs(a)
         assert {k: after.get(k) for k in ("lang", "step", "layer", "prompt")} == \
             {k: before.get(k) for k in ("lang", "step", "layer", "prompt")}
