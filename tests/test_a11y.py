@@ -168,6 +168,34 @@ def test_styled_figure_has_the_look_its_title_above_and_keeps_the_builder():
     assert presenter.CONFIG["modeBarButtons"] == [["toImage", "resetScale2d"]]  # 2 tab stops per figure, not 8
 
 
+@pytest.mark.parametrize("own", [None, "plotly", "builder"])
+def test_styled_is_the_figure_plotlys_validating_route_gives(own):
+    """``styled`` builds its copy from the spec of already validated parts (no second validation) and keeps one
+    merged look per template: the figure must be the one plotly's own route gives (copy, assign the look, the
+    figure's template's layout on top), and drawing it for the projector must not change the kept look."""
+    import plotly.io as pio
+
+    fig = _heat(3)
+    if own == "plotly":
+        fig.layout.template = pio.templates["plotly"]
+    elif own == "builder":
+        fig.layout.template = go.layout.Template(layout=dict(font=dict(family="serif"), paper_bgcolor="#fafafa"))
+    ref = go.Figure(fig)
+    ref_own = ref.layout.template
+    ref.layout.template = pio.templates[presenter.LOOK]
+    if ref_own.layout.to_plotly_json() != pio.templates["plotly"].layout.to_plotly_json():
+        ref.layout.template.layout.update(ref_own.layout)
+    ref.layout.meta, ref.layout.title.text, ref.layout.margin.t = {"title": "Weights"}, None, 40
+    ref_big = presenter.for_projector(ref)  # the projector's sizes the validating way: copy, template on top
+    for _ in range(2):  # the second time from the kept looks
+        f, _text = presenter.styled(fig)
+        assert json.loads(pio.to_json(f)) == json.loads(pio.to_json(ref))
+        big, _text = presenter.styled(fig, projector=True)
+        assert json.loads(pio.to_json(big)) == json.loads(pio.to_json(ref_big))
+        big.layout.template.layout.font.size = f.layout.template.layout.font.size = 99  # the kept looks stay as made
+    assert (f.layout.template.layout.font.family == "serif") == (own == "builder")
+
+
 def test_the_style_sets_caption_contrast_focus_and_section_size():
     assert palette.INK_SOFT in a11y.CSS and "opacity: 1" in a11y.CSS
     assert re.search(r"focus-visible[^{]*\{[^}]*outline: 3px solid", a11y.CSS)
