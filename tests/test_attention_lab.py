@@ -212,6 +212,26 @@ def test_recombine_heads_gives_attn_out(smol, smol_trace):
     floats.assert_within(parts["out"], d.attn_out, bound, what="recombined heads vs attn_out", why="float16 weights, float32 attention")
 
 
+def test_recombine_in_bands_is_the_full_product():
+    """recombine_heads leaves out a band's columns past its rows only where all of them are exactly 0: each head's
+    output is then the full float64 product up to float64 rounding of a sum of T terms (γ_T · |w| @ |v|), with a
+    pattern that is causal, and with one that is not (a non-zero weight above the diagonal keeps its band whole)."""
+    rng = np.random.default_rng(7)
+    T, H, Hkv, dh, d = 1100, 4, 2, 8, 16
+    causal = np.tril(rng.random((H, T, T))).astype(np.float16)
+    dense = causal.copy()
+    dense[1, 3, T - 1] = 0.25  # above the diagonal, in the first band, in its last column
+    v = rng.standard_normal((Hkv, T, dh)).astype(np.float32)
+    o = rng.standard_normal((d, H * dh)).astype(np.float32)
+    vq = v[A.kv_group_map(H, Hkv)].astype(np.float64)
+    for w in (causal, dense):
+        got = A.recombine_heads(w, v, o)["per_head"]
+        ref = np.einsum("htk,hkd->htd", w.astype(np.float64), vq)
+        bound = 2 * floats.gamma(T, floats.U64) * np.einsum("htk,hkd->htd", np.abs(w.astype(np.float64)), np.abs(vq))
+        floats.assert_within(got, ref, bound, what="banded per-head outputs", why="float64 sums of the same products")
+    assert abs(A.recombine_heads(dense, v, o)["per_head"][1, 3] - A.recombine_heads(causal, v, o)["per_head"][1, 3]).max() > 0.01
+
+
 def test_real_pattern_support_is_causal(smol, smol_trace):
     s = A.support_summary(backends.layer_detail(smol, smol_trace, 5).weights[2])
     assert s["above_nonzero"] == 0 and s["above_total"] == smol_trace.n_tokens * (smol_trace.n_tokens - 1) // 2

@@ -322,12 +322,30 @@ def recombine_heads(weights: np.ndarray, v: np.ndarray, o_weight: np.ndarray) ->
     """
     H, Hkv = weights.shape[0], v.shape[0]
     v_per_q = v[kv_group_map(H, Hkv)].astype(np.float64)  # [H, T, dh]: each query head reads its group's V
-    # one head at a time: the same float64 product per head as one batched matmul (numpy's is a loop over the
-    # heads), without converting the whole [H, T, T] to float64 at once (744 MB at 3,214 tokens, 3 s of the page)
-    per_head = np.stack([np.asarray(weights[h], dtype=np.float64) @ v_per_q[h] for h in range(H)])  # [H, T, dh]
+    # one head and one band of query rows at a time, in float64, without converting the whole [H, T, T] to
+    # float64 at once (744 MB at 3,214 tokens, 3 s of the page); a band's columns past its last row are left
+    # out where they are all exactly 0 (a causal pattern: about half of each product at a long prompt)
+    per_head = np.stack([_weights_times_v(weights[h], v_per_q[h]) for h in range(H)])  # [H, T, dh]
     concat = np.transpose(per_head, (1, 0, 2)).reshape(per_head.shape[1], -1)  # [T, H·dh], head-major
     out = concat @ o_weight.astype(np.float64).T  # [T, d]
     return {"per_head": per_head, "concat": concat, "out": out}
+
+
+RECOMBINE_BAND = 512  # query rows per product in recombine_heads
+
+
+def _weights_times_v(w: np.ndarray, v: np.ndarray, band: int = RECOMBINE_BAND) -> np.ndarray:
+    """[T, T] weights @ [T, dh] float64 values, in bands of query rows; a band's columns at and past its end
+    enter only where one of them is non-zero. A column left out has weight exactly 0 in every row of the band,
+    so every output is the same sum of the same non-zero products (its rounding may differ in the last bits
+    from the full product's, both within float64's γ_T of the exact value)."""
+    T = w.shape[0]
+    out = np.empty((T, v.shape[1]), dtype=np.float64)
+    for a in range(0, T, band):
+        b = min(T, a + band)
+        end = b if not np.any(w[a:b, b:]) else w.shape[1]
+        out[a:b] = np.asarray(w[a:b, :end], dtype=np.float64) @ v[:end]
+    return out
 
 
 def head_write_norms(per_head: np.ndarray) -> np.ndarray:
