@@ -186,7 +186,9 @@ def test_styled_is_the_figure_plotlys_validating_route_gives(own):
     if ref_own.layout.to_plotly_json() != pio.templates["plotly"].layout.to_plotly_json():
         ref.layout.template.layout.update(ref_own.layout)
     ref.layout.meta, ref.layout.title.text, ref.layout.margin.t = {"title": "Weights"}, None, 40
-    ref_big = presenter.for_projector(ref)  # the projector's sizes the validating way: copy, template on top
+    ref_big = go.Figure(ref)  # the projector's sizes the validating way: a copy, the projector's template on top
+    ref_big.layout.template.layout.update(pio.templates[presenter.TEMPLATE].layout)
+    presenter.projector_sizes(ref_big)
     for _ in range(2):  # the second time from the kept looks
         f, _text = presenter.styled(fig)
         assert json.loads(pio.to_json(f)) == json.loads(pio.to_json(ref))

@@ -69,17 +69,10 @@ def _bigger(size: Any) -> int:
     return max(int(size), MIN_FONT) if size is not None else MIN_FONT
 
 
-def for_projector(fig: go.Figure) -> go.Figure:
-    """A copy of ``fig`` whose every text is at least MIN_FONT px: the projector template merged
-    under the figure's own, and every size the figure set explicitly (cell text, ticks, subplot
-    titles, legends, colour bars) raised to it; taller, so the bigger text still fits."""
-    f = go.Figure(fig)  # a copy: a cached figure is never changed
-    f.layout.template.layout.update(pio.templates[TEMPLATE].layout)  # the figure's own template, projector sizes on top
-    return _raise_sizes(f)
-
-
-def _raise_sizes(f: go.Figure) -> go.Figure:
-    """``for_projector``'s sizes, set on ``f`` itself (a copy already, its template the projector's on top)."""
+def projector_sizes(f: go.Figure) -> go.Figure:
+    """``f`` itself (a copy already, whose template has the projector's ``TEMPLATE`` on top: ``styled`` with
+    ``projector``) with every text at least MIN_FONT px: every size the figure set explicitly (cell text, ticks,
+    subplot titles, legends, colour bars) raised to it; taller, so the bigger text still fits."""
     f.update_layout(font_size=_bigger(f.layout.font.size if f.layout.font.size else PRESENT_FONT),
                     title_font_size=max(TITLE_FONT, f.layout.title.font.size or 0), legend_font_size=_bigger(f.layout.legend.font.size),
                     hoverlabel_font_size=_bigger(f.layout.hoverlabel.font.size))
@@ -133,7 +126,7 @@ def _top_is_free(f: go.Figure) -> bool:
     return not f.layout.annotations
 
 
-_LOOKS: dict[str, dict] = {}  # a figure's own template's layout (JSON) → the look with it on top, as a plotly spec
+_LOOKS: dict[tuple[bool, str], dict] = {}  # (projector, a figure's own template's layout as JSON) → the look, as a plotly spec
 
 
 def _look_over(own: go.layout.Template | None, projector: bool = False) -> dict:
@@ -142,10 +135,9 @@ def _look_over(own: go.layout.Template | None, projector: bool = False) -> dict:
     which Streamlit makes the default); only plotly's own "plotly" template counts as none. Merging the two
     and validating the copy again took 30 of the 32 ms ``styled`` took per figure, on every run of every page
     (17 figures on the masks page); a figure built from the spec of its already validated parts is the same
-    figure (``test_a11y``). With ``projector``, the projector's sizes (``TEMPLATE``) on top of both, as
-    ``for_projector`` puts them."""
+    figure (``test_a11y``). With ``projector``, the projector's sizes (``TEMPLATE``) on top of both."""
     layout = own.layout.to_plotly_json() if own is not None and own.layout is not None else {}
-    key = ("P" if projector else "") + (pio.to_json(layout, validate=False, engine="json") if layout else "")
+    key = (projector, pio.to_json(layout, validate=False, engine="json") if layout else "")
     if key not in _LOOKS:
         look = go.layout.Template(pio.templates[LOOK])
         if layout and layout != pio.templates["plotly"].layout.to_plotly_json():
@@ -159,7 +151,7 @@ def _look_over(own: go.layout.Template | None, projector: bool = False) -> dict:
 def styled(fig: go.Figure, projector: bool = False) -> tuple[go.Figure, figtext.FigureText]:
     """A copy of ``fig`` in the page's look (``LOOK``), its title taken out to be drawn as text above it,
     and the figure in words and numbers (``figtext.describe``), in the page's language; with ``projector``,
-    also sized as ``for_projector`` sizes it (in the same copy)."""
+    also sized for a projector (``projector_sizes``, in the same copy)."""
     text = figtext.describe(fig, ui.lang())
     spec = fig.to_plotly_json()  # a deep copy: a cached figure is never changed
     spec["layout"]["template"] = _look_over(fig.layout.template, projector)
@@ -170,7 +162,7 @@ def styled(fig: go.Figure, projector: bool = False) -> tuple[go.Figure, figtext.
         if _top_is_free(f):  # nothing else lives in the title's band: give its room back
             m = f.layout.margin.t
             f.layout.margin.t = max(24, (m if m is not None else 80) - 40)
-    return (_raise_sizes(f) if projector else f), text
+    return (projector_sizes(f) if projector else f), text
 
 
 def chart(fig: go.Figure, **kw: Any) -> Any:
