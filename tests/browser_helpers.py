@@ -115,17 +115,37 @@ class Watch:
         return [e for e in self.errors if not (benign and e.startswith("Failed to load resource") and "404" in e)]
 
 
+def _requests_in_flight(page) -> dict:
+    """The page's HTTP requests started and not yet finished, counted from the first ``settle`` on it."""
+    box = getattr(page, "_xr_requests", None)
+    if box is None:
+        box = {"open": set(), "late": 0}
+        page.on("request", lambda r: box["open"].add(r))
+        page.on("requestfinished", lambda r: box["open"].discard(r))
+        page.on("requestfailed", lambda r: box["open"].discard(r))
+        page._xr_requests = box
+    return box
+
+
 def settle(page, timeout: float = 120, quiet: float = 1.5, poll: float = 0.25) -> None:
-    """Wait until the script has finished running and stayed finished for ``quiet`` seconds."""
+    """Wait until the script has finished running and stayed finished for ``quiet`` seconds, with no HTTP
+    request of the page in flight during that time. Streamlit loads the code of an element (a slider, a code
+    block) on its first use in a page, after the script's run has ended: the first lesson step's page in a
+    new browser context was read before its layer slider and its code block were drawn (this session's fresh-
+    clone run: "no layer slider", and the screenshot's empty code block), stop 34's CI before its prompt box
+    was."""
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout * 1000)
+    box = _requests_in_flight(page)
     deadline, since = time.time() + timeout, None
     while time.time() < deadline:
         state = page.evaluate("() => document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')")
-        if state == "notRunning":
+        if state == "notRunning" and not box["open"]:
             since = since or time.time()
             if time.time() - since >= quiet:
                 return
         else:
+            if state == "notRunning" and box["open"]:
+                box["late"] += 1
             since = None
         time.sleep(poll)
     raise TimeoutError(f"{page.url} still running after {timeout} s")
