@@ -17,8 +17,15 @@ recipe; a layer's attention and any position's next-token candidates are derived
 trace weighs when pickled (what ``st.cache_data`` would copy) and, at the longest length, how long
 one layer's attention takes to derive once the trace exists.
 
-``paired_256_vs_last_only=`` is the median of each rep's trace over the last-logits-only pass timed just
-before it (the pair shares the machine's speed of the moment), with its quartiles.
+``paired_256_vs_last_only=`` is the median of each rep's trace over that rep's last-logits-only pass (the two
+share the machine's speed of the moment), with its quartiles. ``paired_256_vs_own_last=`` compares the trace
+with the traced model's own forward asked for the last logits, outside any recording (the same weights in the
+same memory; its attention calls run transformers' ``sdpa_attention_forward``, as the trace's do): what the
+recording adds and nothing else. Within a rep the three last-logits-only passes run in a rotating order, each
+after a garbage collection, so none of them always comes first or last. ``recording_parts_256=`` adds up the
+same cost from its two parts, each measured where this machine's drift hurts least: inside the forward (the
+trace's forward over the same rep's own pass, timed by two hooks on the model, paired) plus the trace's time
+outside its forward (capture set-up, the checks, packing: a short interval, its median) over the own forward.
 
 Last lines: ``ratio_256=``, ``trace_mb_256=`` and (without ``--quick``) ``ratio_2048=``,
 ``trace_mb_4096=``, ``layer_s_4096=``.
@@ -57,6 +64,17 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+# the order of the last-logits-only passes within a rep, rotating: each of the three comes first, second and last
+LAST_ORDERS = (("sdpa_last", "own_last", "trace"), ("trace", "sdpa_last", "own_last"), ("own_last", "trace", "sdpa_last"))
+
+
+def _paired(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """(median, lower quartile, upper quartile) of a[i] / b[i]: two passes of the same rep share the machine's speed
+    of the moment."""
+    pairs = sorted(x / y for x, y in zip(a, b))
+    return statistics.median(pairs), pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=7)
@@ -87,27 +105,54 @@ def main() -> None:
             run_plain(impl)
         run_plain("sdpa", last=True)
         backends.trace_ids(loaded, ids)
-        times: dict[str, list[float]] = {"eager": [], "sdpa": [], "sdpa_last": [], "trace": []}
+
+        def run_own(x: torch.Tensor = x) -> None:  # the traced model itself, no recording: its attention is SDPA's
+            with torch.inference_mode():
+                loaded.model(input_ids=x, use_cache=False, logits_to_keep=1)
+
+        run_own()
+        times: dict[str, list[float]] = {"eager": [], "sdpa": [], "sdpa_last": [], "own_last": [], "trace": []}
+        # when the traced model's forward begins and ends (two hooks on the model itself, firing for its own pass and
+        # for the trace's alike): the trace's time outside its forward is then measured apart, as a short interval
+        stamp: dict[str, float] = {}
+        fwd: dict[str, list[float]] = {"own_last": [], "trace": []}
+        outside: list[float] = []
+        handles = [loaded.model.register_forward_pre_hook(lambda *_, s=stamp: s.__setitem__("a", time.perf_counter())),
+                   loaded.model.register_forward_hook(lambda *_, s=stamp: s.__setitem__("b", time.perf_counter()))]
         tr = None
-        for _ in range(reps):
+        for r in range(reps):
             times["eager"].append(_timed(lambda: run_plain("eager")))
             times["sdpa"].append(_timed(lambda: run_plain("sdpa")))
-            times["sdpa_last"].append(_timed(lambda: run_plain("sdpa", last=True)))
-            gc.collect()
-            t0 = time.perf_counter()
-            tr = backends.trace_ids(loaded, ids)
-            times["trace"].append(time.perf_counter() - t0)
+            # the three last-logits-only passes in a rotating order (a pass run first or last in every rep would
+            # carry any drift within a rep), each after a collection
+            for k in LAST_ORDERS[r % len(LAST_ORDERS)]:
+                gc.collect()
+                if k == "trace":
+                    t0 = time.perf_counter()
+                    tr = backends.trace_ids(loaded, ids)
+                    times["trace"].append(time.perf_counter() - t0)
+                    fwd["trace"].append(stamp["b"] - stamp["a"])
+                    outside.append(times["trace"][-1] - fwd["trace"][-1])
+                else:
+                    times[k].append(_timed(run_own if k == "own_last" else lambda: run_plain("sdpa", last=True)))
+                    if k == "own_last":
+                        fwd["own_last"].append(stamp["b"] - stamp["a"])
+        for h in handles:
+            h.remove()
         med = {k: statistics.median(v) for k, v in times.items()}
         base = min(med["eager"], med["sdpa"])
         mb = len(pickle.dumps(tr)) / 1e6
-        # each rep's trace over the last-logits-only pass run just before it: the two share the machine's state of
-        # the moment (a virtual machine's speed drifts by 20 % over seconds), so this spread is the recording's own
-        pairs = sorted(t / b for t, b in zip(times["trace"], times["sdpa_last"]))
-        paired = (statistics.median(pairs), pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4])
-        results[n] = (med["trace"] / base, mb, med["trace"] / med["sdpa_last"], paired)
+        # each rep's trace over that rep's last-logits-only passes: they share the machine's state of the moment (a
+        # virtual machine's speed drifts by 20 % over seconds), so this spread is closer to the recording's own
+        paired = _paired(times["trace"], times["sdpa_last"])
+        own = _paired(times["trace"], times["own_last"])
+        inside = _paired(fwd["trace"], fwd["own_last"])[0]  # the recording's cost inside the forward, paired per rep
+        out_ms = statistics.median(outside) * 1e3
+        parts = inside + out_ms / (statistics.median(fwd["own_last"]) * 1e3)
+        results[n] = (med["trace"] / base, mb, med["trace"] / med["sdpa_last"], paired, own, (inside, out_ms, parts))
         spread = {k: f"{min(v) * 1e3:.0f}–{max(v) * 1e3:.0f}" for k, v in times.items()}
         print(f"T={n:5d}  eager {med['eager'] * 1e3:8.1f} ms  sdpa {med['sdpa'] * 1e3:8.1f} ms  "
-              f"sdpa last-logits-only {med['sdpa_last'] * 1e3:8.1f} ms  trace {med['trace'] * 1e3:8.1f} ms  "
+              f"sdpa last-logits-only {med['sdpa_last'] * 1e3:8.1f} ms  own model last-logits-only {med['own_last'] * 1e3:8.1f} ms  trace {med['trace'] * 1e3:8.1f} ms  "
               f"ratio {med['trace'] / base:5.3f}x (vs the faster full forward), {med['trace'] / med['sdpa_last']:5.3f}x "
               f"(vs last-logits-only)  pickled {mb:7.1f} MB  (medians of {reps}; ranges ms {spread})")
         del tr
@@ -117,6 +162,12 @@ def main() -> None:
     print(f"ratio_256_vs_last_only={results[256][2]:.3f}")
     med, lo, hi = results[256][3]
     print(f"paired_256_vs_last_only={med:.3f} (median of the reps' own ratios; quartiles {lo:.3f}–{hi:.3f})")
+    med, lo, hi = results[256][4]
+    print(f"paired_256_vs_own_last={med:.3f} (the trace over the same model's own last-logits-only pass in that rep; "
+          f"quartiles {lo:.3f}–{hi:.3f})")
+    inside, out_ms, parts = results[256][5]
+    print(f"recording_parts_256={parts:.3f} (inside the forward {inside:.3f}× the same model's own pass, paired per rep; "
+          f"outside it {out_ms:.1f} ms, median)")
     print(f"trace_mb_256={results[256][1]:.1f}")
     if a.quick:
         return
