@@ -119,6 +119,11 @@ def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
     return toy_run.full_logits(loaded, tr) if loaded.is_toy else hf_trace.full_logits(loaded, tr)
 
 
+def logits_row(loaded: LoadedModel, tr: Trace, t: int) -> np.ndarray:
+    """Row ``t`` of the logits [V] float32, without the whole matrix where the LM head alone makes them (HF)."""
+    return toy_run.full_logits(loaded, tr)[t] if loaded.is_toy else hf_trace.logits_row(loaded, tr, t)
+
+
 LOGPROB_CHUNK = 256  # positions whose logits exist at once in ``next_token_logprob`` (256 × 49,152 × 8 B = 96 MiB)
 
 

@@ -606,6 +606,16 @@ def full_logits(loaded: LoadedModel, tr: Trace) -> np.ndarray:
         return out.float().numpy()
 
 
+def logits_row(loaded: LoadedModel, tr: Trace, t: int) -> np.ndarray:
+    """Row ``t`` of the logits, [V] float32: the LM head on that one row of ``final_hidden`` (the same linear layer
+    on the same row as the forward; not [T, V] for one row), or that row of ``full_logits`` for a model that
+    post-processes its head."""
+    if not _head_reproduces(loaded, tr):
+        return full_logits(loaded, tr)[t]
+    with loaded.lock, torch.inference_mode():
+        return _np(find_sites(loaded.model).lm_head(torch.from_numpy(np.array(tr.final_hidden[t:t + 1])))[0])
+
+
 def next_tokens(loaded: LoadedModel, tr: Trace, positions: Sequence[int]) -> NextTokens:
     """The top-K next tokens and the log-sum-exp of the logits at ``positions``: the LM head on those
     rows of ``final_hidden``, tile by tile (``_head_summary``, no [n, V] matrix), or rows of

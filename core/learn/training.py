@@ -112,7 +112,7 @@ def parallel_row(loaded: LoadedModel, tr: Trace, t: int) -> np.ndarray:
     """Row ``t`` of the parallel pass's logits, [V] float32."""
     if not 0 <= t < tr.n_tokens:
         raise IndexError(f"position {t} is outside 0 … {tr.n_tokens - 1}")
-    return tr.last_logits if t == tr.n_tokens - 1 else backends.full_logits(loaded, tr)[t]
+    return tr.last_logits if t == tr.n_tokens - 1 else backends.logits_row(loaded, tr, t)
 
 
 def prefix_logits(loaded: LoadedModel, ids: Sequence[int], t: int) -> np.ndarray:
