@@ -91,7 +91,7 @@ def main() -> None:
     print(f"model: {loaded.facts.name}; torch threads: {torch.get_num_threads()}; reps: {a.reps}")
 
     lengths = [256] if a.quick else [256, 2048]
-    results: dict[int, tuple[float, float]] = {}
+    results: dict[int, tuple] = {}  # length → (ratio, MB, ratio vs last-only, paired, vs own pass, parts)
     for n in lengths:
         reps = a.reps if n <= 512 else max(3, a.reps // 2)
         ids = ids_of_length(loaded.tokenizer, n)
