@@ -54,6 +54,34 @@ def test_byte_table_is_gpt2s_and_shared_by_the_toy(smol):
     assert tokens.visible_tokens(smol.tokenizer, ids) == [tokens.visible(s) for s in tokens.readable_tokens(smol.tokenizer, ids)]
 
 
+def test_readable_pieces_are_decoded_once_per_tokenizer_and_id(smol):
+    """The pieces are kept per tokenizer: the same strings as decoding each id on its own, every time, and an id seen
+    before is not decoded again (a trace of a repeated prompt decodes nothing)."""
+    ids = smol.tokenizer("苹果 and 苹果, the the the\n\t€", add_special_tokens=False)["input_ids"]
+    alone = []
+    for i in ids:  # the independent reference: each id decoded on its own, bytes of a partial character spelled out
+        s, r = smol.tokenizer.decode([i]), smol.tokenizer.convert_ids_to_tokens([i])[0]
+        alone.append("⟨" + " ".join(f"{tokens.BYTE_OF[c]:02X}" for c in r) + "⟩" if "\ufffd" in s else s)
+
+    class Counting:  # the same tokenizer, counting its single-id decodes
+        def __init__(self) -> None:
+            self.decoded: list[int] = []
+
+        def decode(self, one):
+            self.decoded += one
+            return smol.tokenizer.decode(one)
+
+        def convert_ids_to_tokens(self, some):
+            return smol.tokenizer.convert_ids_to_tokens(some)
+
+    tok = Counting()
+    assert tokens.readable_tokens(tok, ids) == alone
+    assert sorted(tok.decoded) == sorted(set(ids))  # a repeated id within one call: decoded once
+    assert tokens.readable_tokens(tok, ids[::-1]) == alone[::-1] and len(tok.decoded) == len(set(ids))
+    assert tokens.readable_tokens(smol.tokenizer, ids) == alone == tokens.readable_tokens(smol.tokenizer, ids)
+    assert tokens.readable_tokens(ByteTokenizer(), []) == []
+
+
 def test_chips_escape_colour_and_frame():
     h = chips.chips_html(["<b>", " x"], [1, 2], kinds=["special", "user"], framed_tail=1, positions=True)
     assert "&lt;b&gt;" in h and "<b>" not in h and 'data-piece="␣x"' in h

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,17 +46,35 @@ BYTE_CHARS: tuple[str, ...] = tuple(_gpt2_byte_chars())  # byte value → its st
 BYTE_OF: dict[str, int] = {c: b for b, c in enumerate(BYTE_CHARS)}  # stand-in character → byte value
 
 
+# Per tokenizer, the pieces already decoded: id → readable piece. A piece is a function of its id alone (decoded on its
+# own, with no neighbour), so it is made once per tokenizer and id, not once per trace: decoding 256 ids one by one
+# took 0.5 ms of every 256-token trace (issue 28); a repeated id costs a dictionary lookup. At most PIECES_MAX ids a
+# tokenizer (a few MB), weakly keyed: a tokenizer the app lets go takes its pieces with it.
+_PIECES: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+PIECES_MAX = 1 << 16
+
+
+def _pieces_of(tokenizer: Any) -> dict[int, str]:
+    try:
+        return _PIECES.setdefault(tokenizer, {})
+    except TypeError:  # neither hashable nor weakly referable: decoded every time
+        return {}
+
+
 def readable_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each token decoded on its own; a partial UTF-8 character shows as its bytes, ⟨E8 8B⟩."""
-    out = []
     ids = [int(i) for i in ids]
-    raw = tokenizer.convert_ids_to_tokens(ids)
-    for i, r in zip(ids, raw):
+    known = _pieces_of(tokenizer)
+    new = [i for i in dict.fromkeys(ids) if i not in known]
+    made: dict[int, str] = {}
+    for i, r in zip(new, tokenizer.convert_ids_to_tokens(new) if new else []):
         s = tokenizer.decode([i])
         if "\ufffd" in s and isinstance(r, str) and all(ch in BYTE_OF for ch in r):
             s = "⟨" + " ".join(f"{BYTE_OF[ch]:02X}" for ch in r) + "⟩"
-        out.append(s)
-    return out
+        made[i] = s
+    if made and len(known) + len(made) <= PIECES_MAX:
+        known.update(made)
+    return [made[i] if i in made else known[i] for i in ids]
 
 
 # ---------------------------------------------------------------------------------------------
