@@ -232,6 +232,12 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
         if site in cap.keep:
             store(site, i, y[0])
 
+    def on_attn(i: int, args: tuple, kwargs: dict, out: Any) -> None:
+        # what the attention module was called with (the replay's recipe: the same objects after the call as before
+        # it) and what it added, in one hook: one registration and one dispatch fewer per layer than two hooks
+        cap.attn_calls[i] = _without_hidden(args, kwargs)
+        on_sub("attn_out", i, out)
+
     def on_block_out(i: int, out: Any) -> None:
         y = _first(out)
         mark("resid_post", i)
@@ -253,8 +259,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
         specs += [
             (b, "pre_kwargs", lambda _m, args, kw, i=i: on_block_in(i, args, kw)),
             (b, "forward", lambda _m, _a, out, i=i: on_block_out(i, out)),
-            (a, "pre_kwargs", lambda _m, args, kw, i=i: cap.attn_calls.__setitem__(i, _without_hidden(args, kw))),
-            (a, "forward", lambda _m, _a, out, i=i: on_sub("attn_out", i, out)),
+            (a, "forward_kwargs", lambda _m, args, kw, out, i=i: on_attn(i, args, kw, out)),
             (m, "forward", lambda _m, _a, out, i=i: on_sub("mlp_out", i, out)),
         ]
         if "z" in cap.keep:  # the heads' outputs side by side: the output projection's input
@@ -395,9 +400,19 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
     tensors: list[dict[str, Any]] = []
     seen: dict[int, int] = {}
 
+    last: list[Any] = [None, None, None]  # the previous call's (args, kwargs) and their encoding
+
     def encoded(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return (tuple(_encode(a, HIDDEN, tensors, seen) for a in args),
-                {k: _encode(v, HIDDEN, tensors, seen) for k, v in kwargs.items()})
+        # every layer of a model is mostly called with the very same objects (the mask, cos/sin, the cache position):
+        # a call whose every argument *is* the previous call's shares its encoding (the same value; 0.3 ms a trace)
+        a0, k0, e0 = last
+        if a0 is not None and len(args) == len(a0) and kwargs.keys() == k0.keys() \
+                and all(x is y for x, y in zip(args, a0)) and all(v is k0[k] for k, v in kwargs.items()):
+            return e0
+        e = (tuple(_encode(a, HIDDEN, tensors, seen) for a in args),
+             {k: _encode(v, HIDDEN, tensors, seen) for k, v in kwargs.items()})
+        last[:] = [args, kwargs, e]
+        return e
 
     calls = [encoded(*cap.block_calls[i]) for i in range(facts.n_layers)]
     try:  # the attention modules' own calls (mostly the block's tensors again, stored once)

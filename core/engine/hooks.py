@@ -26,8 +26,9 @@ def hidden_of(args: tuple, kwargs: dict) -> Any:
     return args[0] if args else kwargs["hidden_states"]
 
 
-# (module, kind, fn): kind "forward" → fn(module, args, output); "pre" → fn(module, args) and may
-# return new args; "pre_kwargs" → fn(module, args, kwargs) and may return (args, kwargs).
+# (module, kind, fn): kind "forward" → fn(module, args, output); "forward_kwargs" → fn(module, args, kwargs, output)
+# (one hook where a caller wants both what a module was called with and what it returned); "pre" → fn(module, args)
+# and may return new args; "pre_kwargs" → fn(module, args, kwargs) and may return (args, kwargs).
 HookSpec = tuple[nn.Module, str, Callable[..., Any]]
 
 
@@ -47,6 +48,8 @@ def scoped_hooks(specs: Iterable[HookSpec]) -> Iterator[None]:
         for module, kind, fn in specs:
             if kind == "forward":
                 handles.append(module.register_forward_hook(only_mine(fn)))
+            elif kind == "forward_kwargs":
+                handles.append(module.register_forward_hook(only_mine(fn), with_kwargs=True))
             elif kind == "pre":
                 handles.append(module.register_forward_pre_hook(only_mine(fn)))
             elif kind == "pre_kwargs":
