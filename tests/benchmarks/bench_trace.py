@@ -34,8 +34,7 @@ The last-logits-only passes run in ``--pairs`` rounds (60 by default) at 256 tok
 the recording's cost there is a few per cent, and one pass on this kind of virtual machine differs from the next by
 about ±5 %, so the ratio of medians of 7 moved by ±3 % from run to run. ``ratio_256_vs_last_only_ci95=`` is a 95 %
 bootstrap interval for that ratio, each kind of pass resampled on its own: what this run can tell, given the
-jitter it saw. ``--raw FILE`` writes every
-round's times.
+jitter it saw. ``--raw FILE`` writes every round's times.
 
 Last lines: ``ratio_256=``, ``trace_mb_256=`` and (without ``--quick``) ``ratio_2048=``,
 ``trace_mb_4096=``, ``layer_s_4096=``.
@@ -80,27 +79,23 @@ def _timed(fn) -> float:
 LAST_ORDERS = (("sdpa_last", "own_last", "trace"), ("trace", "sdpa_last", "own_last"), ("own_last", "trace", "sdpa_last"))
 
 
-def _paired(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """(median, lower quartile, upper quartile) of a[i] / b[i]: two passes of the same rep share the machine's speed
-    of the moment."""
+def _bootstrap(stat, *samples: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95 % interval for ``stat(*samples)``, each sample resampled with replacement on its own."""
+    rng = random.Random(0)
+    got = sorted(stat(*(rng.choices(x, k=len(x)) for x in samples)) for _ in range(draws))
+    return got[int(0.025 * draws)], got[int(0.975 * draws) - 1]
+
+
+def _paired(a: list[float], b: list[float]) -> tuple[float, float, float, tuple[float, float]]:
+    """(median, lower quartile, upper quartile, 95 % interval of the median) of a[i] / b[i]: two passes of the same
+    rep share the machine's speed of the moment."""
     pairs = sorted(x / y for x, y in zip(a, b))
-    return statistics.median(pairs), pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]
+    return (statistics.median(pairs), pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4],
+            _bootstrap(statistics.median, pairs))
 
 
-def _ratio_interval(a: list[float], b: list[float], draws: int = 2000) -> tuple[float, float]:
-    """A 95 % interval for median(a) / median(b) (two samples of independent passes), by resampling each with
-    replacement: how far this run's ratio of medians can lie from the machine's own, given its jitter."""
-    rng = random.Random(0)
-    ratios = sorted(statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
-                    for _ in range(draws))
-    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
-
-
-def _median_interval(x: list[float], draws: int = 2000) -> tuple[float, float]:
-    """A 95 % bootstrap interval for the median of ``x``."""
-    rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(x, k=len(x))) for _ in range(draws))
-    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
+def _ratio_of_medians(a: list[float], b: list[float]) -> float:
+    return statistics.median(a) / statistics.median(b)
 
 
 def main() -> None:
@@ -188,9 +183,10 @@ def main() -> None:
         inside = _paired(fwd["trace"], fwd["own_last"])[0]  # the recording's cost inside the forward, paired per rep
         out_ms = statistics.median(outside) * 1e3
         parts = inside + out_ms / (statistics.median(fwd["own_last"]) * 1e3)
-        interval = _ratio_interval(times["trace"], times["sdpa_last"])
+        # its 95 % interval, each kind of pass resampled on its own
+        interval = _bootstrap(_ratio_of_medians, times["trace"], times["sdpa_last"])
         results[n] = (med["trace"] / base, mb, med["trace"] / med["sdpa_last"], paired, own, (inside, out_ms, parts),
-                      interval, rounds, times)
+                      interval, rounds)
         spread = {k: f"{min(v) * 1e3:.0f}–{max(v) * 1e3:.0f}" for k, v in times.items()}
         print(f"T={n:5d}  eager {med['eager'] * 1e3:8.1f} ms  sdpa {med['sdpa'] * 1e3:8.1f} ms  "
               f"sdpa last-logits-only {med['sdpa_last'] * 1e3:8.1f} ms  own model last-logits-only {med['own_last'] * 1e3:8.1f} ms  trace {med['trace'] * 1e3:8.1f} ms  "
@@ -204,11 +200,10 @@ def main() -> None:
     print(f"ratio_256_vs_last_only={results[256][2]:.3f}")
     lo, hi = results[256][6]
     print(f"ratio_256_vs_last_only_ci95={lo:.3f}–{hi:.3f} (bootstrap of the two medians over {results[256][7]} rounds each)")
-    med, lo, hi = results[256][3]
-    plo, phi = _median_interval([x / y for x, y in zip(results[256][8]["trace"], results[256][8]["sdpa_last"])])
+    med, lo, hi, (plo, phi) = results[256][3]
     print(f"paired_256_vs_last_only={med:.3f} (median of the rounds' own ratios; quartiles {lo:.3f}–{hi:.3f}; "
           f"95 % interval of the median {plo:.3f}–{phi:.3f})")
-    med, lo, hi = results[256][4]
+    med, lo, hi, _ = results[256][4]
     print(f"paired_256_vs_own_last={med:.3f} (the trace over the same model's own last-logits-only pass in that rep; "
           f"quartiles {lo:.3f}–{hi:.3f})")
     inside, out_ms, parts = results[256][5]
