@@ -152,8 +152,7 @@ def test_context_similarity_apple(smol):
     # root's and the product's rounding (not always exactly: fl(√s)² need not be s)
     self_cos = floats.sum_bound(1.0, 2 * ta.resid.shape[-1] + 4, u=floats.U64, routes=1)
     floats.assert_within(sim[0], 1.0, self_cos, what="layer 0 (the embedding rows)", why="a float64 cosine of a vector with itself")
-    ref = torch.nn.functional.cosine_similarity(torch.from_numpy(np.array(ta.resid[:, ia])).double(),  # a writable copy
-                                                torch.from_numpy(np.array(tb.resid[:, ib])).double(), dim=1)
+    ref = torch.nn.functional.cosine_similarity(torch.from_numpy(ta.resid[:, ia]).double(), torch.from_numpy(tb.resid[:, ib]).double(), dim=1)
     floats.assert_within(sim, ref.numpy(), _cos_bound(ta.resid.shape[-1]), what="cosines", why="two float64 routes of a cosine")
     assert sim[-1] < 0.99 and sim[1:].max() < 1.0
 
