@@ -83,6 +83,22 @@ def _lens_topk(loaded: LoadedModel, tr: Trace, k: int, batch: int, lo: int, hi: 
     return top_ids, top_probs, lo
 
 
+def lens_probs_of(loaded: LoadedModel, tr: Trace, pos: int, ids: list[int] | tuple[int, ...], batch: int = 4) -> np.ndarray:
+    """The lens probability of each token of ``ids`` at every layer boundary, position ``pos``: [L+1, n] float32,
+    computed exactly as ``logit_lens_topk(lo=pos, hi=pos + 1)`` computes its top k (same batches, same ops), so
+    a token's curve across the layers equals the lens' probability wherever that token is in the top k."""
+    sites = find_sites(loaded.model)
+    norm, head = sites.require_final_norm(), sites.lm_head
+    n_rows, cols = tr.resid.shape[0], list(ids)
+    out = np.zeros((n_rows, len(cols)), dtype=np.float32)
+    with loaded.lock, torch.inference_mode():
+        for start in range(0, n_rows, batch):
+            x = torch.from_numpy(np.array(tr.resid[start : start + batch, pos : pos + 1]))  # [b, 1, d]
+            probs = torch.softmax(head(norm(x)).float(), dim=-1)  # [b, 1, V]
+            out[start : start + batch] = probs[:, 0, cols].numpy()
+    return out
+
+
 def logit_lens(loaded: LoadedModel, tr: Trace, batch: int = 4, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Read every layer's residual stream as if it were the last: final norm → LM head → softmax.
 
