@@ -12,6 +12,7 @@ from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report
 from core.web import generation as gen_ui
 from core.web import page, presenter, ui, widgets
+from core.web import receipt as why
 
 P = "generation"
 
@@ -100,6 +101,7 @@ def render(loaded) -> None:
     _status(stp, pieces, text, text != loaded.tokenizer.decode(stp.generated))
     step = gen_ui.pick_step(len(stp.records), P)
     _pass(loaded, stp.records[step], step)
+    why.offer_step(loaded, stp.prompt_ids, stp.all_ids, step, stp.records[step].token_id, stp.records[step].token)
     _attention(loaded, stp, stp.records[step], pieces)
     _costs(stp, step)
 

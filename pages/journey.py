@@ -10,6 +10,7 @@ from core.engine.tokens import special_mask
 from core.learn import figures as learn_fig
 from core.learn import journey
 from core.web import cache, chips, nav, page, presenter, ui, widgets
+from core.web import receipt as why
 
 TEXT_SHOWN = 600  # characters of the exact text shown in stage 1
 
@@ -62,6 +63,7 @@ def render(loaded, tr) -> None:
     box = stage(8, "journey.s8.body", "logits", tok=f"`{widgets.code(tokens.visible(rows[0][0]))}`", p=f"{rows[0][3]:.1%}")
     if not tr.chat and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
+    why.offer_next(loaded, tr, place=box)  # "Why this token?" on the next token
     asked = cache.key_of(tr)  # what this trace was made from: the button's answer is for it alone
     if journey.deferred(T) and st.session_state.get("journey_asked") != asked:  # a long prompt: the loop on request
         box = stage(9, "journey.s9.deferred", "generation", T=f"{T:,}", limit=f"{journey.DEFER_ABOVE:,}", n=journey.MAX_NEW)

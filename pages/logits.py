@@ -10,6 +10,7 @@ from core.gen import sampling
 from core.stream import candidates, lens
 from core.stream import figures as ps
 from core.web import cache, page, presenter, ui, widgets
+from core.web import receipt as why
 
 
 def _top(tr, spec: str, lang: str) -> None:
@@ -82,6 +83,7 @@ def _lens(tr, spec: str, lang: str) -> None:
 def render(tr) -> None:
     lang, spec = ui.lang(), ui.model_spec()
     _top(tr, spec, lang)
+    why.offer(ui.loaded_model(), tr)  # "Why this token?": a receipt for a position's choice
     st.header(ui.t("logits.h_controls"))
     cfg = _controls(tr)
     prev = tr.token_ids.tolist()  # the penalty looks at the tokens already in the context

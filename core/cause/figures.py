@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.common import escape, i18n
+from core.plot import palette
 from core.plot.plotlabels import position_label
 
 ANSWER_COLOUR, FOIL_COLOUR, OTHER_COLOUR = "#dc2626", "#2563eb", "#94a3b8"
@@ -121,4 +122,21 @@ def fig_attribution(tokens: Sequence[str], gxi: np.ndarray, ig: np.ndarray, atte
     fig.update_yaxes(title_text=_t("cause.fig_logit_units", lang), row=2, col=1)
     fig.update_yaxes(title_text="w", range=[0, 1], row=3, col=1)
     fig.update_layout(height=620, margin=dict(t=60, b=40))
+    return fig
+
+
+def fig_receipt_lens(curve: np.ndarray, top1: int | None, top5: int | None, token: str, lang: str) -> go.Figure:
+    """The receipt's lens curve: the token's lens probability at every layer boundary (0 = the embeddings,
+    L = the model's own prediction), the boundaries where it enters the top 5 and becomes the top-1 marked."""
+    y = np.asarray(curve, dtype=np.float64)
+    x = list(range(len(y)))
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="lines+markers", line=palette.line("main"), marker=palette.marker("main"),
+                               name=escape.plot(token), hovertemplate="%{x}: p = %{y:.4f}<extra></extra>"))
+    for at, key, dash in ((top5, "receipt.fig_top5", "dot"), (top1, "receipt.fig_top1", "dash")):
+        if at is not None:
+            fig.add_vline(x=at, line_dash=dash, line_color=palette.INK_SOFT, annotation_text=_t(key, lang, l=at),
+                          annotation_position="top left")
+    fig.update_layout(title=_t("receipt.fig_title", lang, tok=escape.plot(token)), height=300, margin=dict(t=60, b=40),
+                      xaxis_title=_t("receipt.fig_x", lang), yaxis_title=_t("receipt.fig_y", lang), yaxis_range=[0, 1],
+                      showlegend=False)
     return fig

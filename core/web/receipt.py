@@ -1,0 +1,209 @@
+"""The "Why this token?" panel: one button on a token opens its receipt (``core.cause.receipt``), made in a
+server job (``core.web.jobs``: one in flight per session, fresh ones capped per server per minute; finished ones
+kept, so a second click or another session's click on the same (model, prompt, position, token) reads it again),
+its progress said in words, its sentences in the reader's language, its card downloadable as Markdown and PNG
+in English and Chinese, and a link that opens it again (the logits page with ``?why=<position>&why_tok=<id>``,
+both validated where they enter: whole numbers within the prompt and the vocabulary).
+
+``compute`` (no Streamlit in it) joins the two areas a receipt reads — the logit lens (``core.stream.lens``)
+and cause (``core.cause``) — since areas do not import each other; tests and the benchmark call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+import core.backends as backends
+from core.cause import card, receipt
+from core.cause import figures as cause_fig
+from core.common import escape, i18n
+from core.common.progress import Progress, noop
+from core.engine.trace import Trace
+from core.engine.types import LoadedModel, Phrase, say
+from core.stream import lens
+from core.web import cache, measure, nav, presenter, ui
+
+OPEN = "receipt_open"  # session key: the receipt this session asked for (``Ask``)
+QP_POS, QP_TOK = "why", "why_tok"
+
+
+def lens_reader(loaded: LoadedModel, tr: Trace) -> receipt.Lens:
+    """The logit lens of ``tr`` at one position, as the receipt reads it: the top 5 of every layer boundary
+    (``lens.logit_lens_topk``) and the token's own lens probability (``lens.lens_probs_of``), the same route."""
+
+    def at(pos: int, token: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = lens.logit_lens_topk(loaded, tr, receipt.TOP5, lo=pos, hi=pos + 1)
+        return k.ids[:, 0], k.probs[:, 0], lens.lens_probs_of(loaded, tr, pos, [token])[:, 0]
+
+    return at
+
+
+def compute(loaded: LoadedModel, tr: Trace, pos: int, token: int | None = None, *, model_name: str = "",
+            progress: Progress = noop) -> receipt.Receipt:
+    """The receipt of position ``pos`` of the traced prompt ``tr`` for ``token`` (None: the model's own choice)."""
+    logits = tr.last_logits if pos == tr.n_tokens - 1 else backends.logits_row(loaded, tr, pos)
+    return receipt.make(loaded, tr.token_ids.tolist(), pos, logits, lens_reader(loaded, tr),
+                        lambda layer: backends.attention(loaded, tr, layer), token, model_name=model_name or loaded.facts.name,
+                        progress=progress)
+
+
+# ---------------------------------------------------------------------------------------------
+# asking for one, from a button or a link
+
+
+@dataclass(frozen=True)
+class Ask:
+    where: tuple  # the trace's cache key, or ("ids", …) for a context that is no cached prompt (the stepper)
+    pos: int
+    token: int | None
+
+
+def button(where: tuple, pos: int, token: int | None, token_text: str, *, key: str, place: Any = None,
+           link: bool = True) -> bool:
+    """The one-click button "Why «token»?"; a press asks for that receipt (and, with ``link``, puts it in the URL)."""
+    pressed = (place or st).button(ui.t("receipt.button", tok=f"«{escape.md(token_text)}»"), key=key, icon="🧾")
+    if pressed:
+        st.session_state[OPEN] = Ask(where, int(pos), None if token is None else int(token))
+        if link:
+            ui.set_qp(**{QP_POS: int(pos), QP_TOK: None if token is None else int(token)})
+    return pressed
+
+
+def asked(where: tuple, n_tokens: int, vocab: int) -> Ask | None:
+    """The receipt asked for on this view: this session's press, else the link's ``why`` (a whole number in
+    0 … n_tokens − 1) and ``why_tok`` (0 … vocab − 1; anything else: the model's own choice)."""
+    a = st.session_state.get(OPEN)
+    if isinstance(a, Ask) and a.where == where:
+        return a
+    if st.query_params.get(QP_POS) is None:
+        return None
+    pos = ui.qp_int(QP_POS, -1, -1, n_tokens - 1)
+    if pos < 0:
+        return None
+    tok = ui.qp_int(QP_TOK, -1, -1, vocab - 1)
+    return Ask(where, pos, None if tok < 0 else tok)
+
+
+# ---------------------------------------------------------------------------------------------
+# making it (a server job) and showing it
+
+
+def _job(key: tuple, make: Any) -> Any:
+    return cache.measurement(("receipt", *key), lambda job: make(job.report))
+
+
+def panel(loaded: LoadedModel, tr: Trace) -> None:
+    """The receipt asked for on this trace (a press or the link), made and shown; nothing when none was asked."""
+    key = tuple(cache.key_of(tr))
+    a = asked(key, tr.n_tokens, tr.vocab_size)
+    if a is None:
+        return
+    name = ui.model_label()
+    job = _job((*key, a.pos, a.token), lambda report: compute(loaded, tr, a.pos, a.token, model_name=name, progress=report))
+    _show_job(job, loaded, link=(tr, a))
+
+
+def panel_ids(loaded: LoadedModel, ids: Sequence[int], token: int, where: tuple) -> None:
+    """The receipt of the next token after ``ids`` (a context that is no cached prompt: a stepper's step), when
+    this session asked for it with ``where``: the context is traced once in the job."""
+    a = st.session_state.get(OPEN)
+    if not (isinstance(a, Ask) and a.where == where):
+        return
+    ids = tuple(int(i) for i in ids)
+    name = ui.model_label()
+
+    def make(report: Progress) -> receipt.Receipt:
+        tr = backends.trace_ids(loaded, ids)
+        return compute(loaded, tr, len(ids) - 1, token, model_name=name, progress=report)
+
+    _show_job(_job((ui.model_spec(), ids, len(ids) - 1, int(token)), make), loaded, link=None)
+
+
+def _show_job(job: Any, loaded: LoadedModel, link: tuple | None) -> None:
+    try:
+        rc = measure.show(job, Phrase("receipt.waiting"))
+    except Exception as e:  # never a traceback: the sentence, in the reader's language
+        st.error(ui.t("receipt.failed", msg=ui.error_md(e)))
+        return
+    if rc is not None:
+        show(rc, link)
+
+
+def show(rc: receipt.Receipt, link: tuple | None = None) -> None:
+    """The receipt: its sections' sentences (tokens as inert code spans), the lens curve, the card downloads,
+    the link that opens it again."""
+    lang = ui.lang()
+    said = receipt.lines(rc, receipt.md_token)
+    with st.container(border=True):
+        st.subheader(ui.t("receipt.title", tok=receipt.md_token(rc.token)))
+        st.caption(ui.t("receipt.context", model=escape.md(rc.model), pos=rc.pos, n=rc.n_tokens,
+                        prompt=receipt.md_token("".join(rc.tokens[-24:]))))
+        for sec in receipt.SECTIONS:
+            if not said[sec]:
+                continue
+            st.markdown(f"**{ui.t(f'receipt.h_{sec}')}**")
+            st.markdown("\n".join(f"- {say(p, lang)}" for p in said[sec]))
+            if sec == "formed" and rc.formed is not None:
+                presenter.chart(cause_fig.fig_receipt_lens(rc.formed.curve, rc.formed.top1, rc.formed.top5, rc.token, lang),
+                                width="stretch")
+        ui.badge("model")
+        _downloads(rc)
+        if link is not None:
+            tr, a = link
+            k = cache.key_of(tr)
+            query = {"model": ui.model_id(), "prompt": k.prompt, "chat": "1" if k.chat else "0", QP_POS: str(a.pos)}
+            if a.token is not None:
+                query[QP_TOK] = str(a.token)
+            nav.page_link("logits", label=ui.t("receipt.link"), icon="🔗", query=query)
+
+
+def _downloads(rc: receipt.Receipt) -> None:
+    cols = st.columns(4)
+    stem = f"receipt-{rc.pos}"
+    for i, lang in enumerate(i18n.LANGS):
+        name = i18n.LANG_NAMES[lang]
+        cols[i].download_button(ui.t("receipt.dl_md", lang=name), data=lambda lang=lang: receipt.card_markdown(rc, lang),
+                                file_name=f"{stem}-{lang}.md", mime="text/markdown", key=f"receipt_md_{lang}_{rc.pos}_{rc.token_id}")
+        cols[2 + i].download_button(ui.t("receipt.dl_png", lang=name), data=lambda lang=lang: card.png(rc, lang),
+                                    file_name=f"{stem}-{lang}.png", mime="image/png", key=f"receipt_png_{lang}_{rc.pos}_{rc.token_id}")
+    st.caption(ui.t("receipt.png_note"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the entry points (one line in a page each)
+
+
+def offer(loaded: LoadedModel, tr: Trace) -> None:
+    """The logits page's entry: a position of the prompt (the link's ``why`` first, else the last) and the button
+    for the model's choice there; then the receipt asked for, if any."""
+    key = tuple(cache.key_of(tr))
+    T = tr.n_tokens
+    a = asked(key, T, tr.vocab_size)
+    first = T - 1 if a is None else a.pos
+    pos = int(st.number_input(ui.t("receipt.pick_pos"), 0, T - 1, first, 1, key="receipt_pos"))
+    logits = tr.last_logits if pos == T - 1 else backends.logits_row(loaded, tr, pos)
+    token = int(np.argmax(logits))
+    button(key, pos, None, cache.token_texts(ui.model_spec(), (token,))[0], key="receipt_logits")
+    panel(loaded, tr)
+
+
+def offer_next(loaded: LoadedModel, tr: Trace, place: Any = None) -> None:
+    """The journey's entry: the button on the next token (the model's choice after the last position), in ``place``."""
+    key = tuple(cache.key_of(tr))
+    token = int(np.argmax(tr.last_logits))
+    button(key, tr.n_tokens - 1, None, cache.token_texts(ui.model_spec(), (token,))[0], key="receipt_journey", place=place)
+    panel(loaded, tr)
+
+
+def offer_step(loaded: LoadedModel, prompt_ids: Sequence[int], all_ids: Sequence[int], step: int, token: int, token_text: str) -> None:
+    """The stepper's entry: the button on the token chosen at ``step`` (0 = the prefill), whose context is the
+    prompt and the tokens generated before it."""
+    ctx = tuple(int(i) for i in all_ids[: len(prompt_ids) + step])
+    where = ("ids", ui.model_spec(), ctx, int(token))
+    button(where, len(ctx) - 1, int(token), token_text, key="receipt_step", link=False)
+    panel_ids(loaded, ctx, token, where)
