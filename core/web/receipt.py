@@ -167,9 +167,9 @@ def _downloads(rc: receipt.Receipt) -> None:
     stem = f"receipt-{rc.pos}"
     for i, lang in enumerate(i18n.LANGS):
         name = i18n.LANG_NAMES[lang]
-        cols[i].download_button(ui.t("receipt.dl_md", lang=name), data=lambda lang=lang: receipt.card_markdown(rc, lang),
+        cols[i].download_button(ui.t("receipt.dl_md", language=name), data=lambda lang=lang: receipt.card_markdown(rc, lang),
                                 file_name=f"{stem}-{lang}.md", mime="text/markdown", key=f"receipt_md_{lang}_{rc.pos}_{rc.token_id}")
-        cols[2 + i].download_button(ui.t("receipt.dl_png", lang=name), data=lambda lang=lang: card.png(rc, lang),
+        cols[2 + i].download_button(ui.t("receipt.dl_png", language=name), data=lambda lang=lang: card.png(rc, lang),
                                     file_name=f"{stem}-{lang}.png", mime="image/png", key=f"receipt_png_{lang}_{rc.pos}_{rc.token_id}")
     st.caption(ui.t("receipt.png_note"))
 
