@@ -29,7 +29,6 @@ were bounded and why. ``forward_passes`` counts the model's forward calls the re
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,7 +142,6 @@ class Receipt:
     unavailable: tuple[Phrase, ...] = ()  # which part could not be made, and why
     forward_passes: int = 0
     rows_positions: int = 0  # Σ over the forward passes of batch rows × positions fed
-    seconds: float = 0.0
     notes: tuple[Phrase, ...] = field(default=())
 
     @property
@@ -345,7 +343,6 @@ def make(loaded: LoadedModel, ids: Sequence[int], pos: int, logits: np.ndarray, 
     """The receipt of position ``pos`` of the prompt ``ids`` (its logits there: ``logits`` [V], the trace's),
     for ``token`` (None: the model's own top-1). ``lens`` reads the logit lens (None: the model has none);
     ``attention(layer)`` is that layer's attention [H, T, T] of the traced prompt."""
-    start = time.perf_counter()
     ids = [int(i) for i in ids[: pos + 1]]
     z = np.asarray(logits, dtype=np.float64)
     chosen_id = int(top_k(z, 1)[0])
@@ -381,7 +378,7 @@ def make(loaded: LoadedModel, ids: Sequence[int], pos: int, logits: np.ndarray, 
     progress(STEPS, STEPS, Phrase("receipt.progress_done"))
     return Receipt(model_name, pieces, pos, token, tokens.visible_tokens(loaded.tokenizer, [token])[0],
                    float(softmax(z)[token]), token == chosen_id, fm, read, carried, n_comp, rival, tuple(unavailable),
-                   counter.passes, counter.rows_positions, time.perf_counter() - start, tuple(notes))
+                   counter.passes, counter.rows_positions, tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,6 +394,11 @@ def points(dp: float) -> str:
     """A change of probability in percentage points, signed, one decimal ('+28.8', '−0.4'); never '-0.0'."""
     v = round(dp * 100, 1)
     return "0.0" if v == 0 else f"{v:+.1f}".replace("-", "−")
+
+
+def signed(x: float, digits: int = 3) -> str:
+    """A signed number with a true minus sign ('+1.143', '−0.165')."""
+    return f"{x:+.{digits}f}".replace("-", "−")
 
 
 def temp(t: float) -> str:
@@ -439,7 +441,7 @@ def read_lines(rc: Receipt, tok: Callable[[str], str]) -> list[Phrase]:
     ratio = r.total / r.value if r.value else math.nan
     kind = ("opposite" if not ratio > 0 else "close" if 0.8 <= ratio <= 1.25 else "under" if ratio < 0.8 else "over")
     out = [Phrase("receipt.read_share", {"n": len(r.sources), "share": f"{r.top_share:.0%}"}),
-           Phrase(f"receipt.read_sum_{kind}", {"total": f"{r.total:.3f}", "value": f"{r.value:.3f}", "rival": tok(rc.rival.token),
+           Phrase(f"receipt.read_sum_{kind}", {"total": signed(r.total), "value": signed(r.value), "rival": tok(rc.rival.token),
                                                "ratio": f"{ratio:.0%}" if math.isfinite(ratio) else "—"}),
            Phrase("receipt.neutral", {"tok": tok(r.neutral_token)})]
     for s in r.sources:
@@ -449,7 +451,7 @@ def read_lines(rc: Receipt, tok: Callable[[str], str]) -> list[Phrase]:
             key = "receipt.source_opposite"
         else:
             key = "receipt.source_small"
-        out.append(Phrase(key, {"tok": tok(s.token), "pos": s.pos, "score": f"{s.score:+.3f}", "p": pct(s.p_after), "dp": points(s.dp)}))
+        out.append(Phrase(key, {"tok": tok(s.token), "pos": s.pos, "score": signed(s.score), "p": pct(s.p_after), "dp": points(s.dp)}))
     return out
 
 
@@ -506,7 +508,7 @@ def unmeasured_lines(rc: Receipt, tok: Callable[[str], str]) -> list[Phrase]:
             out.append(Phrase("receipt.first_kept", {"tok": tok(rc.tokens[0])}))
     if rc.carried is not None:
         out.append(Phrase("receipt.not_paths", {"n": f"{rc.n_components:,}"}))
-    out.append(Phrase("receipt.cost", {"passes": rc.forward_passes, "rp": f"{rc.rows_positions:,}", "s": f"{rc.seconds:.1f}"}))
+    out.append(Phrase("receipt.cost", {"passes": rc.forward_passes, "rp": f"{rc.rows_positions:,}"}))
     return out
 
 
