@@ -127,3 +127,18 @@ def test_journey_button_opens_the_receipt_of_the_next_token(smol):
     at.button(key="receipt_journey").click().run()
     assert not at.exception
     assert any("Where it formed" in m.value for m in at.markdown)
+
+
+def test_stepper_step_opens_the_receipt_of_its_token(smol):
+    at = app_run("generation", prompt=EIFFEL, chat="0", greedy="1", max="4")
+    at.button(key="generation_prefill").click().run()  # step 0: the prefill, its token chosen after the prompt
+    assert not at.exception
+    at.button(key="receipt_step").click().run()
+    assert not at.exception
+    shown = _lines_on_page(at)
+    # the receipt of the step's own token after its own context (the prompt: the prefill's step), sentence by sentence
+    ids = backends.encode_prompt(smol, EIFFEL).ids
+    rc = web_receipt.compute(smol, backends.trace_ids(smol, ids), len(ids) - 1)
+    for said in receipt.lines(rc, receipt.md_token).values():
+        for p in said:
+            assert say(p, "en") in shown, p.key
