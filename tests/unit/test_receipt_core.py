@@ -25,6 +25,7 @@ from core.cause import attribution, receipt
 from core.common.numbers import softmax
 from core.engine import roles
 from core.stream import lens
+from core.toy import load_trained
 from core.toy.model import ToyConfig, ToyTransformer
 from core.toy.run import wrap
 
@@ -221,3 +222,13 @@ def test_a_model_patching_refuses_gets_a_sentence_saying_which_part():
     for lang in ("en", "zh"):
         md = receipt.card_markdown(rc, lang)
         assert "⟦" not in md and "pre-norm" in rc.unavailable[-1].text("en")
+
+
+def test_the_trained_toy_gets_a_whole_receipt():
+    toy = load_trained()
+    tr = backends.trace(toy, "kqzmwpkqzmw")
+    rc = _make(toy, tr)
+    assert not rc.unavailable and rc.formed is not None and rc.read is not None and rc.carried
+    assert rc.n_components == toy.facts.n_layers * (toy.facts.n_heads + 1)
+    for lang in ("en", "zh"):
+        assert "⟦" not in receipt.card_markdown(rc, lang)
