@@ -37,7 +37,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,6 +70,7 @@ MAX_POOL_BYTES = 256 * 2**20  # the paged cache's memory, whatever page size and
 DEFAULT_PAGE_SIZE = 32
 DEFAULT_MAX_BATCH_TOKENS = 256
 ENGINE_SAFETY_MARGIN = 0.15  # FIFOScheduler's default: below 15 % free blocks it admits no new prefill but one
+TIMEOUT_S = 300.0  # a run that takes longer is stopped
 PADDED_PROMPTS = (2, 3)
 PADDED_MAX_TOKENS = 64
 
@@ -144,6 +145,10 @@ def _check_field(line: int, key: str, v: Any) -> Any:
         limit = MAX_ID_CHARS if key == "id" else MAX_PROMPT_CHARS
         if len(v) > limit:
             raise WorkloadError("too_long", line=line, field=key, n=len(v), max=limit)
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate ("\\ud800" in the JSON): no character, no token
+            raise WorkloadError("not_text", line=line, field=key, at=e.start + 1) from None
         return v
     if key == "max_new_tokens":
         if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
@@ -168,31 +173,18 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def parse_workload(text: str) -> list[Request]:
-    """The requests of a JSONL workload (one JSON object per line; blank lines are skipped). Refuses,
-    with one WorkloadError naming the line: an empty workload, a line that is not a JSON object, an
-    unknown or missing field, a value of the wrong type or out of its range, a duplicate id, more than
-    MAX_REQUESTS requests or more than MAX_TOTAL_NEW_TOKENS new tokens in all. Lengths in tokens are
-    checked by ``encode_workload`` (they need the tokenizer)."""
-    if not isinstance(text, str):
-        raise WorkloadError("empty")
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_WORKLOAD_BYTES:
-        raise WorkloadError("too_big", max=MAX_WORKLOAD_BYTES)
+def _requests(objects: Iterable[tuple[int, Any]]) -> tuple[Request, ...]:
+    """The requests of ``(line, object)`` pairs, each object checked (fields, types, ranges), then the
+    workload (duplicate ids, at most MAX_REQUESTS requests and MAX_TOTAL_NEW_TOKENS new tokens)."""
     out: list[Request] = []
     seen: dict[str, int] = {}
     total_new = 0
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw, parse_constant=_no_constants)
-        except ValueError as e:
-            raise WorkloadError("not_json", line=line, detail=str(getattr(e, "msg", e))) from None
+    for line, obj in objects:
         if not isinstance(obj, dict):
             raise WorkloadError("not_object", line=line, got=type(obj).__name__)
-        unknown = sorted(set(obj) - set(FIELDS))
+        unknown = sorted(set(obj) - set(FIELDS), key=str)
         if unknown:
-            raise WorkloadError("unknown_field", line=line, field=unknown[0], allowed=", ".join(FIELDS))
+            raise WorkloadError("unknown_field", line=line, field=str(unknown[0]), allowed=", ".join(FIELDS))
         missing = [k for k in REQUIRED if k not in obj]
         if missing:
             raise WorkloadError("missing_field", line=line, field=missing[0])
@@ -205,16 +197,64 @@ def parse_workload(text: str) -> list[Request]:
         total_new += vals["max_new_tokens"]
         if total_new > MAX_TOTAL_NEW_TOKENS:
             raise WorkloadError("too_many_new_tokens", line=line, max=MAX_TOTAL_NEW_TOKENS)
-        out.append(Request(vals["id"], vals["prompt"], vals["max_new_tokens"], vals.get("arrival_s", 0.0),
-                           vals.get("chat", False), line))
+        out.append(Request(line=line, **vals))
     if not out:
         raise WorkloadError("empty")
-    return out
+    return tuple(out)
 
 
-def workload_text(requests: Sequence[Request]) -> str:
-    """The JSONL of ``requests`` (what ``parse_workload`` reads back)."""
-    return "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in requests)
+def parse_workload(text: str) -> tuple[Request, ...]:
+    """The requests of a JSONL workload (one JSON object per line; blank lines are skipped). Refuses,
+    with one WorkloadError naming the line: an empty workload, a line that is not a JSON object, an
+    unknown or missing field, a value of the wrong type or out of its range, a duplicate id, more than
+    MAX_REQUESTS requests or more than MAX_TOTAL_NEW_TOKENS new tokens in all. Lengths in tokens are
+    checked by ``encode_workload`` (they need the tokenizer)."""
+    if not isinstance(text, str):
+        raise WorkloadError("empty")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_WORKLOAD_BYTES:
+        raise WorkloadError("too_big", max=MAX_WORKLOAD_BYTES)
+
+    def objects() -> Iterator[tuple[int, Any]]:
+        for line, raw in enumerate(text.splitlines(), start=1):
+            if raw.strip():
+                try:
+                    yield line, json.loads(raw, parse_constant=_no_constants)
+                except ValueError as e:
+                    raise WorkloadError("not_json", line=line, detail=str(getattr(e, "msg", e))) from None
+
+    return _requests(objects())
+
+
+def _empty(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def check_edits(state: Any, n_rows: int) -> None:
+    """Refuse an editor's raw edit state (``{"edited_rows", "added_rows", "deleted_rows"}`` as the browser
+    sent it, on a table of ``n_rows`` rows) before anything applies it: edits of another shape, more than
+    MAX_REQUESTS rows once rows are added and deleted, or more than MAX_WORKLOAD_BYTES of edits."""
+    if state is None:
+        return
+    if not isinstance(state, Mapping):
+        raise WorkloadError("bad_edit")
+    added, deleted, edited = (state.get(k, default) for k, default in (("added_rows", []), ("deleted_rows", []), ("edited_rows", {})))
+    if not (isinstance(added, list) and isinstance(deleted, list) and isinstance(edited, Mapping)):
+        raise WorkloadError("bad_edit")
+    n = n_rows + len(added) - len({d for d in deleted if isinstance(d, int) and 0 <= d < n_rows})
+    if n > MAX_REQUESTS or len(edited) > n_rows + len(added):
+        raise WorkloadError("too_many_rows", n=max(n, len(edited)), max=MAX_REQUESTS)
+    if len(json.dumps([added, edited], default=str)) > MAX_WORKLOAD_BYTES:
+        raise WorkloadError("too_big", max=MAX_WORKLOAD_BYTES)
+
+
+def requests_from_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[Request, ...]:
+    """The requests of the lab's edited table (row k is line k + 1), checked as a workload file's lines
+    are. A cell left empty (None, or NaN where the column is numeric) is left out, so the request's
+    default applies, as in a JSONL line without it."""
+    if len(rows) > MAX_REQUESTS:
+        raise WorkloadError("too_many_requests", line=MAX_REQUESTS + 1, max=MAX_REQUESTS)
+    return _requests((k, {f: v for f, v in row.items() if not _empty(v)} if isinstance(row, Mapping) else row)
+                     for k, row in enumerate(rows, start=1))
 
 
 def encode_workload(tokenizer: Any, requests: Sequence[Request], max_positions: int | None) -> list[list[int]]:
@@ -242,6 +282,12 @@ def encode_workload(tokenizer: Any, requests: Sequence[Request], max_positions: 
 # the plain copy the engine accepts
 
 
+def _engine_attention(model: Any) -> str:
+    """The attention the engine runs the copy with: SDPA, or eager (the engine's paged eager) for an
+    architecture without SDPA (Gemma-2: its attention logits are soft-capped)."""
+    return "sdpa" if type(model)._supports_sdpa else "eager"
+
+
 def plain_model(loaded: LoadedModel) -> LoadedModel:
     """A copy of an HF ``loaded`` model that continuous batching accepts: its own modules and its own
     config with ``attn_implementation="sdpa"`` (transformers' engine refuses the traced "xray" one), built
@@ -253,7 +299,7 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
     src = loaded.model
     cfg = copy.deepcopy(src.config)  # the engine sets attn_implementation on the copy's config, never the traced one
     with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=src.dtype)
+        plain = AutoModelForCausalLM.from_config(cfg, attn_implementation=_engine_attention(src), dtype=src.dtype)
     for kind, named in (("_parameters", src.named_parameters(remove_duplicate=False)),
                         ("_buffers", src.named_buffers(remove_duplicate=False))):
         for name, tensor in named:
@@ -446,39 +492,66 @@ class Step:
         return asdict(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RequestResult:
-    """One request as the engine served it. Times from the first arrival. ``outcome``: "finished", or
-    "refused" with the engine's ``error`` (it could not fit the request in the pool). ``computed_prompt_tokens``:
-    prompt tokens the engine ran through the model (more than ``prompt_tokens`` after a preemption, fewer
-    when shared blocks supplied ``reused_prompt_tokens``). ``solo_token_ids``: the same request alone
-    with HF ``generate`` (greedy, same model); ``equals_solo``: whether the engine produced exactly those."""
+    """One request as the engine served it: what was measured; what follows from it is a property (a new
+    per-request metric is one property here and one column in ``report.requests_table``). Times in
+    seconds from the first arrival. ``token_s``: when each token came (the end of the engine step that
+    made it); ``outcome``: "finished", or "refused" with the engine's ``error`` (it could not fit the
+    request in the pool). ``computed_prompt_tokens``: prompt tokens the engine ran through the model (more
+    than ``prompt_tokens`` after a preemption, fewer when shared blocks supplied ``reused_prompt_tokens``).
+    ``solo_token_ids``: the same request alone with HF ``generate`` (greedy, same model)."""
 
     id: str
     prompt_tokens: int
+    max_new_tokens: int
     token_ids: list[int]
     text: str
     arrival_s: float
     first_scheduled_s: float | None
-    first_token_s: float | None
-    finish_s: float | None
-    ttft_s: float | None
-    tpot_s: float | None
-    queue_s: float | None
-    e2e_s: float | None
+    token_s: list[float]
     reused_prompt_tokens: int
     computed_prompt_tokens: int
     preemptions: int
     outcome: str
-    error: str | None
-    max_new_tokens: int
+    error: str | None = None
     engine_token_s: list[float] | None = None  # the engine's own per-token stamps (after a preemption: since it)
     solo_token_ids: list[int] | None = None
-    equals_solo: bool | None = None
     solo_s: float | None = None
 
+    @property
+    def first_token_s(self) -> float | None:
+        return self.token_s[0] if self.token_s else None
+
+    @property
+    def finish_s(self) -> float | None:
+        return self.token_s[-1] if self.token_s else None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first."""
+        return (self.token_s[-1] - self.token_s[0]) / (len(self.token_s) - 1) if len(self.token_s) > 1 else None
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.first_scheduled_s is None else self.first_scheduled_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.arrival_s
+
+    @property
+    def equals_solo(self) -> bool | None:
+        """Whether the engine produced exactly the tokens of the request alone (None: not checked)."""
+        return None if self.solo_token_ids is None else self.outcome == "finished" and self.token_ids == self.solo_token_ids
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field and every property."""
+        return {**asdict(self), **{k: getattr(self, k) for k, v in vars(RequestResult).items() if isinstance(v, property)}}
 
 
 @dataclass
@@ -712,17 +785,25 @@ class _QuietEngineLog:
         _quiet_lock.release()
 
 
+def _stop_if(stop: Callable[[], bool]) -> None:
+    if stop():
+        raise WorkloadError("stopped")
+
+
 def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: int = DEFAULT_PAGE_SIZE,
                  num_blocks: int | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
                  prefix_sharing: bool = True, progress: Progress = noop, solo: bool = True,
-                 prompt_ids: Sequence[Sequence[int]] | None = None, timeout_s: float = 300.0) -> ServeResult:
+                 prompt_ids: Sequence[Sequence[int]] | None = None, timeout_s: float = TIMEOUT_S,
+                 stop: Callable[[], bool] = lambda: False) -> ServeResult:
     """Serve ``requests`` with transformers' continuous batching on ``plain`` (``plain_model``), greedy:
     each request is handed to the running engine when its ``arrival_s`` comes. Then (``solo``) the same
     requests one after another with HF ``generate`` on the same model: each request's ✓ and the
     sequential throughput. A pool too small is not an error: what the engine does (queue, preempt, or
     refuse a request it can never fit) is in the result. Its progress (``progress(done, total, words)``, from
     this thread) counts ``PROGRESS_ENGINE`` units per request the engine has finished and one per request
-    checked by ``generate``, out of ``PROGRESS_ENGINE + 1`` per request. The whole run holds ``plain.lock`` (one workload at a time on the lab's copy)."""
+    checked by ``generate``, out of ``PROGRESS_ENGINE + 1`` per request. ``stop()``, asked about every 50 ms
+and before each solo run, stops the run when true (WorkloadError "stopped"; ``timeout_s`` likewise).
+The whole run holds ``plain.lock`` (one workload at a time on the lab's copy)."""
     settings = EngineSettings(page_size, num_blocks, max_batch_tokens, bool(prefix_sharing))
     if not requests:
         raise WorkloadError("empty")
@@ -777,6 +858,7 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
                     break  # the loop ended: a refusal fails every request in it, and those came back already
                 if now > timeout_s:
                     raise WorkloadError("timeout", s=int(timeout_s))
+                _stop_if(stop)
                 if now - last_say >= 1.0:
                     last_say = now
                     progress(PROGRESS_ENGINE * len(outputs), total,
@@ -794,22 +876,16 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
     for i, (r, n_prompt) in enumerate(zip(requests, lens)):
         out = outputs.get(r.id)
         toks = [int(t) for t in out.generated_tokens] if out is not None else []
-        err = (out.error if out is not None else "the engine stopped before this request came back")
-        times = rec.token_times.get(r.id, [])
-        arr = submitted.get(r.id, arrivals[i] - origin)
-        first = times[0] if times else None
-        fin = times[-1] if times else None
         done = out is not None and out.error is None
+        err = out.error if out is not None else "the engine stopped before this request came back"
         results.append(RequestResult(
-            r.id, n_prompt, toks, plain.tokenizer.decode(toks, skip_special_tokens=True), arr,
-            rec.first_scheduled.get(r.id), first, fin,
-            None if first is None else first - arr,
-            (fin - first) / (len(times) - 1) if len(times) > 1 else None,
-            None if r.id not in rec.first_scheduled else rec.first_scheduled[r.id] - arr,
-            None if fin is None else fin - arr,
-            rec.matched.get(r.id, 0), rec.computed.get(r.id, 0), rec.preempted.get(r.id, 0),
-            "finished" if done else ("refused" if refused else "failed"), None if done else (err or refused),
-            r.max_new_tokens, None if out is None or out.timestamps is None else [t - t0 for t in out.timestamps]))
+            id=r.id, prompt_tokens=n_prompt, max_new_tokens=r.max_new_tokens, token_ids=toks,
+            text=plain.tokenizer.decode(toks, skip_special_tokens=True), arrival_s=submitted.get(r.id, arrivals[i] - origin),
+            first_scheduled_s=rec.first_scheduled.get(r.id), token_s=rec.token_times.get(r.id, []),
+            reused_prompt_tokens=rec.matched.get(r.id, 0), computed_prompt_tokens=rec.computed.get(r.id, 0),
+            preemptions=rec.preempted.get(r.id, 0), outcome="finished" if done else ("refused" if refused else "failed"),
+            error=None if done else (err or refused),
+            engine_token_s=None if out is None or out.timestamps is None else [t - t0 for t in out.timestamps]))
     n_tokens = sum(len(x.token_ids) for x in results)
     end = max((x.finish_s for x in results if x.finish_s is not None), default=wall)
     seq_s = None
@@ -817,9 +893,9 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
         seq_s = 0.0
         for k, (x, p) in enumerate(zip(results, ids)):
             progress(PROGRESS_ENGINE * len(requests) + k, total, Phrase("serving.step_solo", {"k": k + 1, "n": len(results)}))
+            _stop_if(stop)
             x.solo_token_ids, x.solo_s = solo_generate(plain, p, x.max_new_tokens)
             seq_s += x.solo_s
-            x.equals_solo = x.token_ids == x.solo_token_ids if x.outcome == "finished" else False
     seq_tokens = sum(len(x.solo_token_ids or []) for x in results)
     peak = max((s.blocks_used for s in rec.steps), default=0)
     mem = memory_report(plain, page_size, engine_blocks, lens, news, peak, pool_bytes)
@@ -851,8 +927,3 @@ def sharing_summary(shared: ServeResult, unshared: ServeResult) -> dict[str, Any
             "reused_prompt_tokens": sum(r.reused_prompt_tokens for r in shared.requests),
             "peak_blocks": [x.memory["peak_blocks_used"] for x in (shared, unshared)]}
 
-
-def edited_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The serving lab's edited workload table as request rows: a cell left empty (None, or NaN where the
-    table's column is numeric) is dropped, so the request's default applies, as in a JSONL line without it."""
-    return [{k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))} for row in rows]

@@ -1,5 +1,5 @@
 """``python -m core serve-lab WORKLOAD.jsonl -o result.json [--model ID|PATH] [--no-prefix-sharing]
-[--page-size N] [--blocks N] [--max-batch-tokens N]``: a workload through transformers' continuous
+[--page-size N] [--blocks N] [--max-batch-tokens N] [--timeout S]``: a workload through transformers' continuous
 batching engine on the real model (``core.gen.serving``), saved as JSON.
 
 The command lives here, beside the lab it runs; ``core/__main__.py`` registers it and hands over its own
@@ -8,7 +8,8 @@ the shape every command shares), so the rules of the command line are written on
 command: the arguments, the workload file (every line: JSON, fields, types, ranges, duplicate ids) and
 the output path are checked before the model loads; the prompts' token lengths are checked with the
 tokenizer before the engine starts; every refusal is one ``error:`` line naming the workload's line,
-exit code 2, nothing written. Progress goes to stderr in words, about once a second.
+exit code 2, nothing written. A run in which the engine served no request (it refused every one) writes
+its report and exits 1 with a sentence. Progress goes to stderr in words, about once a second.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Any, BinaryIO
 import core.backends as backends
 from core.engine.types import TOY_ID, say
 from core.gen import serving
+
+MAX_TIMEOUT_S = 24 * 3600
+EXIT_NONE_SERVED = 1  # the run went through, its report is written, but no request was served
 
 
 def _read_workload(raw: str) -> str:
@@ -70,6 +74,8 @@ def main(argv: list[str], cli: Any) -> int:
     p.add_argument("--max-batch-tokens", type=cli._int_arg("--max-batch-tokens", lo, hi),
                    default=serving.DEFAULT_MAX_BATCH_TOKENS,
                    help=f"tokens per forward step ({lo} to {hi}; a longer prefill is chunked)")
+    p.add_argument("--timeout", type=cli._int_arg("--timeout", 1, MAX_TIMEOUT_S), default=int(serving.TIMEOUT_S), metavar="S",
+                   help=f"stop the run after S seconds (1 to {MAX_TIMEOUT_S}; default {int(serving.TIMEOUT_S)})")
 
     def check(a: argparse.Namespace) -> None:
         if (a.model or "").strip() == TOY_ID:
@@ -85,7 +91,7 @@ def main(argv: list[str], cli: Any) -> int:
         ids = serving.encode_workload(plain.tokenizer, a.requests, plain.facts.max_positions)
         res = serving.run_workload(plain, a.requests, page_size=a.page_size, num_blocks=a.blocks,
                                    max_batch_tokens=a.max_batch_tokens, prefix_sharing=not a.no_prefix_sharing,
-                                   prompt_ids=ids, progress=_progress)
+                                   prompt_ids=ids, progress=_progress, timeout_s=a.timeout)
         body = (json.dumps(res.to_json(), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
 
         def write(f: BinaryIO) -> None:
@@ -111,6 +117,11 @@ def main(argv: list[str], cli: Any) -> int:
         if res.refused:
             print(f"note: the engine refused to go on: {res.refused}", file=sys.stderr)
         print(f"wrote {a.out}")
+        if not any(r.outcome == "finished" for r in res.requests):
+            why = res.refused or next((r.error for r in res.requests if r.error), "no reason given")
+            print(f"error: the engine served none of the {len(res.requests)} requests ({why}); the report says so in "
+                  f"{a.out}. A larger pool (--blocks, or leave it out) may fit them.", file=sys.stderr)
+            return EXIT_NONE_SERVED
         return 0
 
     return cli._run(p, argv, check, work, report)

@@ -12,10 +12,15 @@
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, NamedTuple
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 import core.backends as backends
 from core.cause import attribution, patching
@@ -486,12 +491,44 @@ def serving_padded(spec: str, prompts: tuple[str, ...], side: str) -> serving.Pa
     return serving.padded_batch(serving_model(spec), list(prompts), side)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def serving_run(spec: str, workload: str, page_size: int, num_blocks: int | None, max_batch_tokens: int, sharing: bool,
-                solo: bool = True, run: int = 0) -> serving.ServeResult:
-    """One workload through the engine (``core.gen.serving.run_workload``), with a progress bar while it
-    runs ("Serving the workload … {pct} %", in the reader's language); ``run`` measures again."""
-    with Bar(Phrase("serving.progress"), keep=True) as bar:
-        return serving.run_workload(serving_model(spec), serving.parse_workload(workload), page_size=page_size,
-                                    num_blocks=num_blocks, max_batch_tokens=max_batch_tokens, prefix_sharing=sharing,
-                                    solo=solo, progress=bar)
+GONE_GRACE_S = 10.0  # a tab that reconnects within this (a network blip) keeps its run
+
+
+def session_gone() -> Callable[[], bool]:
+    """A ``stop()`` for work this session starts in a server thread: true once the session's tab has been
+    gone (its connection closed, not reopened) for GONE_GRACE_S seconds."""
+    ctx = get_script_run_ctx()
+    if ctx is None or not Runtime.exists():
+        return lambda: False
+    rt, sid, seen = Runtime.instance(), ctx.session_id, [time.monotonic()]
+
+    def gone() -> bool:
+        if rt.is_active_session(sid):
+            seen[0] = time.monotonic()
+        return time.monotonic() - seen[0] > GONE_GRACE_S
+
+    return gone
+
+
+def serving_run(spec: str, requests: tuple[serving.Request, ...], settings: serving.EngineSettings, part: str,
+                run: int) -> jobs.Job | jobs.Refused:
+    """The lab's run number ``run`` of ``part`` for this session: a measurement in a server thread (see
+    ``measurement``), so a rerun while it runs (any change on the page) waits for it instead of restarting
+    it; it stops once this session's tab is gone (``session_gone``). Its value: the ``ServeResult``s of
+    ``core.gen.serving.run_workload``: one run checked against ``generate`` alone, or for ``prefix`` two
+    runs with block sharing on and two with it off (the first of each checked)."""
+    plain, stop = serving_model(spec), session_gone()
+    plan = [(True, True), (True, False), (False, True), (False, False)] if part == "prefix" else [(settings.prefix_sharing, True)]
+
+    def compute(job: jobs.Job) -> list[serving.ServeResult]:
+        out = []
+        for k, (sharing, solo) in enumerate(plan):
+            def report(done: int, total: int, words: Any = None, k: int = k) -> None:
+                job.report(k * total + done, len(plan) * total, words)
+
+            out.append(serving.run_workload(plain, requests, **{**asdict(settings), "prefix_sharing": sharing}, solo=solo,
+                                            progress=report, stop=stop))
+        return out
+
+    sid = getattr(get_script_run_ctx(), "session_id", None)
+    return measurement(("serving_run", sid, spec, requests, settings, part, run), compute)
