@@ -38,9 +38,8 @@ def _padded(spec: str, lang: str) -> None:
 
 
 def _workload(lang: str) -> tuple[serving.Request, ...] | None:
-    """The workload: a preset, editable in a table; its requests once they pass the lab's checks. The
-    browser's edit is checked before the editor applies it: one too big (thousands of crafted rows) is
-    refused at once, and the table starts again from the preset."""
+    """The workload: a preset, editable in a table; its requests once they pass the lab's checks. The browser's
+    edit is checked before the editor applies it; one refused there gives a new editor, with the preset."""
     preset = widgets.radio_url(ui.t("serving.preset"), workloads.PRESETS, "chat", key=f"{P}_preset", param="workload", horizontal=True,
                                format_func=ui.fmt("serving.preset_{}"))
     st.caption(ui.t(f"serving.preset_{preset}_why"))
@@ -87,11 +86,9 @@ def _results(res: serving.ServeResult, lang: str) -> None:
 
 
 def _press(part: str, asked: tuple) -> None:
-    """The run button: this run's model, workload and settings as the page showed them when pressed (a
-    change afterwards applies to the next run); a press while this session's run still goes does nothing."""
+    """Run: the model, workload and settings shown now (a later change waits for the next run); ignored while one goes."""
     if not measure.busy():
-        n = st.session_state.get(f"{P}_run_{part}", (0,))[0]
-        st.session_state[f"{P}_run_{part}"] = (n + 1, *asked)
+        st.session_state[f"{P}_run_{part}"] = (st.session_state.get(f"{P}_run_{part}", (0,))[0] + 1, *asked)
 
 
 def render(loaded) -> None:
@@ -110,23 +107,19 @@ def render(loaded) -> None:
         settings = _settings(part, loaded, reqs)
         st.button(ui.t("serving.run"), key=f"{P}_go_{part}", type="primary", on_click=_press, args=(part, (spec, reqs, settings)),
                   disabled=reqs is None)
-        asked = st.session_state.get(f"{P}_run_{part}")
-        if asked is None or asked[1] != spec:
+        run, asked_spec, *asked = st.session_state.get(f"{P}_run_{part}", (0, None, None, None))
+        if asked_spec != spec:
             st.info(ui.t("serving.press"))
             return
-        run, _, asked_reqs, asked_settings = asked
-        if (asked_reqs, asked_settings) != (reqs, settings):
+        if asked != [reqs, settings]:
             st.caption(ui.t("serving.next_run"))
-        runs = measure.show(cache.serving_run(spec, asked_reqs, asked_settings, part, run), Phrase("serving.progress"))
-        if runs is None:
-            return
-        if part == "prefix":
-            on, off = runs[:2], runs[2:]
-            presenter.frame(report.sharing_table(serving.sharing_summary(on[0], off[0]), lang), hide_index=True, width="stretch")
-            st.markdown(report.sharing_text(on, off, lang))
+        runs = measure.show(cache.serving_run(spec, *asked, part, run), Phrase("serving.progress"))
+        if runs is not None and part == "prefix":
+            presenter.frame(report.sharing_table(serving.sharing_summary(runs[0], runs[2]), lang), hide_index=True, width="stretch")
+            st.markdown(report.sharing_text(runs[:2], runs[2:], lang))
             ui.badge("measured")
-            return
-        _results(runs[0], lang)
+        elif runs is not None:
+            _results(runs[0], lang)
     except CodedError as e:  # a setting or workload the lab refuses: said in the page's language
         st.error(e.markdown(lang))
 

@@ -78,7 +78,8 @@ def test_plain_copy_shares_the_weights_and_computes_what_hf_loads(smol, plain):
     """The copy holds the traced model's very tensors (no second copy of the weights), has sdpa on its own
     config, and computes bit for bit what HF's own sdpa model loaded from the converted folder computes
     (same kernels, same weights: a dropped buffer — RoPE's inv_freq — would show here)."""
-    assert serving.shares_weights(smol, plain)
+    weights = dict(smol.model.named_parameters(remove_duplicate=False))
+    assert all(weights.get(n) is p for n, p in plain.model.named_parameters(remove_duplicate=False))  # no weight copied
     assert plain.model.config is not smol.model.config
     assert (smol.model.config._attn_implementation, plain.model.config._attn_implementation) == ("xray", "sdpa")
     ref = AutoModelForCausalLM.from_pretrained(str(_smol_folder()), dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -159,7 +160,6 @@ def test_engine_tokens_equal_generate_alone(served, plain):
     for r in served.requests:
         assert r.solo_token_ids and r.token_ids == r.solo_token_ids, r.id
         assert r.equals_solo and r.text == plain.tokenizer.decode(r.token_ids, skip_special_tokens=True)
-    assert served.all_equal_solo
     assert served.sequential_tokens_per_s > 0 and served.tokens_per_s > 0
 
 
@@ -210,7 +210,7 @@ def test_block_sharing_reduces_the_prompt_tokens_computed(plain, solo):
     ids = serving.encode_workload(plain.tokenizer, reqs, plain.facts.max_positions)
     runs = {share: serving.run_workload(plain, reqs, page_size=16, max_batch_tokens=len(ids[0]),
                                         prefix_sharing=share, solo=False) for share in (True, False)}
-    on, off = runs[True].request("q1"), runs[False].request("q1")
+    on, off = (next(r for r in runs[share].requests if r.id == "q1") for share in (True, False))
     assert off.reused_prompt_tokens == 0 and off.computed_prompt_tokens == off.prompt_tokens
     assert on.reused_prompt_tokens >= 16 and on.reused_prompt_tokens % 16 == 0
     assert on.computed_prompt_tokens == on.prompt_tokens - on.reused_prompt_tokens

@@ -1,36 +1,18 @@
-"""The serving lab: many requests on the real model — a padded batch, continuous batching with a paged
-KV cache, prefix reuse, and what happens when the blocks run out, all measured.
+"""The serving lab: many requests on the real model — a padded batch (``padded_batch``), continuous
+batching with a paged KV cache, prefix reuse, and what happens when the blocks run out (``run_workload``),
+all measured.
 
-Nothing here schedules or allocates by itself: the continuous batching, the paged cache, the block
-(prefix) sharing and the preemption are transformers' own engine (``ContinuousBatchingManager``,
-``transformers.generation.continuous_batching``). This module feeds it a workload at the requests'
-arrival times and *reads* what it did, step by step, from its own objects (see ``_Recorder``: every
-place that couples to the engine's internals says so, and ``tests/test_serving.py`` pins each one, so
-an upgrade that changes them fails loudly instead of drawing a wrong picture).
-
-* ``plain_model(loaded)``: the engine refuses the app's traced ("xray") attention, so the lab runs a
-  plain copy with ``attn_implementation="sdpa"``. The copy has its own modules and config but shares
-  the traced model's weight tensors (read-only, never written), so it adds no weight memory and never
-  replaces or reconfigures the traced model.
-* ``parse_workload(text)``: the JSONL workload, validated where it enters (one ``WorkloadError`` naming
-  the line); ``encode_workload`` adds the checks that need the tokenizer (prompt length, context).
-* ``padded_batch(plain, prompts, side)``: one forward of 2–3 prompts of different lengths, left- or
-  right-padded: the mask the model really received, the position ids, the logits at every real position
-  against each prompt alone, and the measured error when the padding mask or the shifted positions are
-  left out.
-* ``run_workload(plain, requests, ...)``: the workload through the engine (greedy), with a timeline of
-  every forward step, the blocks each request holds, preemptions and refusals; then the same requests
-  one after another with HF ``generate`` on the same model, for the ✓ per request and the throughput
-  ratio.
-
-Times are ``time.perf_counter`` seconds from the first arrival. A token's time is the end of the engine
-step that produced it (read in the engine thread right after its ``update_batch``, the instant the
-engine stamps its own per-token timestamps); we keep our own clock because a preempted request is
-re-created by the engine (soft reset) with fresh timestamps, which would hide its first tokens.
+Nothing here schedules or allocates: that is transformers' own engine (``ContinuousBatchingManager``),
+fed a workload at the requests' arrival times, on a plain copy of the model (``plain_model``: the engine
+refuses the traced attention) that shares the traced model's weight tensors. What it did is *read*,
+step by step, from its own objects (``_Recorder``; ``tests/test_serving.py`` pins each coupling). A
+workload is checked where it enters (``parse_workload`` for a file, ``requests_from_rows`` for the
+page's table; ``encode_workload`` for what needs the tokenizer) and crosses as ``Request``s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -38,6 +20,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -78,8 +61,6 @@ FIELDS: dict[str, str] = {"id": "string", "prompt": "string", "max_new_tokens": 
                           "chat": "boolean"}
 REQUIRED = ("id", "prompt", "max_new_tokens")
 
-# The engine's loggers: a refusal ("No requests can be scheduled …") is logged with a traceback before
-# it reaches us as a failed request; the lab reports it as a result, so the log stays quiet meanwhile.
 ENGINE_LOGGERS = ("ContinuousBatchingLogger", "transformers.generation.continuous_batching")
 
 
@@ -103,8 +84,7 @@ class Request:
     line: int = field(default=0, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "prompt": self.prompt, "max_new_tokens": self.max_new_tokens,
-                "arrival_s": self.arrival_s, "chat": self.chat}
+        return {k: v for k, v in asdict(self).items() if k != "line"}
 
 
 @dataclass(frozen=True)
@@ -131,15 +111,12 @@ class EngineSettings:
 # the workload: JSON lines, validated where they enter
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _check_field(line: int, key: str, v: Any) -> Any:
     """The value of one field, or a WorkloadError saying what it must be."""
+    wrong = WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=type(v).__name__ if key in ("id", "prompt") else repr(v))
     if key in ("id", "prompt"):
         if not isinstance(v, str):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=type(v).__name__)
+            raise wrong
         if not v.strip():
             raise WorkloadError("empty_field", line=line, field=key)
         limit = MAX_ID_CHARS if key == "id" else MAX_PROMPT_CHARS
@@ -150,23 +127,17 @@ def _check_field(line: int, key: str, v: Any) -> Any:
         except UnicodeEncodeError as e:  # a lone surrogate ("\\ud800" in the JSON): no character, no token
             raise WorkloadError("not_text", line=line, field=key, at=e.start + 1) from None
         return v
-    if key == "max_new_tokens":
-        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=repr(v))
-        if not 1 <= v <= MAX_NEW_TOKENS:
-            raise WorkloadError("out_of_range", line=line, field=key, lo=1, hi=MAX_NEW_TOKENS, got=repr(v))
-        return int(v)
-    if key == "arrival_s":
-        if not _number(v):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=repr(v))
-        if not math.isfinite(v) or not 0 <= v <= MAX_ARRIVAL_S:
-            raise WorkloadError("out_of_range", line=line, field=key, lo=0, hi=MAX_ARRIVAL_S, got=repr(v))
-        return float(v)
     if key == "chat":
         if not isinstance(v, bool):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=repr(v))
+            raise wrong
         return v
-    raise AssertionError(key)
+    whole = key == "max_new_tokens"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (whole and isinstance(v, float) and not v.is_integer()):
+        raise wrong
+    lo, hi = (1, MAX_NEW_TOKENS) if whole else (0, MAX_ARRIVAL_S)
+    if not lo <= v <= hi or not math.isfinite(v):  # the range first: isfinite cannot read a 400-digit integer
+        raise WorkloadError("out_of_range", line=line, field=key, lo=lo, hi=hi, got=repr(v))
+    return int(v) if whole else float(v)
 
 
 def _no_constants(name: str) -> Any:
@@ -251,8 +222,6 @@ def requests_from_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[Request, ...]
     """The requests of the lab's edited table (row k is line k + 1), checked as a workload file's lines
     are. A cell left empty (None, or NaN where the column is numeric) is left out, so the request's
     default applies, as in a JSONL line without it."""
-    if len(rows) > MAX_REQUESTS:
-        raise WorkloadError("too_many_requests", line=MAX_REQUESTS + 1, max=MAX_REQUESTS)
     return _requests((k, {f: v for f, v in row.items() if not _empty(v)} if isinstance(row, Mapping) else row)
                      for k, row in enumerate(rows, start=1))
 
@@ -282,15 +251,10 @@ def encode_workload(tokenizer: Any, requests: Sequence[Request], max_positions: 
 # the plain copy the engine accepts
 
 
-def _engine_attention(model: Any) -> str:
-    """The attention the engine runs the copy with: SDPA, or eager (the engine's paged eager) for an
-    architecture without SDPA (Gemma-2: its attention logits are soft-capped)."""
-    return "sdpa" if type(model)._supports_sdpa else "eager"
-
-
 def plain_model(loaded: LoadedModel) -> LoadedModel:
     """A copy of an HF ``loaded`` model that continuous batching accepts: its own modules and its own
-    config with ``attn_implementation="sdpa"`` (transformers' engine refuses the traced "xray" one), built
+    config with SDPA attention (transformers' engine refuses the traced "xray" one), or eager, which the
+    engine runs as its paged eager, for a model without SDPA (Gemma-2: soft-capped attention logits), built
     on the meta device and then given the traced model's own parameter and buffer tensors. The weights
     are shared, read-only (nothing here trains or edits them), so the copy costs no weight memory; the
     traced model's modules, config and attention implementation are never touched."""
@@ -299,7 +263,7 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
     src = loaded.model
     cfg = copy.deepcopy(src.config)  # the engine sets attn_implementation on the copy's config, never the traced one
     with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(cfg, attn_implementation=_engine_attention(src), dtype=src.dtype)
+        plain = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa" if src._supports_sdpa else "eager", dtype=src.dtype)
     for kind, named in (("_parameters", src.named_parameters(remove_duplicate=False)),
                         ("_buffers", src.named_buffers(remove_duplicate=False))):
         for name, tensor in named:
@@ -314,12 +278,6 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
     plain.requires_grad_(False)
     plain.generation_config = copy.deepcopy(src.generation_config)
     return LoadedModel(plain, loaded.tokenizer, loaded.facts, loaded.spec, "hf", loaded.source)
-
-
-def shares_weights(a: LoadedModel, b: LoadedModel) -> bool:
-    """Whether every parameter of ``b`` is the very tensor of ``a`` (the plain copy adds no weights)."""
-    pa = dict(a.model.named_parameters(remove_duplicate=False))
-    return all(pa.get(n) is p for n, p in b.model.named_parameters(remove_duplicate=False))
 
 
 def _pad_id(tokenizer: Any, loaded: LoadedModel) -> int:
@@ -345,13 +303,7 @@ class PaddedBatch:
     prompt run by itself; ``logits_without_mask`` / ``logits_without_positions``: the batch again with
     an all-ones mask / with positions 0…T-1 in every row. ``error_*``: max |batched − alone| over all real positions for the right
     batch, without the padding mask (all ones) and without the shifted positions (0…T-1 in every
-    row); ``argmax_changed_*``: how many real positions' next token changes.
-
-    What the measurements show on SmolLM2: with left padding, dropping the mask lets real tokens read the
-    pad tokens (the logits move by whole units, next tokens change); with right padding the pads come
-    after every real token, so causality alone already hides them. Dropping the shifted positions moves
-    the logits by rounding only, because RoPE scores depend on position *differences* and each row is
-    shifted by one constant (a model with learned absolute positions would change)."""
+    row); ``argmax_changed_*``: how many real positions' next token changes."""
 
     side: str
     prompts: list[str]
@@ -370,16 +322,10 @@ class PaddedBatch:
     error_without_positions: float
     argmax_changed: int
     argmax_changed_without_mask: int
-    argmax_changed_without_positions: int
-    mask_kind: str  # how the attention layers got the mask: "bool", "float" or "none" (causal implied)
 
     @property
     def lengths(self) -> list[int]:
         return [len(t) for t in self.token_ids]
-
-    def real_positions(self, b: int) -> np.ndarray:
-        return np.flatnonzero(self.mask_2d[b])
-
 
 def _padded_inputs(ids: list[list[int]], pad: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
     T = max(len(x) for x in ids)
@@ -408,18 +354,13 @@ def _forward(plain: LoadedModel, x: torch.Tensor, mask: torch.Tensor | None, pos
         return plain.model(input_ids=x, **kw).logits.float()
 
 
-def _mask_matrix(m: Any, B: int, T: int) -> tuple[np.ndarray, str]:
+def _mask_matrix(m: Any, B: int, T: int) -> np.ndarray:
     """The [B, T, T] allowed-matrix of what a layer received (a bool or additive float mask, or None)."""
     if m is None:
-        return np.broadcast_to(np.tril(np.ones((T, T), dtype=bool)), (B, T, T)).copy(), "none"
-    t = m.detach()
-    if t.dtype == torch.bool:
-        allowed, kind = t, "bool"
-    else:
-        allowed, kind = t == 0, "float"
-    a = allowed.cpu().numpy()
+        return np.broadcast_to(np.tril(np.ones((T, T), dtype=bool)), (B, T, T)).copy()
+    a = (m if m.dtype == torch.bool else m == 0).detach().cpu().numpy()
     a = a[:, 0] if a.ndim == 4 else a  # [B, 1, T, T] → [B, T, T]
-    return np.broadcast_to(a, (B, T, T)).copy(), kind
+    return np.broadcast_to(a, (B, T, T)).copy()
 
 
 def padded_batch(plain: LoadedModel, prompts: Sequence[str], side: str = "left") -> PaddedBatch:
@@ -446,7 +387,7 @@ def padded_batch(plain: LoadedModel, prompts: Sequence[str], side: str = "left")
     no_mask = _forward(plain, x, torch.ones_like(mask), pos)
     no_pos = _forward(plain, x, mask, torch.arange(T).expand(B, T))
     alone = [_forward(plain, torch.tensor([r]), None, None)[0].numpy() for r in ids]
-    m4, kind = _mask_matrix(capture.get("mask"), B, T)
+    m4 = _mask_matrix(capture.get("mask"), B, T)
     real = mask.numpy().astype(bool)
     expected = np.tril(np.ones((T, T), dtype=bool))[None] & real[:, None, :] & real[:, :, None]
 
@@ -458,9 +399,9 @@ def padded_batch(plain: LoadedModel, prompts: Sequence[str], side: str = "left")
 
     rows, err, ch = compare(batched)
     rows_m, err_m, ch_m = compare(no_mask)
-    rows_p, err_p, ch_p = compare(no_pos)
+    rows_p, err_p, _ = compare(no_pos)
     return PaddedBatch(side, list(prompts), ids, x.numpy(), mask.numpy(), m4, expected, pos.numpy(), rows, alone,
-                       rows_m, rows_p, err, err_m, err_p, ch, ch_m, ch_p, kind)
+                       rows_m, rows_p, err, err_m, err_p, ch, ch_m)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,9 +428,6 @@ class Step:
     joined: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(kw_only=True)
@@ -569,20 +507,9 @@ class ServeResult:
     refused: str | None
     transformers_version: str = transformers.__version__
 
-    @property
-    def all_equal_solo(self) -> bool:
-        return all(r.equals_solo for r in self.requests)
-
-    def request(self, rid: str) -> RequestResult:
-        return next(r for r in self.requests if r.id == rid)
-
     def to_json(self) -> dict[str, Any]:
-        """The CLI's output: the issue's keys (``requests``, ``steps``, ``tokens_per_s``,
-        ``sequential_tokens_per_s``) and what else was measured."""
-        return {"requests": [r.to_json() for r in self.requests], "steps": [s.to_json() for s in self.steps],
-                "tokens_per_s": self.tokens_per_s, "sequential_tokens_per_s": self.sequential_tokens_per_s,
-                "sequential_s": self.sequential_s, "wall_s": self.wall_s, "settings": self.settings,
-                "memory": self.memory, "refused": self.refused, "transformers_version": self.transformers_version}
+        """The CLI's output: every field, each request with its derived metrics."""
+        return {**asdict(self), "requests": [r.to_json() for r in self.requests]}
 
 
 class _Recorder:
@@ -726,28 +653,11 @@ def _greedy(loaded: LoadedModel, max_new_tokens: int) -> GenerationConfig:
 
 
 def _in_worker(fn: Callable[[], Any]) -> Any:
-    """``fn()`` run in a fresh thread (its result returned, its exception raised here).
-
-    The engine computes in its own thread; the reference must compute under the same conditions. On a
-    loaded 2-core machine they differ a lot: torch's two-thread team of the process's *main* thread then
-    decodes 3–5× slower than a fresh thread's (measured: 0.28–0.30 s vs 0.06–0.11 s per token for the same
-    loop; 0.08 s in the main thread with ``torch.set_num_threads(1)``), so a reference run by the CLI's main
-    thread would make batching look several times better than it is. (A Streamlit page already runs in a
-    thread of its own.)"""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed back to the caller's thread
-            box["error"] = e
-
-    th = threading.Thread(target=run, name="serving-reference")
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    """``fn()`` computed in a fresh thread, as the engine computes in its own: on a loaded machine torch's
+    thread team of the process's main thread decodes several times slower than a fresh thread's, which
+    would make batching look better than it is (the CLI runs in the main thread)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="serving-reference") as pool:
+        return pool.submit(fn).result()
 
 
 def solo_generate(plain: LoadedModel, ids: Sequence[int], max_new_tokens: int) -> tuple[list[int], float]:
@@ -770,24 +680,18 @@ PROGRESS_ENGINE = 4  # a request served by the engine counts 4 units of a run's 
 _quiet_lock = threading.Lock()
 
 
-class _QuietEngineLog:
-    """The engine logs a refusal with its traceback; the lab reports it as a result instead."""
-
-    def __enter__(self) -> None:
-        _quiet_lock.acquire()
-        self.old = [(lg, lg.level) for lg in map(logging.getLogger, ENGINE_LOGGERS)]
-        for lg, _ in self.old:
+@contextlib.contextmanager
+def _quiet_engine_log() -> Iterator[None]:
+    """The engine logs a refusal ("No requests can be scheduled …") with its traceback; the lab reports it as a result instead."""
+    with _quiet_lock:
+        old = [(lg, lg.level) for lg in map(logging.getLogger, ENGINE_LOGGERS)]
+        for lg, _ in old:
             lg.setLevel(logging.CRITICAL)
-
-    def __exit__(self, *exc: Any) -> None:
-        for lg, level in self.old:
-            lg.setLevel(level)
-        _quiet_lock.release()
-
-
-def _stop_if(stop: Callable[[], bool]) -> None:
-    if stop():
-        raise WorkloadError("stopped")
+        try:
+            yield
+        finally:
+            for lg, level in old:
+                lg.setLevel(level)
 
 
 def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: int = DEFAULT_PAGE_SIZE,
@@ -829,7 +733,7 @@ The whole run holds ``plain.lock`` (one workload at a time on the lab's copy).""
     outputs: dict[str, Any] = {}
     submitted: dict[str, float] = {}
     total = (PROGRESS_ENGINE + 1) * len(requests)
-    with plain.lock, _QuietEngineLog(), torch.inference_mode():
+    with plain.lock, _quiet_engine_log(), torch.inference_mode():
         progress(0, total, Phrase("serving.step_start", {"n": len(requests), "blocks": blocks, "page": page_size}))
         manager = plain.model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
         clean = False
@@ -858,7 +762,8 @@ The whole run holds ``plain.lock`` (one workload at a time on the lab's copy).""
                     break  # the loop ended: a refusal fails every request in it, and those came back already
                 if now > timeout_s:
                     raise WorkloadError("timeout", s=int(timeout_s))
-                _stop_if(stop)
+                if stop():
+                    raise WorkloadError("stopped")
                 if now - last_say >= 1.0:
                     last_say = now
                     progress(PROGRESS_ENGINE * len(outputs), total,
@@ -893,7 +798,8 @@ The whole run holds ``plain.lock`` (one workload at a time on the lab's copy).""
         seq_s = 0.0
         for k, (x, p) in enumerate(zip(results, ids)):
             progress(PROGRESS_ENGINE * len(requests) + k, total, Phrase("serving.step_solo", {"k": k + 1, "n": len(results)}))
-            _stop_if(stop)
+            if stop():
+                raise WorkloadError("stopped")
             x.solo_token_ids, x.solo_s = solo_generate(plain, p, x.max_new_tokens)
             seq_s += x.solo_s
     seq_tokens = sum(len(x.solo_token_ids or []) for x in results)
@@ -912,18 +818,12 @@ The whole run holds ``plain.lock`` (one workload at a time on the lab's copy).""
 def sharing_summary(shared: ServeResult, unshared: ServeResult) -> dict[str, Any]:
     """The same workload with block sharing on and off: TTFT of every request after the first to arrive,
     prompt tokens computed vs reused, and the peak blocks each run held."""
-    def after_first(res: ServeResult) -> list[RequestResult]:
-        first = min(res.requests, key=lambda r: (r.arrival_s, r.id))
-        return [r for r in res.requests if r is not first]
-
-    rows = []
-    for a in after_first(shared):
-        b = unshared.request(a.id)
-        rows.append({"id": a.id, "ttft_shared_s": a.ttft_s, "ttft_unshared_s": b.ttft_s,
-                     "reused_prompt_tokens": a.reused_prompt_tokens, "computed_shared": a.computed_prompt_tokens,
-                     "computed_unshared": b.computed_prompt_tokens})
+    first = min(shared.requests, key=lambda r: (r.arrival_s, r.id))
+    off = {r.id: r for r in unshared.requests}
+    rows = [{"id": a.id, "ttft_shared_s": a.ttft_s, "ttft_unshared_s": off[a.id].ttft_s, "reused_prompt_tokens": a.reused_prompt_tokens,
+             "computed_shared": a.computed_prompt_tokens, "computed_unshared": off[a.id].computed_prompt_tokens}
+            for a in shared.requests if a is not first]
     return {"requests": rows,
             "computed_prompt_tokens": [sum(r.computed_prompt_tokens for r in x.requests) for x in (shared, unshared)],
             "reused_prompt_tokens": sum(r.reused_prompt_tokens for r in shared.requests),
             "peak_blocks": [x.memory["peak_blocks_used"] for x in (shared, unshared)]}
-

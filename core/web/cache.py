@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -477,10 +476,8 @@ def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int 
                        lambda job: diagnose.measure_decode(loaded, prompt, chat, n_decode, progress=job.report))
 
 
-# the serving lab: a plain copy of the model for transformers' continuous batching (it refuses the
-# traced "xray" attention); it shares the traced model's weight tensors, so it costs no weight memory, and
-# never replaces the traced model. Each run's block pool is bounded (serving.MAX_POOL_BYTES) and freed
-# when the run ends; a run holds the copy's own lock, so one student's workload never blocks a trace.
+# the serving lab: a plain copy of the model for transformers' engine, sharing the traced model's weights;
+# a run holds the copy's own lock (one student's workload never blocks a trace) and a bounded block pool.
 @st.cache_resource(show_spinner=False, max_entries=2)
 def serving_model(spec: str) -> LoadedModel:
     return serving.plain_model(get_model(spec))
@@ -495,15 +492,13 @@ GONE_GRACE_S = 10.0  # a tab that reconnects within this (a network blip) keeps 
 
 
 def session_gone() -> Callable[[], bool]:
-    """A ``stop()`` for work this session starts in a server thread: true once the session's tab has been
-    gone (its connection closed, not reopened) for GONE_GRACE_S seconds."""
-    ctx = get_script_run_ctx()
-    if ctx is None or not Runtime.exists():
-        return lambda: False
-    rt, sid, seen = Runtime.instance(), ctx.session_id, [time.monotonic()]
+    """A ``stop()`` for work this session starts in a server thread: true once its tab has been gone (its
+    connection closed and not reopened) for GONE_GRACE_S seconds."""
+    ctx, seen = get_script_run_ctx(), [time.monotonic()]
+    rt = Runtime.instance() if ctx is not None and Runtime.exists() else None
 
     def gone() -> bool:
-        if rt.is_active_session(sid):
+        if rt is None or rt.is_active_session(ctx.session_id):
             seen[0] = time.monotonic()
         return time.monotonic() - seen[0] > GONE_GRACE_S
 
@@ -512,23 +507,15 @@ def session_gone() -> Callable[[], bool]:
 
 def serving_run(spec: str, requests: tuple[serving.Request, ...], settings: serving.EngineSettings, part: str,
                 run: int) -> jobs.Job | jobs.Refused:
-    """The lab's run number ``run`` of ``part`` for this session: a measurement in a server thread (see
-    ``measurement``), so a rerun while it runs (any change on the page) waits for it instead of restarting
-    it; it stops once this session's tab is gone (``session_gone``). Its value: the ``ServeResult``s of
-    ``core.gen.serving.run_workload``: one run checked against ``generate`` alone, or for ``prefix`` two
-    runs with block sharing on and two with it off (the first of each checked)."""
+    """This session's run number ``run`` of the lab's ``part``: a measurement in a server thread that a rerun
+    (any change on the page) waits for, never restarts, and that stops once the tab is gone. Its value: one
+    ``ServeResult`` checked against ``generate`` alone, or for ``prefix`` two with block sharing on, two off."""
     plain, stop = serving_model(spec), session_gone()
     plan = [(True, True), (True, False), (False, True), (False, False)] if part == "prefix" else [(settings.prefix_sharing, True)]
 
     def compute(job: jobs.Job) -> list[serving.ServeResult]:
-        out = []
-        for k, (sharing, solo) in enumerate(plan):
-            def report(done: int, total: int, words: Any = None, k: int = k) -> None:
-                job.report(k * total + done, len(plan) * total, words)
+        return [serving.run_workload(plain, requests, **{**vars(settings), "prefix_sharing": sharing}, solo=solo, stop=stop,
+                                     progress=lambda d, t, w=None, k=k: job.report(k * t + d, len(plan) * t, w))
+                for k, (sharing, solo) in enumerate(plan)]
 
-            out.append(serving.run_workload(plain, requests, **{**asdict(settings), "prefix_sharing": sharing}, solo=solo,
-                                            progress=report, stop=stop))
-        return out
-
-    sid = getattr(get_script_run_ctx(), "session_id", None)
-    return measurement(("serving_run", sid, spec, requests, settings, part, run), compute)
+    return measurement(("serving_run", getattr(get_script_run_ctx(), "session_id", None), spec, requests, settings, part, run), compute)

@@ -95,3 +95,10 @@ def test_a_request_result_is_built_by_keyword_and_derives_its_metrics():
     assert props >= {"ttft_s", "tpot_s", "queue_s", "e2e_s", "first_token_s", "finish_s", "equals_solo"}
     assert not props & {f.name for f in dataclasses.fields(RequestResult)}
     assert set(r.to_json()) == props | {f.name for f in dataclasses.fields(RequestResult)}  # the CLI's JSON: both
+
+
+def test_a_400_digit_number_is_out_of_range_not_a_traceback():
+    text = '{"id": "a", "prompt": "Hi", "max_new_tokens": 2, "arrival_s": 1' + "0" * 400 + "}"
+    with pytest.raises(WorkloadError) as e:  # math.isfinite cannot read it (OverflowError before)
+        serving.parse_workload(text)
+    assert e.value.code == "out_of_range" and e.value.params["line"] == 1
