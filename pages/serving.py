@@ -113,7 +113,11 @@ def render(loaded) -> None:
             return
         if asked != [reqs, settings]:
             st.caption(ui.t("serving.next_run"))
-        runs = measure.show(cache.serving_run(spec, *asked, part, run), Phrase("serving.progress"))
+        try:
+            runs = measure.show(cache.serving_run(spec, *asked, part, run), Phrase("serving.progress"))
+        except CodedError:  # said below, once: a failed run is not started again by the next change, only by a press
+            st.session_state[f"{P}_run_{part}"] = (run, None, *asked)
+            raise
         if runs is not None and part == "prefix":
             presenter.frame(report.sharing_table(serving.sharing_summary(runs[0], runs[2]), lang), hide_index=True, width="stretch")
             st.markdown(report.sharing_text(runs[:2], runs[2:], lang))

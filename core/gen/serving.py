@@ -282,9 +282,7 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
 
 def _pad_id(tokenizer: Any, loaded: LoadedModel) -> int:
     pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = min(loaded.eos_ids()) if loaded.eos_ids() else 0
-    return int(pad)
+    return int(pad if pad is not None else min(loaded.eos_ids(), default=0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,14 +326,11 @@ class PaddedBatch:
         return [len(t) for t in self.token_ids]
 
 def _padded_inputs(ids: list[list[int]], pad: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    T = max(len(x) for x in ids)
-    rows, masks = [], []
-    for x in ids:
-        fill = [pad] * (T - len(x))
-        rows.append(fill + x if side == "left" else x + fill)
-        m = [0] * (T - len(x))
-        masks.append(m + [1] * len(x) if side == "left" else [1] * len(x) + m)
-    return torch.tensor(rows), torch.tensor(masks)
+    """The token rows and their 0/1 masks, each row ``side``-padded with ``pad`` to the longest."""
+    n = max(map(len, ids))
+    join = (lambda real, fill: fill + real) if side == "left" else (lambda real, fill: real + fill)
+    return (torch.tensor([join(x, [pad] * (n - len(x))) for x in ids]),
+            torch.tensor([join([1] * len(x), [0] * (n - len(x))) for x in ids]))
 
 
 def _forward(plain: LoadedModel, x: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor | None,

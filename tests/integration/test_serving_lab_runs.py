@@ -123,6 +123,21 @@ def test_a_run_stops_when_its_tab_is_gone(offered, monkeypatch):
     assert isinstance(job.error, serving.WorkloadError) and job.error.code == "stopped"
 
 
+def test_a_failed_run_is_said_once_and_not_restarted_by_a_change(offered, monkeypatch):
+    calls = []
+
+    def fails(plain, requests, **kw):
+        calls.append(kw)
+        raise serving.WorkloadError("timeout", s=300)
+
+    monkeypatch.setattr(serving, "run_workload", fails)
+    at = _lab("llama", "blocks", lang="zh")
+    at.button(key="serving_go_blocks").click().run()
+    assert not at.exception and any("300" in e.value for e in at.error) and len(calls) == 1
+    at.select_slider(key="serving_mbt").set_value(128).run()  # a change: no new run, the page asks for a press
+    assert not at.exception and not at.error and len(calls) == 1 and at.info
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_gemma2_is_served_and_matches_itself_alone(offered, lang):
     """Gemma-2 has no SDPA attention (its logits are soft-capped): the lab's copy runs the engine's paged
