@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.engine.types import CodedError
+from core.engine.types import CodedError, Phrase
 from core.gen import figures as gen_fig
 from core.gen import report, serving, workloads
-from core.web import cache, page, presenter, ui, widgets
+from core.web import cache, measure, page, presenter, ui, widgets
 
 P = "serving"
 PARTS = ("padded", "batching", "prefix", "blocks")
@@ -37,36 +37,37 @@ def _padded(spec: str, lang: str) -> None:
     ui.badge("real")
 
 
-def _workload(lang: str) -> str | None:
-    """The workload: a preset, editable in a table; returned as JSONL once it passes the lab's checks."""
+def _workload(lang: str) -> tuple[serving.Request, ...] | None:
+    """The workload: a preset, editable in a table; its requests once they pass the lab's checks. The browser's
+    edit is checked before the editor applies it; one refused there gives a new editor, with the preset."""
     preset = widgets.radio_url(ui.t("serving.preset"), workloads.PRESETS, "chat", key=f"{P}_preset", param="workload", horizontal=True,
                                format_func=ui.fmt("serving.preset_{}"))
     st.caption(ui.t(f"serving.preset_{preset}_why"))
-    reqs = serving.parse_workload(workloads.preset_text(preset, lang))  # a Chinese page: the same requests in Chinese
-    rows = st.data_editor([r.to_json() for r in reqs], num_rows="dynamic", key=f"{P}_edit_{preset}_{lang}", width="stretch")
+    reqs = workloads.preset(preset, lang)  # a Chinese page: the same requests in Chinese
+    fresh = st.session_state.setdefault(f"{P}_fresh", 0)
+    key = f"{P}_edit_{preset}_{lang}_{fresh}"
     try:
-        return serving.workload_text(serving.parse_workload(workloads.rows_text(serving.edited_rows(rows))))
+        serving.check_edits(st.session_state.get(key), len(reqs))
+        return serving.requests_from_rows(st.data_editor([r.to_json() for r in reqs], num_rows="dynamic", key=key, width="stretch"))
     except CodedError as e:
+        if e.code in ("too_many_rows", "too_big", "bad_edit"):  # refused before the editor: a new editor, without it
+            del st.session_state[key]
+            st.session_state[f"{P}_fresh"] = fresh + 1
         st.error(e.markdown(lang))
         return None
 
 
-def _settings(part: str, loaded, text: str | None) -> tuple[int, int | None, int, bool]:
+def _settings(part: str, loaded, reqs: tuple[serving.Request, ...] | None) -> serving.EngineSettings:
     c = st.columns(4)
     page = c[0].select_slider(ui.t("serving.page_size"), [8, 16, 32, 64], 32, key=f"{P}_page")
     mbt = c[1].select_slider(ui.t("serving.max_batch_tokens"), [64, 128, 256, 512], 256, key=f"{P}_mbt", help=ui.t("serving.mbt_help"))
-    small = workloads.smallest_pool(loaded.tokenizer, text, page, loaded.facts.max_positions) if part == "blocks" and text else 0
+    small = workloads.smallest_pool(loaded.tokenizer, reqs, page, loaded.facts.max_positions) if part == "blocks" and reqs else 0
     blocks = int(c[2].number_input(ui.t("serving.blocks"), 0, serving.BLOCKS[1], small, key=f"{P}_blocks_{part}_{page}_{small}",
                                    help=ui.t("serving.blocks_help")))
     sharing = c[3].toggle(ui.t("serving.sharing"), part != "blocks", key=f"{P}_share_{part}", disabled=part == "prefix")
     if small:
         st.caption(ui.t("serving.small_pool", n=small))
-    return page, blocks or None, mbt, sharing
-
-
-def _run(spec: str, text: str, settings: tuple, sharing: bool, solo: bool, run: int):
-    page, blocks, mbt, _ = settings
-    return cache.serving_run(spec, text, page, blocks, mbt, sharing, solo, run)
+    return serving.EngineSettings(page, blocks or None, mbt, sharing)
 
 
 def _results(res: serving.ServeResult, lang: str) -> None:
@@ -84,8 +85,10 @@ def _results(res: serving.ServeResult, lang: str) -> None:
     ui.badge("measured", ui.t("serving.engine", v=res.transformers_version))
 
 
-def _press(part: str) -> None:
-    st.session_state[f"{P}_run_{part}"] = st.session_state.get(f"{P}_run_{part}", 0) + 1
+def _press(part: str, asked: tuple) -> None:
+    """Run: the model, workload and settings shown now (a later change waits for the next run); ignored while one goes."""
+    if not measure.busy():
+        st.session_state[f"{P}_run_{part}"] = (st.session_state.get(f"{P}_run_{part}", (0,))[0] + 1, *asked)
 
 
 def render(loaded) -> None:
@@ -100,21 +103,27 @@ def render(loaded) -> None:
         if part == "padded":
             _padded(spec, lang)
             return
-        text = _workload(lang)
-        settings = _settings(part, loaded, text)
-        st.button(ui.t("serving.run"), key=f"{P}_go_{part}", type="primary", on_click=_press, args=(part,))
-        run = st.session_state.get(f"{P}_run_{part}", 0)
-        if text is None or run == 0:
+        reqs = _workload(lang)
+        settings = _settings(part, loaded, reqs)
+        st.button(ui.t("serving.run"), key=f"{P}_go_{part}", type="primary", on_click=_press, args=(part, (spec, reqs, settings)),
+                  disabled=reqs is None)
+        run, asked_spec, *asked = st.session_state.get(f"{P}_run_{part}", (0, None, None, None))
+        if asked_spec != spec:
             st.info(ui.t("serving.press"))
             return
-        if part == "prefix":
-            on = [_run(spec, text, settings, True, i == 0, run * 10 + i) for i in range(2)]
-            off = [_run(spec, text, settings, False, i == 0, run * 10 + i) for i in range(2)]
-            presenter.frame(report.sharing_table(serving.sharing_summary(on[0], off[0]), lang), hide_index=True, width="stretch")
-            st.markdown(report.sharing_text(on, off, lang))
+        if asked != [reqs, settings]:
+            st.caption(ui.t("serving.next_run"))
+        try:
+            runs = measure.show(cache.serving_run(spec, *asked, part, run), Phrase("serving.progress"))
+        except CodedError:  # said below, once: a failed run is not started again by the next change, only by a press
+            st.session_state[f"{P}_run_{part}"] = (run, None, *asked)
+            raise
+        if runs is not None and part == "prefix":
+            presenter.frame(report.sharing_table(serving.sharing_summary(runs[0], runs[2]), lang), hide_index=True, width="stretch")
+            st.markdown(report.sharing_text(runs[:2], runs[2:], lang))
             ui.badge("measured")
-            return
-        _results(_run(spec, text, settings, settings[3], True, run), lang)
+        elif runs is not None:
+            _results(runs[0], lang)
     except CodedError as e:  # a setting or workload the lab refuses: said in the page's language
         st.error(e.markdown(lang))
 

@@ -33,6 +33,11 @@ QUESTIONS = ("Write a short poem about the sea.", "Explain gravity in one senten
 NEW = 6
 
 
+def _jsonl(requests) -> str:
+    """A workload file's text: one request per line."""
+    return "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in requests)
+
+
 def _reqs(n: int = 4, arrivals=None, new: int = NEW) -> list[Request]:
     arrivals = arrivals or [0.0] * n
     return [Request(f"q{i}", QUESTIONS[i], new, arrivals[i], chat=True, line=i + 1) for i in range(n)]
@@ -73,7 +78,8 @@ def test_plain_copy_shares_the_weights_and_computes_what_hf_loads(smol, plain):
     """The copy holds the traced model's very tensors (no second copy of the weights), has sdpa on its own
     config, and computes bit for bit what HF's own sdpa model loaded from the converted folder computes
     (same kernels, same weights: a dropped buffer — RoPE's inv_freq — would show here)."""
-    assert serving.shares_weights(smol, plain)
+    weights = dict(smol.model.named_parameters(remove_duplicate=False))
+    assert all(weights.get(n) is p for n, p in plain.model.named_parameters(remove_duplicate=False))  # no weight copied
     assert plain.model.config is not smol.model.config
     assert (smol.model.config._attn_implementation, plain.model.config._attn_implementation) == ("xray", "sdpa")
     ref = AutoModelForCausalLM.from_pretrained(str(_smol_folder()), dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -154,7 +160,6 @@ def test_engine_tokens_equal_generate_alone(served, plain):
     for r in served.requests:
         assert r.solo_token_ids and r.token_ids == r.solo_token_ids, r.id
         assert r.equals_solo and r.text == plain.tokenizer.decode(r.token_ids, skip_special_tokens=True)
-    assert served.all_equal_solo
     assert served.sequential_tokens_per_s > 0 and served.tokens_per_s > 0
 
 
@@ -205,7 +210,7 @@ def test_block_sharing_reduces_the_prompt_tokens_computed(plain, solo):
     ids = serving.encode_workload(plain.tokenizer, reqs, plain.facts.max_positions)
     runs = {share: serving.run_workload(plain, reqs, page_size=16, max_batch_tokens=len(ids[0]),
                                         prefix_sharing=share, solo=False) for share in (True, False)}
-    on, off = runs[True].request("q1"), runs[False].request("q1")
+    on, off = (next(r for r in runs[share].requests if r.id == "q1") for share in (True, False))
     assert off.reused_prompt_tokens == 0 and off.computed_prompt_tokens == off.prompt_tokens
     assert on.reused_prompt_tokens >= 16 and on.reused_prompt_tokens % 16 == 0
     assert on.computed_prompt_tokens == on.prompt_tokens - on.reused_prompt_tokens
@@ -303,8 +308,8 @@ def test_the_bounds_are_said_in_the_errors():
 def test_a_good_workload_round_trips():
     text = (GOOD + "\n" + '{"id": "b", "prompt": "Hi", "max_new_tokens": 2, "arrival_s": 0.5, "chat": true}\n')
     reqs = serving.parse_workload(text)
-    assert reqs == [Request("a", "Hello", 4), Request("b", "Hi", 2, 0.5, True)] and [r.line for r in reqs] == [1, 2]
-    assert serving.parse_workload(serving.workload_text(reqs)) == reqs
+    assert reqs == (Request("a", "Hello", 4), Request("b", "Hi", 2, 0.5, True)) and [r.line for r in reqs] == [1, 2]
+    assert serving.parse_workload(_jsonl(reqs)) == reqs
 
 
 def test_token_lengths_are_checked_with_the_tokenizer(plain):
@@ -391,7 +396,7 @@ def test_cli_refuses_a_prompt_over_the_limit_naming_its_line(tmp_path, capsys, s
 
 def test_cli_writes_the_issue_json(tmp_path, capsys, smol, solo):
     w = tmp_path / "w.jsonl"
-    w.write_text(serving.workload_text(_reqs(2, [0.0, 0.2])), encoding="utf-8")
+    w.write_text(_jsonl(_reqs(2, [0.0, 0.2])), encoding="utf-8")
     out = tmp_path / "r.json"
     assert cli.main(["serve-lab", str(w), "-o", str(out), "--page-size", "16"]) == 0
     cap = capsys.readouterr()
@@ -452,8 +457,7 @@ def test_pinned_transformers_internals():
 def test_chinese_workloads_are_the_same_requests_in_chinese(name):
     """Each preset's Chinese file: as many requests, the same shape (new tokens, arrivals, chat), Chinese
     prompts; the chat preset keeps its shared system prompt (what prefix reuse needs)."""
-    en = serving.parse_workload(workloads.preset_text(name, "en"))
-    zh = serving.parse_workload(workloads.preset_text(name, "zh"))
+    en, zh = workloads.preset(name, "en"), workloads.preset(name, "zh")
     assert len(zh) == len(en)
     for a, b in zip(en, zh):
         assert (a.max_new_tokens, a.arrival_s, a.chat) == (b.max_new_tokens, b.arrival_s, b.chat)
@@ -463,10 +467,14 @@ def test_chinese_workloads_are_the_same_requests_in_chinese(name):
         shared = next((i for i in range(len(first)) if any(r.prompt[i : i + 1] != first[i] for r in zh)), len(first))
         assert shared > 0.8 * min(len(r.prompt) for r in zh)
     with pytest.raises(KeyError):
-        workloads.preset_text(name, "fr")
+        workloads.preset(name, "fr")
 
 
 def test_edited_rows_drop_empty_cells():
-    """An emptied cell of the lab's table (None, or NaN in a numeric column) is left out, so the default applies."""
-    rows = [{"id": "a", "prompt": "Hi", "max_new_tokens": 4.0, "arrival_s": float("nan")}, {"id": None, "prompt": "Yo", "max_new_tokens": 2}]
-    assert serving.edited_rows(rows) == [{"id": "a", "prompt": "Hi", "max_new_tokens": 4.0}, {"prompt": "Yo", "max_new_tokens": 2}]
+    """An emptied cell of the lab's table (None, or NaN in a numeric column) is left out, so the default
+    applies; an emptied required cell is refused naming its row."""
+    rows = [{"id": "a", "prompt": "Hi", "max_new_tokens": 4.0, "arrival_s": float("nan")}, {"id": "b", "prompt": "Yo", "max_new_tokens": 2, "chat": None}]
+    assert serving.requests_from_rows(rows) == (Request("a", "Hi", 4), Request("b", "Yo", 2))
+    with pytest.raises(WorkloadError) as e:
+        serving.requests_from_rows([rows[0], {"id": None, "prompt": "Yo", "max_new_tokens": 2}])
+    assert e.value.code == "missing_field" and e.value.params["line"] == 2

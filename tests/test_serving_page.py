@@ -33,7 +33,7 @@ def test_a_workload_runs_and_every_request_equals_itself_alone(smol):
     at.button(key="serving_go_batching").click().run(timeout=900)
     assert not at.exception and not at.error
     text = " ".join(m.value for m in at.markdown)
-    n = len(serving.parse_workload(workloads.preset_text("rag")))
+    n = len(workloads.preset("rag"))
     assert f"**{n} of {n}** ✓" in text
     reqs = next(d.value for d in at.dataframe if "TTFT (s)" in d.value.columns)
     assert list(reqs["request"]) == ["rag-1", "rag-2", "rag-3"] and set(reqs["= alone"]) == {"✓"}

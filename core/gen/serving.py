@@ -1,43 +1,26 @@
-"""The serving lab: many requests on the real model — a padded batch, continuous batching with a paged
-KV cache, prefix reuse, and what happens when the blocks run out, all measured.
+"""The serving lab: many requests on the real model — a padded batch (``padded_batch``), continuous
+batching with a paged KV cache, prefix reuse, and what happens when the blocks run out (``run_workload``),
+all measured.
 
-Nothing here schedules or allocates by itself: the continuous batching, the paged cache, the block
-(prefix) sharing and the preemption are transformers' own engine (``ContinuousBatchingManager``,
-``transformers.generation.continuous_batching``). This module feeds it a workload at the requests'
-arrival times and *reads* what it did, step by step, from its own objects (see ``_Recorder``: every
-place that couples to the engine's internals says so, and ``tests/test_serving.py`` pins each one, so
-an upgrade that changes them fails loudly instead of drawing a wrong picture).
-
-* ``plain_model(loaded)``: the engine refuses the app's traced ("xray") attention, so the lab runs a
-  plain copy with ``attn_implementation="sdpa"``. The copy has its own modules and config but shares
-  the traced model's weight tensors (read-only, never written), so it adds no weight memory and never
-  replaces or reconfigures the traced model.
-* ``parse_workload(text)``: the JSONL workload, validated where it enters (one ``WorkloadError`` naming
-  the line); ``encode_workload`` adds the checks that need the tokenizer (prompt length, context).
-* ``padded_batch(plain, prompts, side)``: one forward of 2–3 prompts of different lengths, left- or
-  right-padded: the mask the model really received, the position ids, the logits at every real position
-  against each prompt alone, and the measured error when the padding mask or the shifted positions are
-  left out.
-* ``run_workload(plain, requests, ...)``: the workload through the engine (greedy), with a timeline of
-  every forward step, the blocks each request holds, preemptions and refusals; then the same requests
-  one after another with HF ``generate`` on the same model, for the ✓ per request and the throughput
-  ratio.
-
-Times are ``time.perf_counter`` seconds from the first arrival. A token's time is the end of the engine
-step that produced it (read in the engine thread right after its ``update_batch``, the instant the
-engine stamps its own per-token timestamps); we keep our own clock because a preempted request is
-re-created by the engine (soft reset) with fresh timestamps, which would hide its first tokens.
+Nothing here schedules or allocates: that is transformers' own engine (``ContinuousBatchingManager``),
+fed a workload at the requests' arrival times, on a plain copy of the model (``plain_model``: the engine
+refuses the traced attention) that shares the traced model's weight tensors. What it did is *read*,
+step by step, from its own objects (``_Recorder``; ``tests/test_serving.py`` pins each coupling). A
+workload is checked where it enters (``parse_workload`` for a file, ``requests_from_rows`` for the
+page's table; ``encode_workload`` for what needs the tokenizer) and crosses as ``Request``s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,6 +53,7 @@ MAX_POOL_BYTES = 256 * 2**20  # the paged cache's memory, whatever page size and
 DEFAULT_PAGE_SIZE = 32
 DEFAULT_MAX_BATCH_TOKENS = 256
 ENGINE_SAFETY_MARGIN = 0.15  # FIFOScheduler's default: below 15 % free blocks it admits no new prefill but one
+TIMEOUT_S = 300.0  # a run that takes longer is stopped
 PADDED_PROMPTS = (2, 3)
 PADDED_MAX_TOKENS = 64
 
@@ -77,8 +61,6 @@ FIELDS: dict[str, str] = {"id": "string", "prompt": "string", "max_new_tokens": 
                           "chat": "boolean"}
 REQUIRED = ("id", "prompt", "max_new_tokens")
 
-# The engine's loggers: a refusal ("No requests can be scheduled …") is logged with a traceback before
-# it reaches us as a failed request; the lab reports it as a result, so the log stays quiet meanwhile.
 ENGINE_LOGGERS = ("ContinuousBatchingLogger", "transformers.generation.continuous_batching")
 
 
@@ -102,8 +84,7 @@ class Request:
     line: int = field(default=0, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "prompt": self.prompt, "max_new_tokens": self.max_new_tokens,
-                "arrival_s": self.arrival_s, "chat": self.chat}
+        return {k: v for k, v in asdict(self).items() if k != "line"}
 
 
 @dataclass(frozen=True)
@@ -130,69 +111,51 @@ class EngineSettings:
 # the workload: JSON lines, validated where they enter
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _check_field(line: int, key: str, v: Any) -> Any:
     """The value of one field, or a WorkloadError saying what it must be."""
+    wrong = WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=type(v).__name__ if key in ("id", "prompt") else repr(v))
     if key in ("id", "prompt"):
         if not isinstance(v, str):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=type(v).__name__)
+            raise wrong
         if not v.strip():
             raise WorkloadError("empty_field", line=line, field=key)
         limit = MAX_ID_CHARS if key == "id" else MAX_PROMPT_CHARS
         if len(v) > limit:
             raise WorkloadError("too_long", line=line, field=key, n=len(v), max=limit)
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate ("\\ud800" in the JSON): no character, no token
+            raise WorkloadError("not_text", line=line, field=key, at=e.start + 1) from None
         return v
-    if key == "max_new_tokens":
-        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=repr(v))
-        if not 1 <= v <= MAX_NEW_TOKENS:
-            raise WorkloadError("out_of_range", line=line, field=key, lo=1, hi=MAX_NEW_TOKENS, got=repr(v))
-        return int(v)
-    if key == "arrival_s":
-        if not _number(v):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=repr(v))
-        if not math.isfinite(v) or not 0 <= v <= MAX_ARRIVAL_S:
-            raise WorkloadError("out_of_range", line=line, field=key, lo=0, hi=MAX_ARRIVAL_S, got=repr(v))
-        return float(v)
     if key == "chat":
         if not isinstance(v, bool):
-            raise WorkloadError("wrong_type", line=line, field=key, expected=FIELDS[key], got=repr(v))
+            raise wrong
         return v
-    raise AssertionError(key)
+    whole = key == "max_new_tokens"
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (whole and isinstance(v, float) and not v.is_integer()):
+        raise wrong
+    lo, hi = (1, MAX_NEW_TOKENS) if whole else (0, MAX_ARRIVAL_S)
+    if not lo <= v <= hi or not math.isfinite(v):  # the range first: isfinite cannot read a 400-digit integer
+        raise WorkloadError("out_of_range", line=line, field=key, lo=lo, hi=hi, got=repr(v))
+    return int(v) if whole else float(v)
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def parse_workload(text: str) -> list[Request]:
-    """The requests of a JSONL workload (one JSON object per line; blank lines are skipped). Refuses,
-    with one WorkloadError naming the line: an empty workload, a line that is not a JSON object, an
-    unknown or missing field, a value of the wrong type or out of its range, a duplicate id, more than
-    MAX_REQUESTS requests or more than MAX_TOTAL_NEW_TOKENS new tokens in all. Lengths in tokens are
-    checked by ``encode_workload`` (they need the tokenizer)."""
-    if not isinstance(text, str):
-        raise WorkloadError("empty")
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_WORKLOAD_BYTES:
-        raise WorkloadError("too_big", max=MAX_WORKLOAD_BYTES)
+def _requests(objects: Iterable[tuple[int, Any]]) -> tuple[Request, ...]:
+    """The requests of ``(line, object)`` pairs, each object checked (fields, types, ranges), then the
+    workload (duplicate ids, at most MAX_REQUESTS requests and MAX_TOTAL_NEW_TOKENS new tokens)."""
     out: list[Request] = []
     seen: dict[str, int] = {}
     total_new = 0
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw, parse_constant=_no_constants)
-        except ValueError as e:
-            raise WorkloadError("not_json", line=line, detail=str(getattr(e, "msg", e))) from None
+    for line, obj in objects:
         if not isinstance(obj, dict):
             raise WorkloadError("not_object", line=line, got=type(obj).__name__)
-        unknown = sorted(set(obj) - set(FIELDS))
+        unknown = sorted(set(obj) - set(FIELDS), key=str)
         if unknown:
-            raise WorkloadError("unknown_field", line=line, field=unknown[0], allowed=", ".join(FIELDS))
+            raise WorkloadError("unknown_field", line=line, field=str(unknown[0]), allowed=", ".join(FIELDS))
         missing = [k for k in REQUIRED if k not in obj]
         if missing:
             raise WorkloadError("missing_field", line=line, field=missing[0])
@@ -205,16 +168,62 @@ def parse_workload(text: str) -> list[Request]:
         total_new += vals["max_new_tokens"]
         if total_new > MAX_TOTAL_NEW_TOKENS:
             raise WorkloadError("too_many_new_tokens", line=line, max=MAX_TOTAL_NEW_TOKENS)
-        out.append(Request(vals["id"], vals["prompt"], vals["max_new_tokens"], vals.get("arrival_s", 0.0),
-                           vals.get("chat", False), line))
+        out.append(Request(line=line, **vals))
     if not out:
         raise WorkloadError("empty")
-    return out
+    return tuple(out)
 
 
-def workload_text(requests: Sequence[Request]) -> str:
-    """The JSONL of ``requests`` (what ``parse_workload`` reads back)."""
-    return "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in requests)
+def parse_workload(text: str) -> tuple[Request, ...]:
+    """The requests of a JSONL workload (one JSON object per line; blank lines are skipped). Refuses,
+    with one WorkloadError naming the line: an empty workload, a line that is not a JSON object, an
+    unknown or missing field, a value of the wrong type or out of its range, a duplicate id, more than
+    MAX_REQUESTS requests or more than MAX_TOTAL_NEW_TOKENS new tokens in all. Lengths in tokens are
+    checked by ``encode_workload`` (they need the tokenizer)."""
+    if not isinstance(text, str):
+        raise WorkloadError("empty")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_WORKLOAD_BYTES:
+        raise WorkloadError("too_big", max=MAX_WORKLOAD_BYTES)
+
+    def objects() -> Iterator[tuple[int, Any]]:
+        for line, raw in enumerate(text.splitlines(), start=1):
+            if raw.strip():
+                try:
+                    yield line, json.loads(raw, parse_constant=_no_constants)
+                except ValueError as e:
+                    raise WorkloadError("not_json", line=line, detail=str(getattr(e, "msg", e))) from None
+
+    return _requests(objects())
+
+
+def _empty(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def check_edits(state: Any, n_rows: int) -> None:
+    """Refuse an editor's raw edit state (``{"edited_rows", "added_rows", "deleted_rows"}`` as the browser
+    sent it, on a table of ``n_rows`` rows) before anything applies it: edits of another shape, more than
+    MAX_REQUESTS rows once rows are added and deleted, or more than MAX_WORKLOAD_BYTES of edits."""
+    if state is None:
+        return
+    if not isinstance(state, Mapping):
+        raise WorkloadError("bad_edit")
+    added, deleted, edited = (state.get(k, default) for k, default in (("added_rows", []), ("deleted_rows", []), ("edited_rows", {})))
+    if not (isinstance(added, list) and isinstance(deleted, list) and isinstance(edited, Mapping)):
+        raise WorkloadError("bad_edit")
+    n = n_rows + len(added) - len({d for d in deleted if isinstance(d, int) and 0 <= d < n_rows})
+    if n > MAX_REQUESTS or len(edited) > n_rows + len(added):
+        raise WorkloadError("too_many_rows", n=max(n, len(edited)), max=MAX_REQUESTS)
+    if len(json.dumps([added, edited], default=str)) > MAX_WORKLOAD_BYTES:
+        raise WorkloadError("too_big", max=MAX_WORKLOAD_BYTES)
+
+
+def requests_from_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[Request, ...]:
+    """The requests of the lab's edited table (row k is line k + 1), checked as a workload file's lines
+    are. A cell left empty (None, or NaN where the column is numeric) is left out, so the request's
+    default applies, as in a JSONL line without it."""
+    return _requests((k, {f: v for f, v in row.items() if not _empty(v)} if isinstance(row, Mapping) else row)
+                     for k, row in enumerate(rows, start=1))
 
 
 def encode_workload(tokenizer: Any, requests: Sequence[Request], max_positions: int | None) -> list[list[int]]:
@@ -244,7 +253,8 @@ def encode_workload(tokenizer: Any, requests: Sequence[Request], max_positions: 
 
 def plain_model(loaded: LoadedModel) -> LoadedModel:
     """A copy of an HF ``loaded`` model that continuous batching accepts: its own modules and its own
-    config with ``attn_implementation="sdpa"`` (transformers' engine refuses the traced "xray" one), built
+    config with SDPA attention (transformers' engine refuses the traced "xray" one), or eager, which the
+    engine runs as its paged eager, for a model without SDPA (Gemma-2: soft-capped attention logits), built
     on the meta device and then given the traced model's own parameter and buffer tensors. The weights
     are shared, read-only (nothing here trains or edits them), so the copy costs no weight memory; the
     traced model's modules, config and attention implementation are never touched."""
@@ -253,7 +263,7 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
     src = loaded.model
     cfg = copy.deepcopy(src.config)  # the engine sets attn_implementation on the copy's config, never the traced one
     with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=src.dtype)
+        plain = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa" if src._supports_sdpa else "eager", dtype=src.dtype)
     for kind, named in (("_parameters", src.named_parameters(remove_duplicate=False)),
                         ("_buffers", src.named_buffers(remove_duplicate=False))):
         for name, tensor in named:
@@ -270,17 +280,9 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
     return LoadedModel(plain, loaded.tokenizer, loaded.facts, loaded.spec, "hf", loaded.source)
 
 
-def shares_weights(a: LoadedModel, b: LoadedModel) -> bool:
-    """Whether every parameter of ``b`` is the very tensor of ``a`` (the plain copy adds no weights)."""
-    pa = dict(a.model.named_parameters(remove_duplicate=False))
-    return all(pa.get(n) is p for n, p in b.model.named_parameters(remove_duplicate=False))
-
-
 def _pad_id(tokenizer: Any, loaded: LoadedModel) -> int:
     pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = min(loaded.eos_ids()) if loaded.eos_ids() else 0
-    return int(pad)
+    return int(pad if pad is not None else min(loaded.eos_ids(), default=0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,13 +301,7 @@ class PaddedBatch:
     prompt run by itself; ``logits_without_mask`` / ``logits_without_positions``: the batch again with
     an all-ones mask / with positions 0…T-1 in every row. ``error_*``: max |batched − alone| over all real positions for the right
     batch, without the padding mask (all ones) and without the shifted positions (0…T-1 in every
-    row); ``argmax_changed_*``: how many real positions' next token changes.
-
-    What the measurements show on SmolLM2: with left padding, dropping the mask lets real tokens read the
-    pad tokens (the logits move by whole units, next tokens change); with right padding the pads come
-    after every real token, so causality alone already hides them. Dropping the shifted positions moves
-    the logits by rounding only, because RoPE scores depend on position *differences* and each row is
-    shifted by one constant (a model with learned absolute positions would change)."""
+    row); ``argmax_changed_*``: how many real positions' next token changes."""
 
     side: str
     prompts: list[str]
@@ -324,26 +320,17 @@ class PaddedBatch:
     error_without_positions: float
     argmax_changed: int
     argmax_changed_without_mask: int
-    argmax_changed_without_positions: int
-    mask_kind: str  # how the attention layers got the mask: "bool", "float" or "none" (causal implied)
 
     @property
     def lengths(self) -> list[int]:
         return [len(t) for t in self.token_ids]
 
-    def real_positions(self, b: int) -> np.ndarray:
-        return np.flatnonzero(self.mask_2d[b])
-
-
 def _padded_inputs(ids: list[list[int]], pad: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    T = max(len(x) for x in ids)
-    rows, masks = [], []
-    for x in ids:
-        fill = [pad] * (T - len(x))
-        rows.append(fill + x if side == "left" else x + fill)
-        m = [0] * (T - len(x))
-        masks.append(m + [1] * len(x) if side == "left" else [1] * len(x) + m)
-    return torch.tensor(rows), torch.tensor(masks)
+    """The token rows and their 0/1 masks, each row ``side``-padded with ``pad`` to the longest."""
+    n = max(map(len, ids))
+    join = (lambda real, fill: fill + real) if side == "left" else (lambda real, fill: real + fill)
+    return (torch.tensor([join(x, [pad] * (n - len(x))) for x in ids]),
+            torch.tensor([join([1] * len(x), [0] * (n - len(x))) for x in ids]))
 
 
 def _forward(plain: LoadedModel, x: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor | None,
@@ -362,18 +349,13 @@ def _forward(plain: LoadedModel, x: torch.Tensor, mask: torch.Tensor | None, pos
         return plain.model(input_ids=x, **kw).logits.float()
 
 
-def _mask_matrix(m: Any, B: int, T: int) -> tuple[np.ndarray, str]:
+def _mask_matrix(m: Any, B: int, T: int) -> np.ndarray:
     """The [B, T, T] allowed-matrix of what a layer received (a bool or additive float mask, or None)."""
     if m is None:
-        return np.broadcast_to(np.tril(np.ones((T, T), dtype=bool)), (B, T, T)).copy(), "none"
-    t = m.detach()
-    if t.dtype == torch.bool:
-        allowed, kind = t, "bool"
-    else:
-        allowed, kind = t == 0, "float"
-    a = allowed.cpu().numpy()
+        return np.broadcast_to(np.tril(np.ones((T, T), dtype=bool)), (B, T, T)).copy()
+    a = (m if m.dtype == torch.bool else m == 0).detach().cpu().numpy()
     a = a[:, 0] if a.ndim == 4 else a  # [B, 1, T, T] → [B, T, T]
-    return np.broadcast_to(a, (B, T, T)).copy(), kind
+    return np.broadcast_to(a, (B, T, T)).copy()
 
 
 def padded_batch(plain: LoadedModel, prompts: Sequence[str], side: str = "left") -> PaddedBatch:
@@ -400,7 +382,7 @@ def padded_batch(plain: LoadedModel, prompts: Sequence[str], side: str = "left")
     no_mask = _forward(plain, x, torch.ones_like(mask), pos)
     no_pos = _forward(plain, x, mask, torch.arange(T).expand(B, T))
     alone = [_forward(plain, torch.tensor([r]), None, None)[0].numpy() for r in ids]
-    m4, kind = _mask_matrix(capture.get("mask"), B, T)
+    m4 = _mask_matrix(capture.get("mask"), B, T)
     real = mask.numpy().astype(bool)
     expected = np.tril(np.ones((T, T), dtype=bool))[None] & real[:, None, :] & real[:, :, None]
 
@@ -412,9 +394,9 @@ def padded_batch(plain: LoadedModel, prompts: Sequence[str], side: str = "left")
 
     rows, err, ch = compare(batched)
     rows_m, err_m, ch_m = compare(no_mask)
-    rows_p, err_p, ch_p = compare(no_pos)
+    rows_p, err_p, _ = compare(no_pos)
     return PaddedBatch(side, list(prompts), ids, x.numpy(), mask.numpy(), m4, expected, pos.numpy(), rows, alone,
-                       rows_m, rows_p, err, err_m, err_p, ch, ch_m, ch_p, kind)
+                       rows_m, rows_p, err, err_m, err_p, ch, ch_m)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,43 +424,67 @@ class Step:
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-@dataclass
+@dataclass(kw_only=True)
 class RequestResult:
-    """One request as the engine served it. Times from the first arrival. ``outcome``: "finished", or
-    "refused" with the engine's ``error`` (it could not fit the request in the pool). ``computed_prompt_tokens``:
-    prompt tokens the engine ran through the model (more than ``prompt_tokens`` after a preemption, fewer
-    when shared blocks supplied ``reused_prompt_tokens``). ``solo_token_ids``: the same request alone
-    with HF ``generate`` (greedy, same model); ``equals_solo``: whether the engine produced exactly those."""
+    """One request as the engine served it: what was measured; what follows from it is a property (a new
+    per-request metric is one property here and one column in ``report.requests_table``). Times in
+    seconds from the first arrival. ``token_s``: when each token came (the end of the engine step that
+    made it); ``outcome``: "finished", or "refused" with the engine's ``error`` (it could not fit the
+    request in the pool). ``computed_prompt_tokens``: prompt tokens the engine ran through the model (more
+    than ``prompt_tokens`` after a preemption, fewer when shared blocks supplied ``reused_prompt_tokens``).
+    ``solo_token_ids``: the same request alone with HF ``generate`` (greedy, same model)."""
 
     id: str
     prompt_tokens: int
+    max_new_tokens: int
     token_ids: list[int]
     text: str
     arrival_s: float
     first_scheduled_s: float | None
-    first_token_s: float | None
-    finish_s: float | None
-    ttft_s: float | None
-    tpot_s: float | None
-    queue_s: float | None
-    e2e_s: float | None
+    token_s: list[float]
     reused_prompt_tokens: int
     computed_prompt_tokens: int
     preemptions: int
     outcome: str
-    error: str | None
-    max_new_tokens: int
+    error: str | None = None
     engine_token_s: list[float] | None = None  # the engine's own per-token stamps (after a preemption: since it)
     solo_token_ids: list[int] | None = None
-    equals_solo: bool | None = None
     solo_s: float | None = None
 
+    @property
+    def first_token_s(self) -> float | None:
+        return self.token_s[0] if self.token_s else None
+
+    @property
+    def finish_s(self) -> float | None:
+        return self.token_s[-1] if self.token_s else None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first."""
+        return (self.token_s[-1] - self.token_s[0]) / (len(self.token_s) - 1) if len(self.token_s) > 1 else None
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.first_scheduled_s is None else self.first_scheduled_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.arrival_s
+
+    @property
+    def equals_solo(self) -> bool | None:
+        """Whether the engine produced exactly the tokens of the request alone (None: not checked)."""
+        return None if self.solo_token_ids is None else self.outcome == "finished" and self.token_ids == self.solo_token_ids
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field and every property."""
+        return {**asdict(self), **{k: getattr(self, k) for k, v in vars(RequestResult).items() if isinstance(v, property)}}
 
 
 @dataclass
@@ -496,20 +502,9 @@ class ServeResult:
     refused: str | None
     transformers_version: str = transformers.__version__
 
-    @property
-    def all_equal_solo(self) -> bool:
-        return all(r.equals_solo for r in self.requests)
-
-    def request(self, rid: str) -> RequestResult:
-        return next(r for r in self.requests if r.id == rid)
-
     def to_json(self) -> dict[str, Any]:
-        """The CLI's output: the issue's keys (``requests``, ``steps``, ``tokens_per_s``,
-        ``sequential_tokens_per_s``) and what else was measured."""
-        return {"requests": [r.to_json() for r in self.requests], "steps": [s.to_json() for s in self.steps],
-                "tokens_per_s": self.tokens_per_s, "sequential_tokens_per_s": self.sequential_tokens_per_s,
-                "sequential_s": self.sequential_s, "wall_s": self.wall_s, "settings": self.settings,
-                "memory": self.memory, "refused": self.refused, "transformers_version": self.transformers_version}
+        """The CLI's output: every field, each request with its derived metrics."""
+        return {**asdict(self), "requests": [r.to_json() for r in self.requests]}
 
 
 class _Recorder:
@@ -653,28 +648,11 @@ def _greedy(loaded: LoadedModel, max_new_tokens: int) -> GenerationConfig:
 
 
 def _in_worker(fn: Callable[[], Any]) -> Any:
-    """``fn()`` run in a fresh thread (its result returned, its exception raised here).
-
-    The engine computes in its own thread; the reference must compute under the same conditions. On a
-    loaded 2-core machine they differ a lot: torch's two-thread team of the process's *main* thread then
-    decodes 3–5× slower than a fresh thread's (measured: 0.28–0.30 s vs 0.06–0.11 s per token for the same
-    loop; 0.08 s in the main thread with ``torch.set_num_threads(1)``), so a reference run by the CLI's main
-    thread would make batching look several times better than it is. (A Streamlit page already runs in a
-    thread of its own.)"""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed back to the caller's thread
-            box["error"] = e
-
-    th = threading.Thread(target=run, name="serving-reference")
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    """``fn()`` computed in a fresh thread, as the engine computes in its own: on a loaded machine torch's
+    thread team of the process's main thread decodes several times slower than a fresh thread's, which
+    would make batching look better than it is (the CLI runs in the main thread)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="serving-reference") as pool:
+        return pool.submit(fn).result()
 
 
 def solo_generate(plain: LoadedModel, ids: Sequence[int], max_new_tokens: int) -> tuple[list[int], float]:
@@ -697,32 +675,34 @@ PROGRESS_ENGINE = 4  # a request served by the engine counts 4 units of a run's 
 _quiet_lock = threading.Lock()
 
 
-class _QuietEngineLog:
-    """The engine logs a refusal with its traceback; the lab reports it as a result instead."""
-
-    def __enter__(self) -> None:
-        _quiet_lock.acquire()
-        self.old = [(lg, lg.level) for lg in map(logging.getLogger, ENGINE_LOGGERS)]
-        for lg, _ in self.old:
+@contextlib.contextmanager
+def _quiet_engine_log() -> Iterator[None]:
+    """The engine logs a refusal ("No requests can be scheduled …") with its traceback; the lab reports it as a result instead."""
+    with _quiet_lock:
+        old = [(lg, lg.level) for lg in map(logging.getLogger, ENGINE_LOGGERS)]
+        for lg, _ in old:
             lg.setLevel(logging.CRITICAL)
-
-    def __exit__(self, *exc: Any) -> None:
-        for lg, level in self.old:
-            lg.setLevel(level)
-        _quiet_lock.release()
+        try:
+            yield
+        finally:
+            for lg, level in old:
+                lg.setLevel(level)
 
 
 def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: int = DEFAULT_PAGE_SIZE,
                  num_blocks: int | None = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
                  prefix_sharing: bool = True, progress: Progress = noop, solo: bool = True,
-                 prompt_ids: Sequence[Sequence[int]] | None = None, timeout_s: float = 300.0) -> ServeResult:
+                 prompt_ids: Sequence[Sequence[int]] | None = None, timeout_s: float = TIMEOUT_S,
+                 stop: Callable[[], bool] = lambda: False) -> ServeResult:
     """Serve ``requests`` with transformers' continuous batching on ``plain`` (``plain_model``), greedy:
     each request is handed to the running engine when its ``arrival_s`` comes. Then (``solo``) the same
     requests one after another with HF ``generate`` on the same model: each request's ✓ and the
     sequential throughput. A pool too small is not an error: what the engine does (queue, preempt, or
     refuse a request it can never fit) is in the result. Its progress (``progress(done, total, words)``, from
     this thread) counts ``PROGRESS_ENGINE`` units per request the engine has finished and one per request
-    checked by ``generate``, out of ``PROGRESS_ENGINE + 1`` per request. The whole run holds ``plain.lock`` (one workload at a time on the lab's copy)."""
+    checked by ``generate``, out of ``PROGRESS_ENGINE + 1`` per request. ``stop()``, asked about every 50 ms
+and before each solo run, stops the run when true (WorkloadError "stopped"; ``timeout_s`` likewise).
+The whole run holds ``plain.lock`` (one workload at a time on the lab's copy)."""
     settings = EngineSettings(page_size, num_blocks, max_batch_tokens, bool(prefix_sharing))
     if not requests:
         raise WorkloadError("empty")
@@ -748,7 +728,7 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
     outputs: dict[str, Any] = {}
     submitted: dict[str, float] = {}
     total = (PROGRESS_ENGINE + 1) * len(requests)
-    with plain.lock, _QuietEngineLog(), torch.inference_mode():
+    with plain.lock, _quiet_engine_log(), torch.inference_mode():
         progress(0, total, Phrase("serving.step_start", {"n": len(requests), "blocks": blocks, "page": page_size}))
         manager = plain.model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
         clean = False
@@ -777,6 +757,8 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
                     break  # the loop ended: a refusal fails every request in it, and those came back already
                 if now > timeout_s:
                     raise WorkloadError("timeout", s=int(timeout_s))
+                if stop():
+                    raise WorkloadError("stopped")
                 if now - last_say >= 1.0:
                     last_say = now
                     progress(PROGRESS_ENGINE * len(outputs), total,
@@ -794,22 +776,16 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
     for i, (r, n_prompt) in enumerate(zip(requests, lens)):
         out = outputs.get(r.id)
         toks = [int(t) for t in out.generated_tokens] if out is not None else []
-        err = (out.error if out is not None else "the engine stopped before this request came back")
-        times = rec.token_times.get(r.id, [])
-        arr = submitted.get(r.id, arrivals[i] - origin)
-        first = times[0] if times else None
-        fin = times[-1] if times else None
         done = out is not None and out.error is None
+        err = out.error if out is not None else "the engine stopped before this request came back"
         results.append(RequestResult(
-            r.id, n_prompt, toks, plain.tokenizer.decode(toks, skip_special_tokens=True), arr,
-            rec.first_scheduled.get(r.id), first, fin,
-            None if first is None else first - arr,
-            (fin - first) / (len(times) - 1) if len(times) > 1 else None,
-            None if r.id not in rec.first_scheduled else rec.first_scheduled[r.id] - arr,
-            None if fin is None else fin - arr,
-            rec.matched.get(r.id, 0), rec.computed.get(r.id, 0), rec.preempted.get(r.id, 0),
-            "finished" if done else ("refused" if refused else "failed"), None if done else (err or refused),
-            r.max_new_tokens, None if out is None or out.timestamps is None else [t - t0 for t in out.timestamps]))
+            id=r.id, prompt_tokens=n_prompt, max_new_tokens=r.max_new_tokens, token_ids=toks,
+            text=plain.tokenizer.decode(toks, skip_special_tokens=True), arrival_s=submitted.get(r.id, arrivals[i] - origin),
+            first_scheduled_s=rec.first_scheduled.get(r.id), token_s=rec.token_times.get(r.id, []),
+            reused_prompt_tokens=rec.matched.get(r.id, 0), computed_prompt_tokens=rec.computed.get(r.id, 0),
+            preemptions=rec.preempted.get(r.id, 0), outcome="finished" if done else ("refused" if refused else "failed"),
+            error=None if done else (err or refused),
+            engine_token_s=None if out is None or out.timestamps is None else [t - t0 for t in out.timestamps]))
     n_tokens = sum(len(x.token_ids) for x in results)
     end = max((x.finish_s for x in results if x.finish_s is not None), default=wall)
     seq_s = None
@@ -817,9 +793,10 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
         seq_s = 0.0
         for k, (x, p) in enumerate(zip(results, ids)):
             progress(PROGRESS_ENGINE * len(requests) + k, total, Phrase("serving.step_solo", {"k": k + 1, "n": len(results)}))
+            if stop():
+                raise WorkloadError("stopped")
             x.solo_token_ids, x.solo_s = solo_generate(plain, p, x.max_new_tokens)
             seq_s += x.solo_s
-            x.equals_solo = x.token_ids == x.solo_token_ids if x.outcome == "finished" else False
     seq_tokens = sum(len(x.solo_token_ids or []) for x in results)
     peak = max((s.blocks_used for s in rec.steps), default=0)
     mem = memory_report(plain, page_size, engine_blocks, lens, news, peak, pool_bytes)
@@ -836,23 +813,12 @@ def run_workload(plain: LoadedModel, requests: Sequence[Request], *, page_size: 
 def sharing_summary(shared: ServeResult, unshared: ServeResult) -> dict[str, Any]:
     """The same workload with block sharing on and off: TTFT of every request after the first to arrive,
     prompt tokens computed vs reused, and the peak blocks each run held."""
-    def after_first(res: ServeResult) -> list[RequestResult]:
-        first = min(res.requests, key=lambda r: (r.arrival_s, r.id))
-        return [r for r in res.requests if r is not first]
-
-    rows = []
-    for a in after_first(shared):
-        b = unshared.request(a.id)
-        rows.append({"id": a.id, "ttft_shared_s": a.ttft_s, "ttft_unshared_s": b.ttft_s,
-                     "reused_prompt_tokens": a.reused_prompt_tokens, "computed_shared": a.computed_prompt_tokens,
-                     "computed_unshared": b.computed_prompt_tokens})
+    first = min(shared.requests, key=lambda r: (r.arrival_s, r.id))
+    off = {r.id: r for r in unshared.requests}
+    rows = [{"id": a.id, "ttft_shared_s": a.ttft_s, "ttft_unshared_s": off[a.id].ttft_s, "reused_prompt_tokens": a.reused_prompt_tokens,
+             "computed_shared": a.computed_prompt_tokens, "computed_unshared": off[a.id].computed_prompt_tokens}
+            for a in shared.requests if a is not first]
     return {"requests": rows,
             "computed_prompt_tokens": [sum(r.computed_prompt_tokens for r in x.requests) for x in (shared, unshared)],
             "reused_prompt_tokens": sum(r.reused_prompt_tokens for r in shared.requests),
             "peak_blocks": [x.memory["peak_blocks_used"] for x in (shared, unshared)]}
-
-
-def edited_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The serving lab's edited workload table as request rows: a cell left empty (None, or NaN where the
-    table's column is numeric) is dropped, so the request's default applies, as in a JSONL line without it."""
-    return [{k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))} for row in rows]

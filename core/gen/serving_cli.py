@@ -1,5 +1,5 @@
 """``python -m core serve-lab WORKLOAD.jsonl -o result.json [--model ID|PATH] [--no-prefix-sharing]
-[--page-size N] [--blocks N] [--max-batch-tokens N]``: a workload through transformers' continuous
+[--page-size N] [--blocks N] [--max-batch-tokens N] [--timeout S]``: a workload through transformers' continuous
 batching engine on the real model (``core.gen.serving``), saved as JSON.
 
 The command lives here, beside the lab it runs; ``core/__main__.py`` registers it and hands over its own
@@ -8,7 +8,8 @@ the shape every command shares), so the rules of the command line are written on
 command: the arguments, the workload file (every line: JSON, fields, types, ranges, duplicate ids) and
 the output path are checked before the model loads; the prompts' token lengths are checked with the
 tokenizer before the engine starts; every refusal is one ``error:`` line naming the workload's line,
-exit code 2, nothing written. Progress goes to stderr in words, about once a second.
+exit code 2, nothing written. A run in which the engine served no request (it refused every one) writes
+its report and exits 1 with a sentence. Progress goes to stderr in words, about once a second.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import core.backends as backends
 from core.engine.types import TOY_ID, say
@@ -70,6 +71,8 @@ def main(argv: list[str], cli: Any) -> int:
     p.add_argument("--max-batch-tokens", type=cli._int_arg("--max-batch-tokens", lo, hi),
                    default=serving.DEFAULT_MAX_BATCH_TOKENS,
                    help=f"tokens per forward step ({lo} to {hi}; a longer prefill is chunked)")
+    p.add_argument("--timeout", type=cli._int_arg("--timeout", 1, 86_400), default=int(serving.TIMEOUT_S), metavar="S",
+                   help=f"stop the run after S seconds (1 to 86400, a day; default {int(serving.TIMEOUT_S)})")
 
     def check(a: argparse.Namespace) -> None:
         if (a.model or "").strip() == TOY_ID:
@@ -85,13 +88,9 @@ def main(argv: list[str], cli: Any) -> int:
         ids = serving.encode_workload(plain.tokenizer, a.requests, plain.facts.max_positions)
         res = serving.run_workload(plain, a.requests, page_size=a.page_size, num_blocks=a.blocks,
                                    max_batch_tokens=a.max_batch_tokens, prefix_sharing=not a.no_prefix_sharing,
-                                   prompt_ids=ids, progress=_progress)
+                                   prompt_ids=ids, progress=_progress, timeout_s=a.timeout)
         body = (json.dumps(res.to_json(), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
-
-        def write(f: BinaryIO) -> None:
-            f.write(body)
-
-        cli.write_output(a.out, write)
+        cli.write_output(a.out, lambda f: f.write(body))
         return res
 
     def report(a: argparse.Namespace, res: serving.ServeResult) -> int:
@@ -108,9 +107,13 @@ def main(argv: list[str], cli: Any) -> int:
                   + (f" — {r.outcome}: {r.error}" if r.outcome != "finished" else ""))
         seq = f"{res.sequential_tokens_per_s:.1f}" if res.sequential_tokens_per_s else "–"
         print(f"tokens per second: continuous batching {res.tokens_per_s:.1f}, one request at a time {seq}")
+        print(f"wrote {a.out}")
+        if not any(r.outcome == "finished" for r in res.requests):  # the report is written; nothing was served
+            print(f"error: the engine served none of the {len(res.requests)} requests: {res.refused or res.requests[0].error}. "
+                  "A larger pool (--blocks, or leave it out) may fit them.", file=sys.stderr)
+            return 1
         if res.refused:
             print(f"note: the engine refused to go on: {res.refused}", file=sys.stderr)
-        print(f"wrote {a.out}")
         return 0
 
     return cli._run(p, argv, check, work, report)

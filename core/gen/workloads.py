@@ -1,12 +1,12 @@
 """The serving lab's workloads: the three request shapes of the tutorials (seed 003 §8.4) as JSONL files in
-``assets/serving/``, and a table's rows back to JSONL. What a workload may hold is checked in one place,
-``core.gen.serving.parse_workload``, whatever it came from (a preset, the page's editor, a file)."""
+``assets/serving/``. What a workload may hold is checked in one place, ``core.gen.serving._requests``,
+whatever it came from (a preset or a file: ``parse_workload``; the page's editor: ``requests_from_rows``)."""
 
 from __future__ import annotations
 
-import json
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +31,10 @@ def preset_path(name: str, lang: str = "en") -> Path:
     return DIR / (f"{name}.jsonl" if lang == "en" else f"{name}.{lang}.jsonl")
 
 
-def preset_text(name: str, lang: str = "en") -> str:
-    return preset_path(name, lang).read_text(encoding="utf-8")
-
-
-def rows_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """JSONL of a table's rows, as typed (the checks are parse_workload's)."""
-    return "".join(json.dumps(dict(r), ensure_ascii=False, default=str) + "\n" for r in rows)
+@functools.cache
+def preset(name: str, lang: str = "en") -> tuple[serving.Request, ...]:
+    """The requests of preset ``name`` in ``lang``, read once (they are immutable)."""
+    return serving.parse_workload(preset_path(name, lang).read_text(encoding="utf-8"))
 
 
 # Where the serving lab runs each of the tutorials' three request shapes (kvcalc.SEED_WORKLOADS' names,
@@ -50,9 +47,8 @@ LAB_PART: dict[str, tuple[str, str]] = {
 SYMPTOM_SHAPE = {"slow_first": "long_in", "slow_answer": "long_out", "oom": "concurrent"}
 
 
-def smallest_pool(tokenizer: Any, text: str, page_size: int, max_positions: int | None) -> int:
+def smallest_pool(tokenizer: Any, reqs: Sequence[serving.Request], page_size: int, max_positions: int | None) -> int:
     """The fewest blocks in which the workload's largest request fits alone (its prompt and every new
     token), plus one: the others must then wait their turn or be preempted, but none is refused."""
-    reqs = serving.parse_workload(text)
     ids = serving.encode_workload(tokenizer, reqs, max_positions)
     return max(math.ceil((len(p) + r.max_new_tokens) / page_size) for p, r in zip(ids, reqs)) + 1

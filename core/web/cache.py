@@ -12,10 +12,14 @@
 from __future__ import annotations
 
 import datetime
+import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 import core.backends as backends
 from core.cause import attribution, patching
@@ -472,10 +476,8 @@ def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int 
                        lambda job: diagnose.measure_decode(loaded, prompt, chat, n_decode, progress=job.report))
 
 
-# the serving lab: a plain copy of the model for transformers' continuous batching (it refuses the
-# traced "xray" attention); it shares the traced model's weight tensors, so it costs no weight memory, and
-# never replaces the traced model. Each run's block pool is bounded (serving.MAX_POOL_BYTES) and freed
-# when the run ends; a run holds the copy's own lock, so one student's workload never blocks a trace.
+# the serving lab: a plain copy of the model for transformers' engine, sharing the traced model's weights;
+# a run holds the copy's own lock (one student's workload never blocks a trace) and a bounded block pool.
 @st.cache_resource(show_spinner=False, max_entries=2)
 def serving_model(spec: str) -> LoadedModel:
     return serving.plain_model(get_model(spec))
@@ -486,12 +488,34 @@ def serving_padded(spec: str, prompts: tuple[str, ...], side: str) -> serving.Pa
     return serving.padded_batch(serving_model(spec), list(prompts), side)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def serving_run(spec: str, workload: str, page_size: int, num_blocks: int | None, max_batch_tokens: int, sharing: bool,
-                solo: bool = True, run: int = 0) -> serving.ServeResult:
-    """One workload through the engine (``core.gen.serving.run_workload``), with a progress bar while it
-    runs ("Serving the workload … {pct} %", in the reader's language); ``run`` measures again."""
-    with Bar(Phrase("serving.progress"), keep=True) as bar:
-        return serving.run_workload(serving_model(spec), serving.parse_workload(workload), page_size=page_size,
-                                    num_blocks=num_blocks, max_batch_tokens=max_batch_tokens, prefix_sharing=sharing,
-                                    solo=solo, progress=bar)
+GONE_GRACE_S = 10.0  # a tab that reconnects within this (a network blip) keeps its run
+
+
+def session_gone() -> Callable[[], bool]:
+    """A ``stop()`` for work this session starts in a server thread: true once its tab has been gone (its
+    connection closed and not reopened) for GONE_GRACE_S seconds."""
+    ctx, seen = get_script_run_ctx(), [time.monotonic()]
+    rt = Runtime.instance() if ctx is not None and Runtime.exists() else None
+
+    def gone() -> bool:
+        if rt is None or rt.is_active_session(ctx.session_id):
+            seen[0] = time.monotonic()
+        return time.monotonic() - seen[0] > GONE_GRACE_S
+
+    return gone
+
+
+def serving_run(spec: str, requests: tuple[serving.Request, ...], settings: serving.EngineSettings, part: str,
+                run: int) -> jobs.Job | jobs.Refused:
+    """This session's run number ``run`` of the lab's ``part``: a measurement in a server thread that a rerun
+    (any change on the page) waits for, never restarts, and that stops once the tab is gone. Its value: one
+    ``ServeResult`` checked against ``generate`` alone, or for ``prefix`` two with block sharing on, two off."""
+    plain, stop = serving_model(spec), session_gone()
+    plan = [(True, True), (True, False), (False, True), (False, False)] if part == "prefix" else [(settings.prefix_sharing, True)]
+
+    def compute(job: jobs.Job) -> list[serving.ServeResult]:
+        return [serving.run_workload(plain, requests, **{**vars(settings), "prefix_sharing": sharing}, solo=solo, stop=stop,
+                                     progress=lambda d, t, w=None, k=k: job.report(k * t + d, len(plan) * t, w))
+                for k, (sharing, solo) in enumerate(plan)]
+
+    return measurement(("serving_run", getattr(get_script_run_ctx(), "session_id", None), spec, requests, settings, part, run), compute)

@@ -15,20 +15,31 @@ served one at a time, and TTFT with block (prefix) sharing against without.
    first, with block sharing ÷ without (same arrivals, runs interleaved). ``ratio_prefix_ttft=`` (target
    ≤ 0.6).
 
+3. A crafted editor message (issue 39): N rows added to the lab's table (N = 200, 2,000). The time until the
+   lab refuses it (``serving.check_edits`` on the parsed message, before the editor applies anything)
+   against the time Streamlit's editor takes to apply the rows (its ``_apply_row_additions``, what the page
+   ran before: it grows with N², so 20,000 rows took minutes). ``ratio_editor_2000=``. ``--editor``: this
+   part only (no model).
+
 Medians over reps, with the spread (min–max). ``--quick``: N = 1 and 8 only, 2 reps, k = 3.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 
+import pandas as pd
+import pyarrow as pa
 import torch
+from streamlit.elements.lib.column_config_utils import determine_dataframe_schema
+from streamlit.elements.widgets import data_editor
 
 from core.backends import load_model
-from core.gen import serving
+from core.gen import serving, workloads
 from core.gen.serving import Request
 
 TEXT = ("The history of the lighthouse begins in the ancient world, when fires were lit on hills to guide ships "
@@ -147,12 +158,39 @@ def prefix(plain, reps: int, k: int, shared_len: int = 300, new: int = 4, page: 
     return r
 
 
+def editor(ns=(200, 2000)) -> float:
+    print("\n3. a crafted editor message: refused before it is applied, against applying it")
+    reqs, ratio = workloads.preset("rag"), 0.0
+    for n in ns:
+        message = json.dumps({"edited_rows": {}, "deleted_rows": [],
+                              "added_rows": [{"id": f"x{i}", "prompt": "Hello " * 50, "max_new_tokens": 4} for i in range(n)]})
+        t = time.perf_counter()
+        try:
+            serving.check_edits(json.loads(message), len(reqs))
+        except serving.WorkloadError as e:
+            refused, t_refuse = e.code, time.perf_counter() - t
+        df = pd.DataFrame([r.to_json() for r in reqs])
+        schema = determine_dataframe_schema(df, pa.Schema.from_pandas(df))
+        t = time.perf_counter()
+        data_editor._apply_row_additions(df, json.loads(message)["added_rows"], schema)
+        t_apply = time.perf_counter() - t
+        ratio = t_apply / t_refuse
+        print(f"  {n:,} rows: refused ({refused}) in {t_refuse * 1e3:.1f} ms; the editor applies them in {t_apply:.2f} s "
+              f"({len(df):,} rows)")
+    print(f"ratio_editor_{ns[-1]}={ratio:.0f} (applying ÷ refusing, one run each)", flush=True)
+    return ratio
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="N = 1 and 8, 2 reps, 3 prefix requests")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--model", default=None)
+    ap.add_argument("--editor", action="store_true", help="only part 3 (no model)")
     a = ap.parse_args()
+    if a.editor:
+        editor()
+        return 0
     reps = a.reps or (2 if a.quick else 3)
     ns = [1, 8] if a.quick else [1, 4, 8, 16]
     t = time.perf_counter()
@@ -163,6 +201,7 @@ def main() -> int:
     serving.solo_generate(plain, plain.tokenizer("Warm up")["input_ids"], 2)  # warm-up
     throughput(plain, ns, reps)
     prefix(plain, reps, 3 if a.quick else 4)
+    editor()
     print(f"\n({time.perf_counter() - t:.0f} s in all)", file=sys.stderr)
     return 0
 
