@@ -19,7 +19,7 @@ from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
 from core.common import fresh
-from core.web import offer
+from core.web import guards, offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
 ARENAS = 2  # malloc arenas for all threads together (glibc's default: 8 per core, one per busy session thread)
@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     give_back_freed_memory()
     start_trimming()
+    guards.install_server_guards()  # before the first websocket: clear_cache and the origin check's lookup
     PagesManager.uses_pages_directory = False
     app = str(Path(__file__).resolve().parents[2] / "app.py")
     sys.argv = ["streamlit", "run", app, *with_address(sys.argv[1:] if argv is None else argv)]
