@@ -119,8 +119,9 @@ class NpzFile(NamedTuple):
 def get_trace_npz(tr: Trace) -> bytes:
     """The cached trace ``tr`` as a .npz file, built when the download is clicked from the store's derived
     layers (``layer_of``: a layer a page derived is not derived again, one the file needs is derived once and
-    kept like any other), and kept in the same byte-bounded store (``XRAY_CACHE_GB``), evicted like the rest:
-    at 4,096 tokens the file is about 0.5 GB, and one bigger than the whole budget is handed out, not kept."""
+    kept like any other), and kept in the same byte-bounded store (``XRAY_CACHE_GB``), evicted like the rest;
+    one bigger than the whole budget is handed out, not kept. The page asks only under ``core.web.download``'s
+    limit (at 4,096 tokens the file would be 1.97 GB)."""
     k = key_of(tr)
 
     def build() -> NpzFile:
