@@ -32,7 +32,7 @@ from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
 from core.toy import load_loss_curve, word_order_demo
-from core.web import jobs
+from core.web import jobs, sessions
 from core.web.bar import Bar
 
 
@@ -414,8 +414,8 @@ def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int,
             grid.flags.writeable = False  # shared by every session
             return grid
 
-        job = runner().start(key, compute)
-    return jobs.wait(job, progress)
+        job = runner().start(key, compute, heavy=True)
+    return jobs.wait(job, progress, alive=sessions.alive())
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -433,8 +433,9 @@ def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, s
     job = runner().job(key)
     if job is None:
         loaded = get_model(spec)
-        job = runner().start(key, lambda job: attribution.attribute(loaded, ids, answer, foil, steps, progress=job.report))
-    return jobs.wait(job, progress)
+        job = runner().start(key, lambda job: attribution.attribute(loaded, ids, answer, foil, steps, progress=job.report),
+                             heavy=True)
+    return jobs.wait(job, progress, alive=sessions.alive())
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -455,7 +456,7 @@ def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
 
 def measurement(key: tuple, compute: Any) -> jobs.Job | jobs.Refused:
     """The measurement ``key`` for this session (``jobs.Runner.measure``); ``compute(job)`` makes it."""
-    return runner().measure(key, compute, st.session_state)
+    return runner().measure(key, compute, st.session_state, who=sessions.browser())
 
 
 def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:
