@@ -171,12 +171,14 @@ def measured_costs(spec: str, run: int = 0) -> jobs.Job | jobs.Refused:
     return measurement(("measured_costs", spec, run), lambda job: generate.measure_costs(loaded, n_prefill=n_prefill))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> generate.TpotMeasure:
+def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> jobs.Job | jobs.Refused:
     """The one TPOT of this prompt (``generate.measure_tpot``) under the sampling settings ``cfg``
     (``astuple`` of a SamplingConfig; greedy when empty), as the stepper shows it beside its own
-    recorded passes. ``run``: a new number measures again."""
-    return generate.measure_tpot(get_model(spec), list(ids), cfg=SamplingConfig(*cfg) if cfg else None)
+    recorded passes, on request. A measurement (see ``measurement``): the job, whose value is a
+    ``generate.TpotMeasure``, or a refusal. ``run``: a new number measures again."""
+    loaded = get_model(spec)
+    return measurement(("tpot", spec, ids, cfg, run),
+                       lambda job: generate.measure_tpot(loaded, list(ids), cfg=SamplingConfig(*cfg) if cfg else None))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -455,8 +457,9 @@ def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
 
 
 def measurement(key: tuple, compute: Any) -> jobs.Job | jobs.Refused:
-    """The measurement ``key`` for this session (``jobs.Runner.measure``); ``compute(job)`` makes it."""
-    return runner().measure(key, compute, st.session_state, who=sessions.browser())
+    """The measurement ``key`` for this session (``jobs.Runner.measure``); ``compute(job)`` makes it. Keyed on
+    the visitor too: one visitor's live measurement (perhaps taken on a busy machine) is never shown to another."""
+    return runner().measure((*key, sessions.visitor()), compute, st.session_state, who=sessions.browser())
 
 
 def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:

@@ -37,3 +37,9 @@ def browser() -> str | None:
         pass
     ctx = get_script_run_ctx()
     return None if ctx is None else f"session:{ctx.session_id}"
+
+
+def visitor() -> str | None:
+    """This session's id (a live measurement belongs to the visitor who asked for it); None without a session."""
+    ctx = get_script_run_ctx()
+    return None if ctx is None else ctx.session_id
