@@ -1,6 +1,8 @@
 """The app's own server (``python -m core.web.server``, what ``make run`` starts) against a visitor who speaks
 its protocol by hand (issue 39): Streamlit's upload route, open to any session, refuses a file (the app has no
-uploader; .streamlit/config.toml sets server.maxUploadSize = 0), and the server's memory does not grow."""
+uploader; .streamlit/config.toml sets server.maxUploadSize = 0), and the server's memory does not grow; a
+visitor's clear_cache message (Streamlit's "Clear cache": the ``c`` key, or sent by hand) does not drop the model
+every session shares: the next run does not load it again."""
 
 from __future__ import annotations
 
@@ -57,9 +59,21 @@ def _put(url: str, body: bytes, cookies: dict[str, str]) -> int:
         conn.close()
 
 
-async def _uploads(base: str, pid: int, n: int, size: int) -> tuple[list[int], float]:
-    """Open a session over the websocket, let its first run finish, then PUT ``n`` files of ``size`` bytes to its upload route; the
-    statuses and the server's RSS growth in MiB."""
+async def _run(ws) -> str:
+    """Everything the server sends until the script run finishes, as text."""
+    seen = []
+    while True:
+        fwd = ForwardMsg()
+        fwd.ParseFromString(await asyncio.wait_for(ws.recv(), timeout=300))
+        seen.append(str(fwd))
+        if fwd.WhichOneof("type") == "script_finished":
+            return "\n".join(seen)
+
+
+async def _uploads(base: str, pid: int, n: int, size: int) -> tuple[list[int], float, str]:
+    """Open a session over the websocket, let its first run finish, then PUT ``n`` files of ``size`` bytes to its
+    upload route; then send clear_cache and run the page again. The statuses, the server's RSS growth in MiB from
+    the uploads, and what the run after clear_cache sent."""
     cookies = await asyncio.to_thread(_cookies, base)
     xsrf = cookies.get("_streamlit_xsrf", "")
     async with websockets.connect(base.replace("http://", "ws://") + "/_stcore/stream",
@@ -81,11 +95,18 @@ async def _uploads(base: str, pid: int, n: int, size: int) -> tuple[list[int], f
         codes = [await asyncio.to_thread(_put, f"{base}/_stcore/upload_file/{session}/file-{i}", body, cookies)
                  for i in range(n)]
         grown = (psutil.Process(pid).memory_info().rss - before) / MIB
-    return codes, grown
+        clear = BackMsg()
+        clear.clear_cache = True
+        await ws.send(clear.SerializeToString())
+        await ws.send(msg.SerializeToString())
+        again = await _run(ws)
+    return codes, grown, again
 
 
-def test_the_upload_route_refuses_files(tmp_path: Path):
+def test_the_upload_route_refuses_files_and_clear_cache_keeps_the_model(tmp_path: Path):
     with streamlit_server(8740) as server:
-        codes, grown = asyncio.run(_uploads(server.base, server.proc.pid, 3, 20 * MIB))
+        codes, grown, again = asyncio.run(_uploads(server.base, server.proc.pid, 3, 20 * MIB))
     assert codes == [413, 413, 413], codes  # Streamlit's default took each (204)
     assert grown < 40, f"the server grew {grown:.0f} MiB from refused uploads"
+    assert "script_finished" in again
+    assert "Loading the model" not in again, "a visitor's clear_cache dropped the shared model: it was loaded again"
