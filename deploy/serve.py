@@ -17,14 +17,17 @@ reverse proxy with sticky sessions. This launcher uses only standard parts:
 4. keeps checking every replica's health: one that exits, or fails three checks in a row, is marked
    ``down`` in nginx's config and nginx reloads (nginx's own checks are passive: max_fails/fail_timeout);
    one that exits is started again on its port (at most RESTARTS times in RESTART_WINDOW_S) and comes back
-   into rotation when it answers;
+   into rotation when it answers; one that still runs but fails FAILS_TO_RESTART checks in a row (frozen) is
+   killed and restarted the same way;
 5. if nginx stops (killed, crashed), kills what is left of it (its workers keep the port when only the
    master dies: nginx runs in a process group of its own, so the whole group goes), waits for the port to
    be free and starts it again (NGINX_TRIES attempts), the replicas running on; the hall stops only when
    nginx cannot come back;
 6. on Ctrl-C (or SIGTERM/SIGHUP) stops nginx and every replica, kills what has not stopped after 20 s,
    then nginx's whole process group, removes the temp folder, and says "nothing left running" only once
-   the ports are free. The children die with the launcher (PR_SET_PDEATHSIG) even if it is killed outright.
+   the ports are free. The children die with the launcher even if it is killed outright (PR_SET_PDEATHSIG
+   with SIGKILL: a replica busy in a forward pass, or one whose shutdown hangs, cannot outlive it and keep
+   its port and its memory).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ START_TIMEOUT_S = 180.0  # a first start converts the embedded model once (≈ 1
 CHECK_EVERY_S = 2.0
 CHECK_TIMEOUT_S = 5.0
 FAILS_TO_DOWN = 3  # consecutive failed health checks before a live replica is taken out of nginx
+FAILS_TO_RESTART = 10  # … and before a replica that still runs but never answers (frozen) is killed and restarted
+NGINX_HEALTH = "/nginx-health"  # answered by nginx itself: nginx is up even while every replica restarts
 RESTARTS = 3  # a replica, or nginx, that stops is restarted at most this many times …
 RESTART_WINDOW_S = 600.0  # … within this many seconds; past that it is left stopped (it would only crash again)
 NGINX_TRIES = 3  # attempts to bring nginx back after it stopped, a second apart, then two
@@ -251,9 +256,9 @@ def listen_directive(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def health_ok(base: str, timeout: float = CHECK_TIMEOUT_S) -> bool:
+def health_ok(base: str, timeout: float = CHECK_TIMEOUT_S, path: str = HEALTH) -> bool:
     try:
-        with urllib.request.urlopen(base + HEALTH, timeout=timeout) as r:
+        with urllib.request.urlopen(base + path, timeout=timeout) as r:
             return r.status == 200 and r.read().strip() == b"ok"
     except (OSError, ValueError):
         return False
@@ -266,9 +271,11 @@ except (OSError, AttributeError):  # not Linux: no parent-death signal, Ctrl-C a
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGTERM when the launcher dies, even by SIGKILL (no orphan keeps the port)."""
+    """Linux: the child is killed when the launcher dies, even by SIGKILL (no orphan keeps the port). SIGKILL,
+    not SIGTERM: a replica may ignore or be slow to act on SIGTERM (Streamlit's shutdown waits on its
+    threads), and with the launcher gone nobody would kill it later."""
     if _PRCTL is not None:
-        _PRCTL(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        _PRCTL(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def say(msg: str) -> None:
@@ -404,7 +411,7 @@ class Launcher:
         deadline = time.monotonic() + 20
         local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.plan.host, self.plan.host)
         probe = f"http://{listen_directive(local, self.plan.port)}"
-        while not health_ok(probe, timeout=2):
+        while not health_ok(probe, timeout=2, path=NGINX_HEALTH):  # nginx's own: the replicas may be restarting
             if self.nginx.poll() is not None:
                 raise UsageError(f"nginx stopped at once (exit code {self.nginx.returncode}); its lines above say why")
             if time.monotonic() > deadline:
@@ -464,6 +471,14 @@ class Launcher:
                 continue  # still loading: not in rotation yet, nothing to count
             else:
                 r.fails += 1
+                if r.fails >= FAILS_TO_RESTART:  # running, but frozen: the next check finds it stopped and restarts it
+                    say(f"{r.name} ({r.base}) failed {r.fails} health checks in a row while running (frozen): killed")
+                    changed = changed or r.up
+                    r.up = False
+                    r.proc.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        r.proc.wait(timeout=5)
+                    continue
                 others_up = any(o.up for o in self.replicas if o is not r)
                 if r.up and r.fails >= FAILS_TO_DOWN and others_up:  # never take the last one out
                     say(f"{r.name} ({r.base}) failed {r.fails} health checks in a row: out of rotation")

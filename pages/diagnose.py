@@ -22,9 +22,10 @@ def _machine() -> str:
 
 
 def _bump(name: str, want: tuple) -> None:
-    """Button callback. The first press asks for run 0, shared by every visitor of this server (the cache
-    keys on it); pressing again asks for a run number no one has used, so it measures afresh — but not
-    while this session's measurement still runs (a second press then waits for the first)."""
+    """Button callback. The first press asks for run 0 — this visitor's own (core.web.cache.measurement keys
+    every live measurement on the visitor: one taken on a busy machine is never shown to another); pressing
+    again asks for a new run number, so it measures afresh — but not while this session's measurement still
+    runs (a second press then waits for the first)."""
     if measure.busy():
         return
     st.session_state[f"{P}_{name}"] = dg.next_request(st.session_state.get(f"{P}_{name}"), want, time.time_ns())

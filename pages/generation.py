@@ -76,13 +76,17 @@ def _costs(stp: generate.Stepper, step: int) -> None:
     if not stp.tpots:  # only the prefill so far: no TPOT to show, no empty axis
         st.caption(report.timing_text(stp, ui.lang()))
         return
-    pure = gen_ui.pure_tpot(stp, P)
-    presenter.chart(gen_fig.timings([r.seconds for r in stp.records], ui.lang(), pure.tpot), width="stretch")
+    gen_ui.remeasure_button(P, measured=st.session_state.get(f"{P}_tpot_asked") is not None)
+    pure = gen_ui.pure_tpot(stp, P)  # only once asked for, in the background: a "Next token" never waits on it
+    presenter.chart(gen_fig.timings([r.seconds for r in stp.records], ui.lang(), None if pure is None else pure.tpot),
+                    width="stretch")
     st.caption(report.timing_text(stp, ui.lang()))
-    st.markdown(report.pure_tpot_text(pure, stp, ui.lang()))
-    if pure.busy:
-        st.warning(report.busy_note(ui.lang()))
-    gen_ui.remeasure_button(P)
+    if pure is None:
+        st.caption(ui.t("generation.tpot_on_request"))
+    else:
+        st.markdown(report.pure_tpot_text(pure, stp, ui.lang()))
+        if pure.busy:
+            st.warning(report.busy_note(ui.lang()))
     ui.badge("measured")
 
 

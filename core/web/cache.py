@@ -36,7 +36,7 @@ from core.learn.journey import MAX_NEW, greedy_continuation
 from core.maths import attention, positions
 from core.stream import anatomy, lens
 from core.toy import load_loss_curve, word_order_demo
-from core.web import jobs
+from core.web import jobs, sessions
 from core.web.bar import Bar
 
 
@@ -123,8 +123,9 @@ class NpzFile(NamedTuple):
 def get_trace_npz(tr: Trace) -> bytes:
     """The cached trace ``tr`` as a .npz file, built when the download is clicked from the store's derived
     layers (``layer_of``: a layer a page derived is not derived again, one the file needs is derived once and
-    kept like any other), and kept in the same byte-bounded store (``XRAY_CACHE_GB``), evicted like the rest:
-    at 4,096 tokens the file is about 0.5 GB, and one bigger than the whole budget is handed out, not kept."""
+    kept like any other), and kept in the same byte-bounded store (``XRAY_CACHE_GB``), evicted like the rest;
+    one bigger than the whole budget is handed out, not kept. The page asks only under ``core.web.download``'s
+    limit (at 4,096 tokens the file would be 1.97 GB)."""
     k = key_of(tr)
 
     def build() -> NpzFile:
@@ -174,12 +175,14 @@ def measured_costs(spec: str, run: int = 0) -> jobs.Job | jobs.Refused:
     return measurement(("measured_costs", spec, run), lambda job: generate.measure_costs(loaded, n_prefill=n_prefill))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> generate.TpotMeasure:
+def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> jobs.Job | jobs.Refused:
     """The one TPOT of this prompt (``generate.measure_tpot``) under the sampling settings ``cfg``
     (``astuple`` of a SamplingConfig; greedy when empty), as the stepper shows it beside its own
-    recorded passes. ``run``: a new number measures again."""
-    return generate.measure_tpot(get_model(spec), list(ids), cfg=SamplingConfig(*cfg) if cfg else None)
+    recorded passes, on request. A measurement (see ``measurement``): the job, whose value is a
+    ``generate.TpotMeasure``, or a refusal. ``run``: a new number measures again."""
+    loaded = get_model(spec)
+    return measurement(("tpot", spec, ids, cfg, run),
+                       lambda job: generate.measure_tpot(loaded, list(ids), cfg=SamplingConfig(*cfg) if cfg else None))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -417,8 +420,8 @@ def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int,
             grid.flags.writeable = False  # shared by every session
             return grid
 
-        job = runner().start(key, compute)
-    return jobs.wait(job, progress)
+        job = runner().start(key, compute, heavy=True)
+    return jobs.wait(job, progress, alive=sessions.alive())
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -436,8 +439,9 @@ def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, s
     job = runner().job(key)
     if job is None:
         loaded = get_model(spec)
-        job = runner().start(key, lambda job: attribution.attribute(loaded, ids, answer, foil, steps, progress=job.report))
-    return jobs.wait(job, progress)
+        job = runner().start(key, lambda job: attribution.attribute(loaded, ids, answer, foil, steps, progress=job.report),
+                             heavy=True)
+    return jobs.wait(job, progress, alive=sessions.alive())
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -457,8 +461,9 @@ def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
 
 
 def measurement(key: tuple, compute: Any) -> jobs.Job | jobs.Refused:
-    """The measurement ``key`` for this session (``jobs.Runner.measure``); ``compute(job)`` makes it."""
-    return runner().measure(key, compute, st.session_state)
+    """The measurement ``key`` for this session (``jobs.Runner.measure``); ``compute(job)`` makes it. Keyed on
+    the visitor too: one visitor's live measurement (perhaps taken on a busy machine) is never shown to another."""
+    return runner().measure((*key, sessions.visitor()), compute, st.session_state, who=sessions.browser())
 
 
 def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:

@@ -9,10 +9,10 @@ from dataclasses import astuple
 
 import streamlit as st
 
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Phrase
 from core.gen import generate
 from core.gen.sampling import SamplingConfig
-from core.web import cache, ui, widgets
+from core.web import cache, measure, ui, widgets
 
 KEY = "generation_stepper"
 
@@ -98,23 +98,32 @@ def pick_step(n: int, prefix: str) -> int:
     return step
 
 
-def pure_tpot(stp: generate.Stepper, prefix: str) -> generate.TpotMeasure:
-    """The one TPOT of this prompt and these settings (``generate.measure_tpot``), measured once per
-    run of the stepper (close in time to its own passes, so the two compare fairly) and again on demand."""
+def pure_tpot(stp: generate.Stepper, prefix: str) -> generate.TpotMeasure | None:
+    """The one TPOT of this prompt and these settings (``generate.measure_tpot``), once this visitor has asked
+    for it (``remeasure_button``): measured in a server thread (``cache.tpot``: a job, never shared with
+    another visitor), its bar drawn meanwhile; None before it is asked for or when the server refuses it.
+    A "Next token" never waits on it: the stepper's own timed passes are shown at once."""
     session = st.session_state.setdefault(KEY + "_sid", uuid.uuid4().hex)  # this browser session's own measurement
     run = (st.session_state.get(f"{prefix}_tpot_run", 0), st.session_state.get(KEY + "_n", 0), session)
-    with st.spinner(ui.t("generation.measuring_tpot")):
-        return cache.tpot(ui.model_spec(), tuple(stp.prompt_ids), astuple(stp.cfg), run)
+    if st.session_state.get(f"{prefix}_tpot_asked") != run:
+        return None
+    return measure.show(cache.tpot(ui.model_spec(), tuple(stp.prompt_ids), astuple(stp.cfg), run),
+                        Phrase("generation.measuring_tpot"))
 
 
 def _remeasure(prefix: str) -> None:
-    st.session_state[f"{prefix}_tpot_run"] = st.session_state.get(f"{prefix}_tpot_run", 0) + 1
+    if measure.busy():  # this visitor's measurement still runs: the press waits for it
+        return
+    run = st.session_state.get(f"{prefix}_tpot_run", 0) + 1
+    st.session_state[f"{prefix}_tpot_run"] = run
+    st.session_state[f"{prefix}_tpot_asked"] = (run, st.session_state.get(KEY + "_n", 0), st.session_state.get(KEY + "_sid"))
 
 
-def remeasure_button(prefix: str) -> None:
-    """'Measure TPOT again': a new run number, so the cached measurement is taken afresh (on this
-    very run: the callback runs before the page)."""
-    st.button(ui.t("generation.remeasure"), key=f"{prefix}_tpot_again", on_click=_remeasure, args=(prefix,))
+def remeasure_button(prefix: str, measured: bool) -> None:
+    """'Measure TPOT without recording' (or 'again' once measured): a new run number, measured in the
+    background for this visitor (the callback runs before the page)."""
+    st.button(ui.t("generation.remeasure" if measured else "generation.measure_tpot_live"), key=f"{prefix}_tpot_again",
+              on_click=_remeasure, args=(prefix,))
 
 
 def _act(prefix: str, action: str) -> None:

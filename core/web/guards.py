@@ -15,6 +15,15 @@ is imported (app.py and every page import it).
   query string of the page shown a replace: moving a slider or opening a page no longer adds entries of
   its own, and one Back leaves the page.
 
+* ``clear_cache``: Streamlit's "Clear cache" (the ``c`` key, the main menu, or the websocket message any
+  visitor can send by hand) empties every ``st.cache_data`` / ``st.cache_resource`` of the process — the
+  model, every trace, the jobs and the rate limits of every visitor. The guard makes it clear the asking
+  session's own state only: no visitor's action changes what another visitor gets.
+
+* A websocket from a foreign origin: Streamlit's origin check looks this machine's external address up on
+  the Internet (checkip.amazonaws.com) to compare; a refused connection made the server call outside. The
+  guard answers "unknown" without any lookup (the check then refuses, as it should).
+
 Streamlit's serde class and its query-parameter object are internal: ``install`` says whether the guard is in place (a test holds it) and
 does nothing on a Streamlit without it rather than fail the import.
 """
@@ -27,7 +36,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib import parse
 
+from streamlit import net_util as _net_util
 from streamlit.elements.widgets import number_input as _number_input
+from streamlit.runtime import app_session as _app_session
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 from streamlit.runtime.state.session_state_proxy import get_session_state
 
@@ -60,8 +71,33 @@ def _finite_only(deserialize: Any) -> Any:
     return guarded
 
 
+def _clear_own_state_only(self: Any) -> None:
+    """A session's "Clear cache": its own widgets and values only, never the caches every session shares."""
+    self._session_state.clear()
+
+
+setattr(_clear_own_state_only, _MARK, True)
+
+
+def _no_external_ip() -> None:
+    """This machine's address as seen from the Internet: not looked up (None)."""
+    return None
+
+
+def install_server_guards() -> bool:
+    """The guards on what a visitor's websocket can do to the server (clear_cache, the origin check's
+    lookup); installed before the server starts (core.web.server) and again on import. Whether in place."""
+    session = getattr(_app_session, "AppSession", None)
+    if session is None or not hasattr(session, "_handle_clear_cache_request") or not hasattr(_net_util, "get_external_ip"):
+        return False
+    session._handle_clear_cache_request = _clear_own_state_only
+    _net_util.get_external_ip = _no_external_ip
+    return True
+
+
 def install() -> bool:
     """Install the guards (once); whether the number-input guard is in place."""
+    install_server_guards()
     serde = getattr(_number_input, "NumberInputSerde", None)
     if serde is None or not hasattr(serde, "deserialize"):
         return False
@@ -99,10 +135,14 @@ def url_batch() -> Iterator[bool]:
         if ctx is not None:
             ctx.query_string = parse.urlencode(qp._query_params, doseq=True)
 
-    qp._send_query_param_msg = hold  # the instance's attribute shadows the class's sender
+    # the instance's attribute shadows the class's sender. Two runs of one session can overlap (a rerun asked
+    # while the old run is still stopping, e.g. waiting on a sweep): each removes only its own holder, and sends
+    # through the class's sender, never through the other run's holder.
+    qp._send_query_param_msg = hold
     try:
         yield True
     finally:
-        del qp._send_query_param_msg
+        if vars(qp).get("_send_query_param_msg") is hold:
+            del qp._send_query_param_msg
         if _url(qp) != before:
-            qp._send_query_param_msg()
+            type(qp)._send_query_param_msg(qp)

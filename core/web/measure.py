@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 
 from core.engine.types import Phrase
-from core.web import jobs, ui
+from core.web import jobs, sessions, ui
 from core.web.bar import Bar
 
 
@@ -29,4 +29,4 @@ def show(job: jobs.Job | jobs.Refused, words: Phrase | None = None, quiet: bool 
     if not job.running:
         return jobs.wait(job)
     with Bar(words or Phrase("measure.running"), lang=ui.lang()) as bar:
-        return jobs.wait(job, bar, tick=bar.draw)
+        return jobs.wait(job, bar, tick=bar.draw, alive=sessions.alive())

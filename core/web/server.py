@@ -18,12 +18,14 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
-from core.common import fresh
-from core.web import offer
+from core.common import fresh, memo
+from core.web import guards, offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
 ARENAS = 2  # malloc arenas for all threads together (glibc's default: 8 per core, one per busy session thread)
 TRIM_S = 15.0  # seconds between two malloc_trim(0) calls
+IDLE_ENV = "XRAY_CACHE_IDLE_S"
+IDLE_DEFAULT_S = 120  # a cached trace no one has read for this long is dropped (the memory returns after a burst)
 # The address the server listens on unless told otherwise: this machine only. Streamlit's own default is every
 # interface, which with XRAY_ALLOW_LOCAL=1 would hand the local-folder box to anyone on the same network;
 # `make run HOST=0.0.0.0` (``--server.address``) opens it on purpose.
@@ -63,6 +65,13 @@ def trim() -> bool:
         return False
 
 
+def idle_setting() -> float:
+    """Seconds a cached trace may go unread before it is dropped: ``XRAY_CACHE_IDLE_S`` (a positive whole
+    number), else ``IDLE_DEFAULT_S``."""
+    raw = os.environ.get(IDLE_ENV, "").strip()
+    return float(int(raw)) if raw.isascii() and raw.isdigit() and int(raw) > 0 else float(IDLE_DEFAULT_S)
+
+
 def start_trimming(every_s: float = TRIM_S, stop: threading.Event | None = None) -> threading.Thread:
     """A daemon thread calling ``trim`` every ``every_s`` seconds (until ``stop`` is set), so the memory
     of sessions that have ended (Streamlit drops a closed session after ``server.disconnectedSessionTTL``)
@@ -71,6 +80,7 @@ def start_trimming(every_s: float = TRIM_S, stop: threading.Event | None = None)
 
     def loop() -> None:
         while not stop.wait(every_s):
+            memo.expire_idle(idle_setting())  # traces and layers no session has read for a while
             fresh.POOL.drop_if_idle()  # the pages kept for the next trace, once no trace has been made for a while
             trim()
 
@@ -96,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     give_back_freed_memory()
     start_trimming()
+    guards.install_server_guards()  # before the first websocket: clear_cache and the origin check's lookup
     PagesManager.uses_pages_directory = False
     app = str(Path(__file__).resolve().parents[2] / "app.py")
     sys.argv = ["streamlit", "run", app, *with_address(sys.argv[1:] if argv is None else argv)]

@@ -13,12 +13,12 @@ from typing import Any
 
 import streamlit as st
 
-from core.common import digits, escape, i18n
+from core.common import digits, escape, i18n, numbers
 from core.engine.hf import hide_paths
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template, has_cjk, tokens_per_char
 from core.engine.trace import LayerDetail, Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, CodedError, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
-from core.web import cache, guards
+from core.web import cache, download, guards
 from core.web.offer import LOCAL_ID, Offer, from_env
 
 PRESETS = (
@@ -349,10 +349,21 @@ def badge(kind: str, detail: str | None = None) -> None:
 
 def download_trace(tr: Trace, key: str) -> None:
     """A 'Download trace (.npz)' button for the cached trace ``tr`` (the one the page shows, by its own key);
-    the file is built only when clicked."""
+    the file is built only when clicked, one at a time per server. A trace whose file would pass the server's
+    limit (``core.web.download``) gets a sentence with its size and the command that writes it instead."""
+    bound, limit = download.size_bound(tr), download.limit_bytes()
+    if bound > limit:
+        st.caption(t("download.too_big", size=numbers.human_bytes(bound), limit=numbers.human_bytes(limit),
+                     n=f"{tr.n_tokens:,}"))
+        return
+
+    def build() -> bytes:
+        with download.BUILD:
+            return cache.get_trace_npz(tr)
+
     st.download_button(
         t("ui.download_trace"),
-        data=lambda: cache.get_trace_npz(tr),
+        data=build,
         file_name="trace.npz",
         mime="application/octet-stream",
         key=f"dl_{key}",
