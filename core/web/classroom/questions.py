@@ -73,7 +73,10 @@ def parse_number(text: str) -> float | None:
     m = _NUMBER.match(text or "")
     if not m:
         return None
-    v = float(m.group(1).replace(",", ".")) * (10 ** int(m.group(2)) if m.group(2) else 1)
+    try:
+        v = float(m.group(1).replace(",", ".") + (f"e{int(m.group(2))}" if m.group(2) else ""))
+    except (ValueError, OverflowError):
+        return None
     return v if math.isfinite(v) and 0 <= v < 1e12 else None
 
 
