@@ -102,8 +102,10 @@ def bar(stem: str | None) -> None:
 def record(stem: str | None) -> None:
     """After a teacher's page: its page and URL parameters become the class's view."""
     t = st.session_state.get(TEACHER)
+    if t is None or stem is None:
+        return  # no class: the store is not even opened
     s = _open_quiet()
-    if t is None or s is None or stem is None:
+    if s is None:
         return
     params = {k: v for k, v in st.query_params.to_dict().items() if k not in NOT_FOLLOWED}
     with contextlib.suppress(cs.ClassError):
