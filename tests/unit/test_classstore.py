@@ -246,3 +246,36 @@ def test_redis_keys_expire_with_the_class(redis_url):
     s.end(c.cid, c.secret)
     assert not s.r.exists(*keys)
     assert s.r.zscore(s.P + "all", c.cid) is None
+
+
+_VOTER = """
+import sys
+from core.web.classroom import store as cs
+s = cs.SqliteStore(sys.argv[1], cs.Limits(votes_per_min=10_000, joins_per_min=10_000))
+cid, code = sys.argv[2], sys.argv[3]
+qids = [int(q) for q in sys.argv[4].split(",")]
+for i in range(10_000):
+    d = f"device-{i:012d}"
+    s.join(code, d)
+    for q in qids:
+        s.vote(cid, q, d, "a")
+        print(f"{d} {q}", flush=True)  # acknowledged: the call returned
+"""
+
+
+def test_a_process_killed_mid_class_loses_no_acknowledged_vote(tmp_path):
+    path = tmp_path / "c.sqlite3"
+    s = cs.SqliteStore(path, cs.Limits(max_students=10_000))
+    c = s.start()
+    qids = [s.open_question(c.cid, c.secret, "mc", {}, {})]
+    p = subprocess.Popen([sys.executable, "-c", _VOTER, str(path), c.cid, c.code, ",".join(map(str, qids))],
+                         cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    acked = []
+    for line in p.stdout:
+        acked.append(tuple(line.split()))
+        if len(acked) == 40:
+            p.kill()  # SIGKILL, mid-write of the next votes
+            break
+    p.wait(timeout=30)
+    stored = {(v.device, str(q)) for q in qids for v in s.votes(c.cid, c.secret, q)}
+    assert set(acked) <= stored
