@@ -176,10 +176,11 @@ def _main() -> None:
     stem = nav.route(page.url_path)
     visits.mark(stem)  # the self-study order ticks off the pages this session has opened
     classroom.bar(stem)  # in a class: the teacher's questions, or the student's follow bar; nothing otherwise
-    try:
+    classroom.record(stem)  # the teacher's page and its URL parameters become the class's view: before the page
+    try:                    # runs (the room follows at once, not after the teacher's trace) ...
         page.run()
     finally:
-        classroom.record(stem)  # the teacher's page and its URL parameters become the class's view
+        classroom.record(stem)  # ... and after it (the parameters the page itself wrote: a step, a layer)
 
 
 if __name__ == "__main__":
