@@ -73,8 +73,14 @@ def test_teacher_and_student_in_two_sessions(class_store, smol):
     _submit(student, "class.send", "zh").click().run()
     teacher.button(key="class_close").click().run()
     teacher.switch_page("pages/classroom.py").run()
+    assert not teacher.exception and not student.exception
     text = all_text(teacher)
-    assert i18n.t("class.hits", "en", top1=0, top5=0, n=1)[:5] in text
+    guesses = cq.tally_next(smol.tokenizer, s.questions(cid, secret)[-1], s.votes(cid, secret, q.qid), probs)
+    hits = i18n.t("class.hits", "en", top1=cq.hits(guesses, 1), top5=cq.hits(guesses, 5), n=1)
+    assert hits.replace("'", "\\'") in text or hits in text
+    assert "(logit lens)" in text and i18n.t("class.correct", option="") in text  # both reveals drawn
+    lens = s.questions(cid, secret)[-1].answer["lens"]
+    assert len(lens) == smol.facts.n_layers + 1 and lens[-1][1] == pytest.approx(float(probs.max()), abs=1e-5)
     rows = cq.csv_bytes([(x, s.votes(cid, secret, x.qid)) for x in s.questions(cid, secret)], False).decode().splitlines()
     assert len(rows) == 1 + 2 and "name" not in rows[0]
     assert "<b>x</b>" not in text  # names are off: the nickname is nowhere on the teacher's page

@@ -40,16 +40,20 @@ _NUMBER = re.compile(r"^\s*([0-9]+(?:[.,][0-9]+)?|[.,][0-9]+)(?:\s*[eE]\s*([+-]?
 
 # --- opening -------------------------------------------------------------------------------------------
 
-def next_token(tokenizer: Any, prompt: str, traced_text: str, probs: np.ndarray, k: int = TOP_K) -> tuple[dict, dict, bytes]:
+def next_token(tokenizer: Any, prompt: str, traced_text: str, probs: np.ndarray, k: int = TOP_K,
+               lens: tuple[Sequence[str], Sequence[float]] | None = None) -> tuple[dict, dict, bytes]:
     """(public, answer, blob) of a *guess the next token* question on a trace's next-token ``probs``.
     ``traced_text``: the exact text the model read (after the chat template); a guess gets a leading space
-    when that text does not end in white space (the piece a word continuing it would start with)."""
+    when that text does not end in white space (the piece a word continuing it would start with).
+    ``lens``: the logit lens at the last position (each layer boundary's best token and its probability),
+    for the reveal of how the answer formed."""
     p = np.asarray(probs, dtype=np.float32)
     top = np.argsort(-p, kind="stable")[:k]
     pieces = readable_tokens(tokenizer, top.tolist())
     space = bool(traced_text) and not traced_text[-1].isspace()
     public = {"prompt": prompt[-400:], "cut": len(prompt) > 400}
-    answer = {"top": [[int(i), s, float(p[i])] for i, s in zip(top, pieces)], "space": space}
+    answer = {"top": [[int(i), s, float(p[i])] for i, s in zip(top, pieces)], "space": space,
+              "lens": [[str(t), float(x)] for t, x in zip(*lens)] if lens is not None else []}
     return public, answer, p.tobytes()
 
 

@@ -171,7 +171,10 @@ def _open_next(s: cs.ClassStore, cid: str, secret: str) -> None:
     if tr is None or loaded is None:
         st.warning(ui.t("class.err.no_trace"))
         return
-    _ask(s, cid, secret, "next", *cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs()))
+    last = tr.n_tokens - 1
+    _, lens_p, lens_t = cache.get_lens(tr, last, last + 1)  # how the answer formed: every layer's best guess
+    _ask(s, cid, secret, "next", *cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs(),
+                                                 lens=(lens_t, lens_p[:, 0].tolist())))
 
 
 def _ask(s: cs.ClassStore, cid: str, secret: str, kind: str, public: dict, answer: dict, blob: bytes) -> None:
@@ -307,7 +310,7 @@ def question_text(q: cs.Question, where: Any = None) -> None:
 
 
 def _bar_figure(labels: list[str], counts: list[int], title: str, hi: int | None = None) -> go.Figure:
-    colours = [palette.colour("orange") if i == hi else palette.colour("blue") for i in range(len(labels))]
+    colours = [palette.colour("second") if i == hi else palette.colour("main") for i in range(len(labels))]
     f = go.Figure(go.Bar(x=counts, y=escape.plot_all(labels), orientation="h", marker_color=colours, text=counts,
                          textposition="outside"))
     f.update_layout(title=title, height=120 + 36 * len(labels), yaxis=dict(autorange="reversed"),
@@ -334,6 +337,15 @@ def _reveal_next(s: cs.ClassStore, cid: str, secret: str, q: cs.Question, votes:
         st.markdown(ui.t("class.model_top", k=len(top)))
         presenter.frame([{ui.t("class.col_token"): piece, ui.t("class.col_p"): f"{p:.4f}"} for _, piece, p in top],
                         hide_index=True)
+    lens = q.answer.get("lens") or []
+    if lens:
+        f = go.Figure(go.Scatter(x=list(range(len(lens))), y=[p for _, p in lens], mode="lines+markers+text",
+                                 text=escape.plot_all([t for t, _ in lens]), textposition="top center",
+                                 line=palette.line("main"), marker=palette.marker("main")))
+        f.update_layout(title=ui.t("class.fig_lens"), height=340, xaxis_title=ui.t("class.lens_x"),
+                        yaxis_title=ui.t("class.lens_y"), yaxis_range=[0, 1.1], margin=dict(t=60, b=50))
+        presenter.chart(f, key=f"class_lens_{q.qid}")
+        st.caption(ui.t("class.lens_caption", last=len(lens) - 1))
 
 
 def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
@@ -347,8 +359,8 @@ def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
 def _reveal_number(q: cs.Question, votes: list[cs.Vote]) -> None:
     xs, spread = cq.tally_number(q, votes)
     truth = q.answer["bytes"] / cq.MB
-    f = go.Figure(go.Box(x=xs, name="", boxpoints="all", marker_color=palette.colour("blue"), orientation="h"))
-    f.add_vline(x=truth, line=palette.line("vermillion", width=3), annotation_text=ui.t("class.computed"))
+    f = go.Figure(go.Box(x=xs, name="", boxpoints="all", marker_color=palette.colour("main"), orientation="h"))
+    f.add_vline(x=truth, line=palette.line("accent", width=3), annotation_text=ui.t("class.computed"))
     f.update_layout(title=ui.t("class.fig_number"), height=260, xaxis_type="log", xaxis_title="MB", margin=dict(t=60, b=50))
     presenter.chart(f, key=f"class_fig_{q.qid}")
     if spread is not None:
