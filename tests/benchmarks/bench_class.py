@@ -116,6 +116,7 @@ def teacher_runs(at, n: int) -> list[float]:
         at.run()
         out.append(time.perf_counter() - t0)
         assert not at.exception, at.exception
+        assert [h.value for h in at.title][:1] == ["Tokens & embeddings"], "the teacher's page was drawn whole"
     return out
 
 

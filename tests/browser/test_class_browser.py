@@ -157,6 +157,7 @@ def test_a_class_across_two_processes(hall):
 
             # reveal: close the question, open the class page's results, download the CSV
             close.click()
+            close.wait_for(state="detached")  # closed (a page switch at once would cut the run that closes it)
             teacher.get_by_role("link", name=t("class.results")).click()
             teacher.get_by_text(re.compile(r"of 3 answers guessed the model's top token")).wait_for(timeout=90_000)
             assert teacher.locator("main b", has_text="bold").count() == 0
