@@ -11,7 +11,7 @@ VPY     := $(VENV)/bin/python
 PORT    ?= 8501
 STAMP   := $(VENV)/.stamp-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run serve test test-fast install install-dev browser nginx bench toy clean
+.PHONY: run serve test test-fast install install-dev browser nginx redis bench toy clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -48,7 +48,11 @@ serve: install nginx
 	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
 	  $(VPY) -m deploy.serve --port '$(PORT)' $(if $(REPLICAS),--replicas '$(REPLICAS)') $(if $(HOST),--host '$(HOST)') $(if $(THREADS),--threads '$(THREADS)')
 
-test: install browser nginx
+# redis-server for the class store's tests (a class across several machines; docs/class.md), from Debian's packages.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null)
+
+test: install browser nginx redis
 	$(VPY) -m ruff check .
 	$(VPY) -m pytest tests
 

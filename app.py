@@ -15,6 +15,7 @@ from core.common import i18n
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
 from core.web import a11y, cache, guards, nav, presenter, replica, ui, visits, widgets
+from core.web.classroom import view as classroom
 from core.web.offer import LOCAL_ID, Offer, OfferError, canonical_target
 
 
@@ -164,6 +165,7 @@ def _main() -> None:
     if "model_spec_ok" not in st.session_state:
         model_from_link(offer)
     load_in_view()
+    classroom.arrive()  # a class's student: the teacher's prompt, before the prompt box is drawn
     sidebar()
     presenter.apply_css()
     replica.moved_notice()  # behind `make serve`: this browser's replica stopped and it came back here
@@ -171,8 +173,14 @@ def _main() -> None:
     page = nav.navigation()
     nav.label_document(page)
     a11y.apply()
-    visits.mark(nav.route(page.url_path))  # the self-study order ticks off the pages this session has opened
-    page.run()
+    stem = nav.route(page.url_path)
+    visits.mark(stem)  # the self-study order ticks off the pages this session has opened
+    classroom.bar(stem)  # in a class: the teacher's questions, or the student's follow bar; nothing otherwise
+    classroom.record(stem)  # the teacher's page and its URL parameters become the class's view: before the page
+    try:                    # runs (the room follows at once, not after the teacher's trace) ...
+        page.run()
+    finally:
+        classroom.record(stem)  # ... and after it (the parameters the page itself wrote: a step, a layer)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ class Page:
 PAGES: tuple[Page, ...] = (
     Page("nav.start", "journey", "🧭", "journey.intro", needs="pair", sources="decoder_only"),
     Page("nav.start", "tour", "🎓", "tour.intro", projector_intro=False),
+    Page("nav.start", "classroom", "🙋", "classroom.intro"),
     Page("nav.inside", "tokens", "🔤", "tokens.intro", needs="pair"),
     Page("nav.inside", "context", "🍎", "context.intro", sources="transformer"),
     Page("nav.inside", "heads", "👁️", "heads.intro", needs="trace", sources="attention"),

@@ -1,0 +1,95 @@
+"""Class mode through the app (AppTest, the embedded model): a teacher starts a class, a student joins by the
+code in another session, follows the teacher's page and prompt, answers a multiple-choice and a next-token
+question; the reveal counts equal the votes and the model's numbers are the trace's own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import all_text, app_run
+from core.common import i18n
+from core.web.classroom import questions as cq
+from core.web.classroom import store as cs
+from core.web.classroom import view
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def class_store(tmp_path, monkeypatch):
+    monkeypatch.setenv(cs.ENV, f"sqlite:///{tmp_path}/classes.sqlite3")
+    view._open.clear()
+    yield
+    view._open.clear()
+
+
+def _submit(at, label_key: str, lang: str = "en"):
+    label = i18n.t(label_key, lang)
+    return next(b for b in at.button if b.label == label)
+
+
+def test_teacher_and_student_in_two_sessions(class_store, smol):
+    teacher = app_run("classroom")
+    teacher.button(key="class_start").click().run()
+    cid, secret, code = teacher.session_state[view.TEACHER]
+    assert cs.shown_code(code) in all_text(teacher)
+    assert "imgs {" in all_text(teacher), "the QR code is drawn as an image"
+
+    student = app_run("classroom", join=code, lang="zh")
+    assert student.text_input(key="class_code").value == cs.shown_code(code)
+    student.text_input(key="class_nick").set_value("<b>x</b>")
+    _submit(student, "class.join", "zh").click().run()
+    assert student.session_state[view.STUDENT][0] == cid
+
+    # the teacher moves to the tokens page with a prompt: the student's next poll follows, in Chinese
+    teacher.switch_page("pages/tokens.py").run()
+    st = cs.open_store().state(cid)
+    assert st.view["page"] == "tokens" and "lang" not in st.view["params"]
+    student.run()
+    assert student.session_state[view.APPLIED][1] == "tokens"
+    student.run()
+    assert student.query_params["lang"] == ["zh"] or student.query_params["lang"] == "zh"
+
+    # a multiple-choice question opened from the teacher's bar on that page
+    teacher.selectbox(key="class_mc_pick").set_value("kv_stores")
+    teacher.button(key="class_ask_mc").click().run()
+    student.run()
+    student.radio(key="class_pick_1").set_value(2)
+    _submit(student, "class.send", "zh").click().run()
+    assert i18n.t("class.sent", "zh") in all_text(student)
+    s = cs.open_store()
+    assert [v.answer for v in s.votes(cid, secret, 1)] == ["2"]
+
+    # a next-token question: the model's top-k is the trace's own distribution, stored once
+    teacher.button(key="class_ask_next").click().run()
+    q = s.questions(cid, secret)[-1]
+    assert q.kind == "next" and q.open
+    probs = np.frombuffer(s.blob(cid, secret, q.qid), dtype=np.float32)
+    assert abs(float(probs.sum()) - 1.0) < 1e-4
+    assert [t[0] for t in q.answer["top"]] == np.argsort(-probs, kind="stable")[:cq.TOP_K].tolist()
+    student.run()
+    student.text_input(key=f"class_text_{q.qid}").set_value(" Paris")
+    _submit(student, "class.send", "zh").click().run()
+    teacher.button(key="class_close").click().run()
+    teacher.switch_page("pages/classroom.py").run()
+    assert not teacher.exception and not student.exception
+    text = all_text(teacher)
+    guesses = cq.tally_next(smol.tokenizer, s.questions(cid, secret)[-1], s.votes(cid, secret, q.qid), probs)
+    hits = i18n.t("class.hits", "en", top1=cq.hits(guesses, 1), top5=cq.hits(guesses, 5), n=1)
+    assert hits.replace("'", "\\'") in text or hits in text
+    assert "(logit lens)" in text and i18n.t("class.correct", option="") in text  # both reveals drawn
+    lens = s.questions(cid, secret)[-1].answer["lens"]
+    assert len(lens) == smol.facts.n_layers + 1 and lens[-1][1] == pytest.approx(float(probs.max()), abs=1e-5)
+    rows = cq.csv_bytes([(x, s.votes(cid, secret, x.qid)) for x in s.questions(cid, secret)], False).decode().splitlines()
+    assert len(rows) == 1 + 2 and "name" not in rows[0]
+    assert "<b>x</b>" not in text  # names are off: the nickname is nowhere on the teacher's page
+
+
+def test_a_wrong_code_says_so_and_every_page_works_without_a_class(class_store):
+    at = app_run("classroom")
+    at.text_input(key="class_code").set_value("ZZZZ-ZZZZ")
+    _submit(at, "class.join").click().run()
+    assert i18n.t("class.err.bad_code") in all_text(at)
+    assert view.STUDENT not in at.session_state
+    assert not at.exception

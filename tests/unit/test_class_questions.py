@@ -1,0 +1,82 @@
+"""Class questions (core/web/classroom/questions.py): the counts equal the votes, a guess is scored by the stored
+distribution (by hand here), the KV number is the formula by hand, the CSV holds one row per vote."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+
+from core.engine.types import HeadGeometry
+from core.web.classroom import questions as cq
+from core.web.classroom.store import Question, Vote
+
+
+class Tok:
+    """A tokenizer of whole words: id = position in VOCAB; the readable piece is the word."""
+
+    VOCAB = (" Paris", " London", " the", " a", "Paris", " Rome")
+
+    def encode(self, text, add_special_tokens=False):
+        words = text.replace(" ", "\x00 ").split("\x00")
+        return [self.VOCAB.index(w) for w in words if w]
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.VOCAB[i] for i in ids]
+
+    def decode(self, ids):
+        return "".join(self.VOCAB[i] for i in ids)
+
+
+def _votes(*answers):
+    return [Vote(f"d{i:016d}", a, float(i)) for i, a in enumerate(answers)]
+
+
+def test_next_token_top_k_and_guesses_scored_by_the_stored_distribution():
+    probs = np.array([0.5, 0.2, 0.15, 0.1, 0.04, 0.01], dtype=np.float32)
+    public, answer, blob = cq.next_token(Tok(), "The capital of France is", "The capital of France is", probs, k=3)
+    assert [t[0] for t in answer["top"]] == [0, 1, 2] and answer["space"] is True
+    assert np.array_equal(np.frombuffer(blob, dtype=np.float32), probs)
+    q = Question(1, "next", False, public, answer)
+    guesses = cq.tally_next(Tok(), q, _votes("Paris", "Paris", "Rome", "London", " Paris "), probs)
+    by = {g.text: g for g in guesses}
+    assert by["Paris"].n == 3 and by["Paris"].rank == 1 and by["Paris"].p == pytest.approx(0.5)
+    assert by["Rome"].rank == 6 and by["London"].rank == 2 and by["Rome"].pieces == (" Rome",)
+    assert sum(g.n for g in guesses) == 5
+    assert cq.hits(guesses, 1) == 3 and cq.hits(guesses, 5) == 4
+
+
+def test_mc_counts_equal_the_votes_and_bad_answers_are_not_counted():
+    q = Question(2, "mc", False, {"id": "kv_stores", "n": 3}, {"correct": 2})
+    assert cq.tally_mc(q, _votes("2", "2", "0", "7", "x", "-1")) == [1, 0, 2]
+
+
+def test_kv_number_is_the_formula_by_hand():
+    shape = HeadGeometry("m", n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64)
+    public, answer, _ = cq.kv_number(shape, "SmolLM2", 4096)
+    assert answer["bytes"] == 2 * 30 * 3 * 64 * 2 * 4096
+    q = Question(3, "number", False, public, answer)
+    xs, spread = cq.tally_number(q, _votes("94.4", "1e2", "10", "forty", "47,2 MB"))
+    assert xs == [94.4, 100.0, 10.0, 47.2] and spread.n == 4 and spread.median == pytest.approx((47.2 + 94.4) / 2)
+    assert spread.within_2x == 3  # 94.4 MB is the value: 10 is not within ×2
+
+
+@pytest.mark.parametrize(("typed", "value"), [("12", 12.0), ("12.5", 12.5), (".5", 0.5), ("3e2", 300.0), ("1,5", 1.5),
+                                               ("40 MB", 40.0), ("", None), ("1e999", None), ("nan", None), ("-3", None),
+                                               ("<b>1</b>", None)])
+def test_parse_number(typed, value):
+    assert cq.parse_number(typed) == value
+
+
+def test_csv_has_one_row_per_vote_names_only_when_on_and_no_formulas():
+    q1 = Question(1, "mc", False, {"id": "kv_stores", "n": 3}, {"correct": 2})
+    q2 = Question(2, "next", False, {}, {})
+    v1 = [Vote("a" * 16, "2", 1.0, "Ann"), Vote("b" * 16, "0", 2.0, "=HYPERLINK(\"x\")")]
+    v2 = [Vote("a" * 16, "<script>", 3.0, "Ann")]
+    anon = list(csv.reader(io.StringIO(cq.csv_bytes([(q1, v1), (q2, v2)], names=False).decode())))
+    assert anon[0] == ["question", "kind", "answer"] and len(anon) == 1 + 3
+    assert not any("Ann" in c for row in anon for c in row)
+    named = list(csv.reader(io.StringIO(cq.csv_bytes([(q1, v1), (q2, v2)], names=True).decode())))
+    assert named[2][3] == "'=HYPERLINK(\"x\")" and named[3][2] == "<script>"
