@@ -1,7 +1,7 @@
 # Transformer X-Ray: two commands for a fresh machine.
 #   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501, this machine only)
 #   make test  — install everything (browser included), then lint (ruff) and run the whole test suite
-#   make test-fast — the unit tier only (pure numpy, AST, the toy, tiny configs): a couple of minutes
+#   make test-fast — tests/unit only (pure numpy, AST, the toy, tiny configs): a couple of minutes
 #   make serve — a lecture hall: REPLICAS app processes behind nginx on PORT (see README "Serving a lecture hall")
 # Both are idempotent: the second time they only check stamps and start.
 
@@ -52,11 +52,11 @@ test: install browser nginx
 	$(VPY) -m ruff check .
 	$(VPY) -m pytest tests
 
-# One tier: make test-fast (unit), or .venv/bin/python -m pytest -m integration / -m browser; one page:
-# .venv/bin/python -m pytest tests/test_app.py -k heads-zh (README "Tests").
+# The folder is the tier: make test-fast (tests/unit), or .venv/bin/python -m pytest tests/integration / tests/browser;
+# one page: .venv/bin/python -m pytest tests/integration/test_app.py -k heads-zh (CONTRIBUTING "Tests").
 test-fast: install
 	$(VPY) -m ruff check .
-	$(VPY) -m pytest -m unit tests
+	$(VPY) -m pytest tests/unit
 
 bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py

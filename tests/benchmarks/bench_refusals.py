@@ -3,10 +3,10 @@
     PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_refusals.py [--reps 20] [--load-reps 5]
 
 The tests prove what these refusals do without a clock (the CLI refuses a bad argument or output path
-before any model loads: tests/test_cli.py's ``no_model``; the loader refuses a config too big for the
+before any model loads: tests/unit/test_cli.py's ``no_model``; the loader refuses a config too big for the
 budget before it looks for a weight file, and a config beside one unrelated tensor before it builds the
-model: tests/test_loading_guard.py's ``weight_reads``; a warm start reads the converted safetensors and
-never converts the GGUF again: tests/test_models.py). How long they take depends on the machine and on
+model: tests/unit/test_loading_guard.py's ``weight_reads``; a warm start reads the converted safetensors and
+never converts the GGUF again: tests/integration/test_models_integration.py). How long they take depends on the machine and on
 what else runs on it, so it is measured here, where a busy machine shows as a wide spread rather than a
 failed test. Each is run once untimed, then ``--reps`` times (``--load-reps`` for the warm start); the
 median is printed with its interquartile range and min–max (``core.common.timing``).
@@ -40,7 +40,7 @@ from core.backends import load_model  # noqa: E402
 from core.common import timing  # noqa: E402
 from core.engine import budget  # noqa: E402
 from core.engine.types import ModelLoadError  # noqa: E402
-from tests.test_loading_guard import BIG_LLAMA  # noqa: E402 - the tests' 1.27 B-parameter config
+from tests.unit.test_loading_guard import BIG_LLAMA  # noqa: E402 - the tests' 1.27 B-parameter config
 
 
 def cli_refusal(argv: list[str]) -> Callable[[], None]:
