@@ -1,4 +1,4 @@
-"""Helpers shared by the tiers of test_readme's tests (tests/*/test_readme*.py)."""
+"""The code blocks of the README and of docs/*.md, for the tests that run them (tests/*/test_readme*.py)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,21 @@ import re
 
 from conftest import ROOT
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+# the README, then every page of docs/, in the order their command lines run
+PAGES = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8")
+         for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
 SHAPE_COMMENT = re.compile(r"^(?P<expr>[^#=]+?)\s+#\s*(?P<shape>\((?:\d+,\s*)*\d+,?\))")
 
 
-def blocks(lang: str) -> list[str]:
-    """The README's fenced code blocks of ``lang``, in order."""
-    return [m.group(1) for m in re.finditer(rf"^```{lang}\n(.*?)^```", README, flags=re.S | re.M)]
+def blocks(lang: str) -> list[tuple[str, str]]:
+    """(page, code) for every fenced code block of ``lang`` in the README and docs/, in order."""
+    return [(page, m.group(1)) for page, text in PAGES.items() for m in re.finditer(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)]
 
 
 def command_lines() -> list[str]:
     """The bash blocks' lines, backslash continuations joined and comments dropped."""
     out = []
-    for block in blocks("bash"):
+    for _, block in blocks("bash"):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
             if line:

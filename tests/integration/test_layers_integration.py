@@ -1,13 +1,5 @@
-"""The house's structure, checked from the source (ast only: nothing is imported or run).
-
-* no import circle among the project's modules, counting imports inside functions;
-* dependencies point one way: common → engine → plot → toy → backends → areas (gen, maths, inside,
-  stream, learn, cause) → web → pages / app.py, and never back up;
-* Streamlit only in app.py, pages/ and core/web/; plotly only in figure modules (core/<area>/figures.py)
-  and core/web/;
-* no import inside a function in core/, app.py or pages/ unless a comment on that line says why it is
-  deferred ("deferred:").
-"""
+"""The notebook API, imported as a notebook would in a fresh interpreter (the house's structure itself:
+tests/unit/test_layers.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Every example in the README runs as written, so none can rot.
+"""Every example in the README and in docs/*.md runs as written, so none can rot.
 
-The README's command lines (``.venv/bin/python -m core …``) run in a scratch folder laid out like the
-repository (``core``, ``assets`` and ``.venv`` linked in), in the README's order, so the notebook block that
-reads ``trace.npz`` finds the file the command before it wrote. Its Python blocks then run in a fresh
+Their command lines (``.venv/bin/python -m core …``) run in a scratch folder laid out like the
+repository (``core``, ``assets`` and ``.venv`` linked in), the README's first, then each page of docs/ in
+order, so the block that reads ``trace.npz`` finds the file a command wrote. Their Python blocks then run in a fresh
 interpreter each, as a notebook would, and a line that ends in a shape comment (``x.shape  # (30, 9, 5, 5)``)
 must give that shape. Two kinds of line are not run here, for a stated reason: the ``make`` commands and
 the ``pytest`` lines (CI runs ``make test``, which is this suite; ``tests/browser/test_proxy.py`` runs what ``make
@@ -28,7 +28,7 @@ PLACEHOLDER = re.compile(r"/path/to/[^\s]+")
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory, tiny_dirs):
-    """A folder laid out like the repository root, with every README command line run in it, in order."""
+    """A folder laid out like the repository root, with every command line of the README and docs/ run in it, in order."""
     d = tmp_path_factory.mktemp("readme")
     for name in ("core", "assets"):
         (d / name).symlink_to(ROOT / name)
@@ -46,7 +46,7 @@ def scratch(tmp_path_factory, tiny_dirs):
             continue
         line = PLACEHOLDER.sub(str(tiny_dirs["qwen2"]), line)
         p = subprocess.run(line, shell=True, cwd=d, env=env, capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, f"README line failed (exit {p.returncode}): {line}\n{p.stderr[-3000:]}"
+        assert p.returncode == 0, f"README/docs line failed (exit {p.returncode}): {line}\n{p.stderr[-3000:]}"
         ran.append(line)
     assert len(ran) >= 5, ran  # trace ×2, generate, patch, serve-lab
     return d
@@ -57,10 +57,9 @@ def test_command_lines_write_what_they_say(scratch):
         assert (scratch / name).stat().st_size > 0, name
 
 
-@pytest.mark.parametrize("i", range(len(blocks("python"))))
-def test_python_block_runs_as_written(scratch, i):
-    block = blocks("python")[i]
+@pytest.mark.parametrize("page, block", blocks("python"), ids=[f"{page}-{i}" for i, (page, _) in enumerate(blocks("python"))])
+def test_python_block_runs_as_written(scratch, page, block):
     code = _checked(block)
     p = subprocess.run([sys.executable, "-c", code], cwd=scratch, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(scratch)})
-    assert p.returncode == 0, f"README python block {i} failed:\n{block}\n{p.stderr[-3000:]}"
+    assert p.returncode == 0, f"{page}'s python block failed:\n{block}\n{p.stderr[-3000:]}"

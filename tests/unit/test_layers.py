@@ -1,13 +1,5 @@
-"""The house's structure, checked from the source (ast only: nothing is imported or run).
-
-* no import circle among the project's modules, counting imports inside functions;
-* dependencies point one way: common → engine → plot → toy → backends → areas (gen, maths, inside,
-  stream, learn, cause) → web → pages / app.py, and never back up;
-* Streamlit only in app.py, pages/ and core/web/; plotly only in figure modules (core/<area>/figures.py)
-  and core/web/;
-* no import inside a function in core/, app.py or pages/ unless a comment on that line says why it is
-  deferred ("deferred:").
-"""
+"""The house's structure (CONTRIBUTING.md, "What each floor may import", says it in prose), checked from
+the source: ast only, nothing is imported or run."""
 
 from __future__ import annotations
 
@@ -169,3 +161,10 @@ def test_app_runs_only_through_main():
     calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
     assert not calls
     assert any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
+
+
+def test_the_launcher_imports_nothing_of_the_house():
+    """deploy/serve.py starts the replicas without torch: it imports no module of core, pages or app.py."""
+    bad = [f"{p.name}:{line}: {name}" for p in sorted((ROOT / "deploy").glob("*.py"))
+           for name, line, _ in _imports(p) if name.split(".")[0] in ("core", "pages", "app")]
+    assert not bad, bad
