@@ -153,6 +153,26 @@ def all_text(at) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _settings_read_per_test(monkeypatch):
+    """The XRAY_* settings are read once per process (core.common.settings). Here they are read again for each
+    test, and after each ``monkeypatch.setenv`` / ``delenv`` of the test and its fixtures, so that a variable a test
+    sets is what it runs with; a test that writes ``os.environ`` itself calls ``settings.reload()``."""
+    from core.common import settings
+
+    def then_reload(change):
+        def changed(*a, **kw):
+            change(*a, **kw)
+            settings.reload()
+        return changed
+
+    for name in ("setenv", "delenv"):
+        setattr(monkeypatch, name, then_reload(getattr(monkeypatch, name)))
+    settings.reload()
+    yield
+    settings.reload()
+
+
+@pytest.fixture(autouse=True)
 def _navigation_pages_only(monkeypatch):
     """AppTest resets Streamlit's old 'pages/ folder = automatic multipage app' flag before every
     run, so from the second run on it would execute a page script alone, without app.py's router

@@ -20,7 +20,6 @@ No Streamlit here: ``core.web.cache`` holds the one ``Runner`` per process (``st
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -28,20 +27,12 @@ from collections.abc import Callable, Hashable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.common import settings
 from core.common.progress import Progress
 
-RATE_ENV = "XRAY_MEASURES_PER_MIN"
-RATE_DEFAULT = 4
 WINDOW_S = 60.0
 POLL_S = 0.25  # how often a waiting script looks at its job (and lets Streamlit stop it for a rerun)
 MINE = "xray_measuring"  # the session-state key of a session's own measurement
-
-
-def rate_setting() -> int:
-    """Fresh measurements allowed per server per minute: ``XRAY_MEASURES_PER_MIN`` (a positive whole
-    number), else ``RATE_DEFAULT``."""
-    raw = os.environ.get(RATE_ENV, "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else RATE_DEFAULT
 
 
 class Limiter:
@@ -104,7 +95,7 @@ class Runner:
 
     def __init__(self, max_results: int = 64, limiter: Limiter | None = None) -> None:
         self.max_results = int(max_results)
-        self.limiter = limiter or Limiter(rate_setting())
+        self.limiter = limiter or Limiter(settings.get().measures_per_min)
         self._jobs: OrderedDict[Hashable, Job] = OrderedDict()
         self._lock = threading.Lock()
         self.started = 0  # computations started, ever (tests count them)

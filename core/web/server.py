@@ -19,6 +19,7 @@ from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
 from core.common import fresh
+from core.common.settings import SettingsError
 from core.web import offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
@@ -91,7 +92,7 @@ def with_address(args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     try:  # a malformed XRAY_MODELS / XRAY_ALLOW_LOCAL stops the launch with the reason, before serving anyone
         offer.from_env()
-    except offer.OfferError as e:
+    except SettingsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     give_back_freed_memory()

@@ -15,14 +15,14 @@ from __future__ import annotations
 import pytest
 from browser_helpers import CHROMIUM, chromium, h1, settle, streamlit_server
 
-from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS
+from core.common import settings
 
 
 @pytest.fixture(autouse=True)
 def _no_operator_setting(monkeypatch):
     """Each test starts from the default offer (embedded + toy, no local box), whatever the shell has."""
-    monkeypatch.delenv(ENV_MODELS, raising=False)
-    monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
+    monkeypatch.delenv(settings.MODELS, raising=False)
+    monkeypatch.delenv(settings.ALLOW_LOCAL, raising=False)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable installed (browser tests need one)")

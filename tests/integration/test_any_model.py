@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT, _smol_tokenizer
 from core import backends
+from core.common import settings
 from core.common.i18n import t
 from core.gen import generate
 
@@ -93,6 +94,7 @@ def _page(folder, stem: str, lang: str):
     from streamlit.testing.v1 import AppTest
 
     os.environ["XRAY_MODELS"] = f"fam={folder}"
+    settings.reload()
     try:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
         at.query_params["model"] = "fam"
@@ -101,6 +103,7 @@ def _page(folder, stem: str, lang: str):
         at.run()
     finally:
         os.environ.pop("XRAY_MODELS", None)
+        settings.reload()
     assert not at.exception and not at.error, (stem, at.exception, [e.value for e in at.error])
     return at
 

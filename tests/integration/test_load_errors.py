@@ -20,20 +20,19 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, all_text, app_run
 from core import backends
-from core.common import i18n
+from core.common import i18n, settings
 from core.engine import hf
 from core.engine.trace import load_npz
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.toy import run as toy_run
-from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS
 
 APP = str(ROOT / "app.py")
 
 
 @pytest.fixture(autouse=True)
 def _no_operator_setting(monkeypatch):
-    monkeypatch.delenv(ENV_MODELS, raising=False)
-    monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
+    monkeypatch.delenv(settings.MODELS, raising=False)
+    monkeypatch.delenv(settings.ALLOW_LOCAL, raising=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,7 +47,7 @@ def test_an_offered_model_that_cannot_load_is_explained_in_the_users_language(tm
     broken = tmp_path / "secret-folder" / "broken"
     broken.mkdir(parents=True)
     (broken / "config.json").write_text('{"model_type": "llama", "hidden_size": 4', encoding="utf-8")
-    monkeypatch.setenv(ENV_MODELS, f"classroom={broken}")
+    monkeypatch.setenv(settings.MODELS, f"classroom={broken}")
     at = app_run(model="classroom", lang=lang)
     assert not at.exception, [e.value for e in at.exception]
     errors = " ".join(e.value for e in at.sidebar.error)
@@ -96,7 +95,7 @@ def test_exported_trace_names_no_path(smol, tiny_loaded, tiny_dirs, tmp_path):
 
 @pytest.mark.parametrize("model, shown", [(None, hf.EMBEDDED_SOURCE), ("classroom", "classroom")])
 def test_references_page_shows_no_server_path(tiny_dirs, monkeypatch, model, shown):
-    monkeypatch.setenv(ENV_MODELS, f"classroom={tiny_dirs['llama']}")
+    monkeypatch.setenv(settings.MODELS, f"classroom={tiny_dirs['llama']}")
     at = AppTest.from_file(APP, default_timeout=240)
     at.query_params["lang"] = "zh"
     if model:
@@ -139,7 +138,7 @@ def _tiny_opt(folder: Path) -> Path:
     ("en", ("This architecture cannot be traced faithfully", "has no attention", "sub-module"), ("无法如实追踪", "子模块")),
 ])
 def test_an_unsupported_model_is_explained_in_the_pages_language(smol, tmp_path, monkeypatch, lang, said, not_said):
-    monkeypatch.setenv(ENV_MODELS, f"opt={_tiny_opt(tmp_path / 'opt')}")
+    monkeypatch.setenv(settings.MODELS, f"opt={_tiny_opt(tmp_path / 'opt')}")
     at = app_run("heads", model="opt", lang=lang)
     assert not at.exception, [e.value for e in at.exception]
     errors = " ".join(e.value for e in at.error)

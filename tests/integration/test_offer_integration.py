@@ -22,10 +22,10 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, all_text, app_run
 from core import backends
-from core.common import i18n
+from core.common import i18n, settings
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.web import ui
-from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS, LOCAL_ID, Offer, from_env
+from core.web.offer import LOCAL_ID, Offer, from_env
 
 NOT_OFFERED = {lang: i18n.t("sb.model_not_offered", lang) for lang in i18n.LANGS}
 
@@ -33,8 +33,8 @@ NOT_OFFERED = {lang: i18n.t("sb.model_not_offered", lang) for lang in i18n.LANGS
 @pytest.fixture(autouse=True)
 def _no_operator_setting(monkeypatch):
     """Each test starts from the default offer (embedded + toy, no local box), whatever the shell has."""
-    monkeypatch.delenv(ENV_MODELS, raising=False)
-    monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
+    monkeypatch.delenv(settings.MODELS, raising=False)
+    monkeypatch.delenv(settings.ALLOW_LOCAL, raising=False)
 
 
 def _messages(at: AppTest) -> list[str]:
@@ -59,7 +59,7 @@ def test_offered_models_are_parsed_with_ids_and_canonical_folders(tmp_path):
     qwen.mkdir()
     other.mkdir()
     text = f" qwen = {qwen}/ , {other}/. ,Qwen/Qwen2.5-0.5B-Instruct,, "
-    offer = from_env({ENV_MODELS: text, ENV_ALLOW_LOCAL: "1"})
+    offer = from_env({settings.MODELS: text, settings.ALLOW_LOCAL: "1"})
     assert offer.ids == (EMBEDDED_ID, TOY_ID, "qwen", "other", "Qwen/Qwen2.5-0.5B-Instruct")
     assert offer.models["qwen"] == str(qwen.resolve())
     assert offer.models["other"] == str(other.resolve())  # a bare folder's id is its name
@@ -71,13 +71,13 @@ def test_offered_models_are_parsed_with_ids_and_canonical_folders(tmp_path):
 def test_the_setting_is_checked_before_the_server_starts(tmp_path):
     """`python -m core.web.offer` (what `make run` runs first): the offer, or the reason and exit 2."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop(ENV_ALLOW_LOCAL, None)
+    env.pop(settings.ALLOW_LOCAL, None)
     ok = subprocess.run([sys.executable, "-m", "core.web.offer"], cwd=ROOT, capture_output=True, text=True,
-                        env={**env, ENV_MODELS: f"mine={tmp_path}"}, timeout=120)
+                        env={**env, settings.MODELS: f"mine={tmp_path}"}, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "mine" in ok.stdout and EMBEDDED_ID in ok.stdout and "off" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "core.web.offer"], cwd=ROOT, capture_output=True, text=True,
-                         env={**env, ENV_MODELS: "mine="}, timeout=120)
+                         env={**env, settings.MODELS: "mine="}, timeout=120)
     assert bad.returncode == 2 and "nothing after '='" in bad.stderr
 
 
@@ -109,7 +109,7 @@ def test_the_message_is_the_same_whether_the_path_exists_or_not(tmp_path):
 
 def test_a_link_naming_an_offered_id_loads_it(tiny_dirs, monkeypatch):
     folder = tiny_dirs["llama"]
-    monkeypatch.setenv(ENV_MODELS, f"tiny={folder}/.")
+    monkeypatch.setenv(settings.MODELS, f"tiny={folder}/.")
     at = app_run(model="tiny", lang="en")
     assert not at.exception, [e.value for e in at.exception]
     assert at.session_state["model_spec_ok"] == str(folder.resolve())
@@ -133,7 +133,7 @@ def test_no_local_folder_box_unless_the_operator_turns_it_on(monkeypatch):
         at.selectbox(key="model_pick").set_value(LOCAL_ID).run()
     assert not any(w.key == "model_path" for w in at.text_input)
     assert not _messages(at)
-    monkeypatch.setenv(ENV_ALLOW_LOCAL, "1")  # the operator turns it on: the choice and then the box appear
+    monkeypatch.setenv(settings.ALLOW_LOCAL, "1")  # the operator turns it on: the choice and then the box appear
     at = app_run(lang="en")
     assert local in at.selectbox(key="model_pick").options
     at.selectbox(key="model_pick").set_value(LOCAL_ID).run()
@@ -141,7 +141,7 @@ def test_no_local_folder_box_unless_the_operator_turns_it_on(monkeypatch):
 
 
 def test_a_local_folder_is_canonicalised_and_never_put_in_the_url(tiny_dirs, monkeypatch):
-    monkeypatch.setenv(ENV_ALLOW_LOCAL, "1")
+    monkeypatch.setenv(settings.ALLOW_LOCAL, "1")
     loads = []
     real = backends.load_model
     monkeypatch.setattr(backends, "load_model", lambda spec=None, progress=None: loads.append(spec) or real(spec, progress))

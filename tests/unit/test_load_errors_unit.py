@@ -23,11 +23,10 @@ from safetensors.torch import save_file
 
 from conftest import ROOT
 from core import backends
-from core.common import i18n
-from core.engine import budget, hf
+from core.common import i18n, settings
+from core.engine import hf
 from core.engine.types import ConfigError, ModelLoadError, Phrase
 from core.toy import run as toy_run
-from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS
 
 RAISERS = ("core/engine/hf.py", "core/web/offer.py", "core/toy/run.py", "core/web/cache.py")  # cache.py: the bar's first words
 # A small Llama config (about 0.3 M parameters): cheap to size and to build on the meta device.
@@ -40,8 +39,8 @@ SMALL_LLAMA = {
 
 @pytest.fixture(autouse=True)
 def _no_operator_setting(monkeypatch):
-    monkeypatch.delenv(ENV_MODELS, raising=False)
-    monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
+    monkeypatch.delenv(settings.MODELS, raising=False)
+    monkeypatch.delenv(settings.ALLOW_LOCAL, raising=False)
 
 
 def _refusal(spec: Path | str) -> ModelLoadError:
@@ -87,10 +86,10 @@ def test_every_code_and_piece_has_a_sentence_in_both_languages():
 
 
 def test_the_error_keeps_its_code_and_says_english_by_default():
-    e = ModelLoadError("too_big", n="1.27 B", need="5.1 GB", allowed="4.0 GB", env=budget.BUDGET_ENV)
+    e = ModelLoadError("too_big", n="1.27 B", need="5.1 GB", allowed="4.0 GB", env=settings.MEMORY_BUDGET_GB)
     assert e.code == "too_big" and e.known
     assert str(e) == e.text("en") == ("This model has about 1.27 B parameters: it needs about 5.1 GB in float32; "
-                                      f"this server allows 4.0 GB (the operator sets this with {budget.BUDGET_ENV}).")
+                                      f"this server allows 4.0 GB (the operator sets this with {settings.MEMORY_BUDGET_GB}).")
     assert "本服务器只允许 4.0 GB" in e.text("zh")
     for again in (pickle.loads(pickle.dumps(e)), copy.copy(e)):
         assert type(again) is ModelLoadError and again.code == e.code and str(again) == str(e)
@@ -151,7 +150,7 @@ def test_refusals_are_translated_and_name_no_path(tmp_path, monkeypatch):
                                                               "num_hidden_layers": 64, "num_attention_heads": 32,
                                                               "num_key_value_heads": 8}), encoding="utf-8")
     cases["big"] = ("too_big", "this server allows 1.0 GB", "本服务器只允许 1.0 GB")
-    monkeypatch.setenv(budget.BUDGET_ENV, "1")
+    monkeypatch.setenv(settings.MEMORY_BUDGET_GB, "1")
     for name, (code, en, zh) in cases.items():
         e = _refusal(tmp_path / name)
         assert e.code == code, (name, e.code, str(e))

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from core.backends import load_model
+from core.common import settings
 from core.engine import budget, hf
 from core.engine.types import ModelLoadError
 from core.stream.anatomy import QWEN25_05B_CONFIG, QWEN25_05B_PARAMS
@@ -80,7 +81,7 @@ def test_config_with_one_unrelated_tensor_is_refused_naming_the_missing_weights(
 
 def test_big_config_with_one_unrelated_tensor_is_refused_before_allocating(tmp_path, monkeypatch, weight_reads):
     """The issue's case: a 1.27 B-parameter config beside a one-tensor file grew the server by 4.5 GB."""
-    monkeypatch.setenv(budget.BUDGET_ENV, "1000")  # the budget allows it: the weight files are what is wrong
+    monkeypatch.setenv(settings.MEMORY_BUDGET_GB, "1000")  # the budget allows it: the weight files are what is wrong
     (tmp_path / "config.json").write_text(json.dumps(BIG_LLAMA))
     save_file({"unrelated.weight": torch.zeros(8)}, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     rss = _rss_bytes()
@@ -130,7 +131,7 @@ def test_estimate_of_a_big_config_matches_a_model_built_on_the_meta_device():
 def test_model_over_the_budget_is_refused_from_its_config_alone(tmp_path, monkeypatch, weight_reads):
     """No weights file at all: the refusal comes from config.json alone (no weight file is even looked
     for), and allocates nothing. How fast: tests/benchmarks/bench_refusals.py."""
-    monkeypatch.setenv(budget.BUDGET_ENV, "4")
+    monkeypatch.setenv(settings.MEMORY_BUDGET_GB, "4")
     (tmp_path / "config.json").write_text(json.dumps(BIG_LLAMA))
     rss = _rss_bytes()
     msg = _refusal(tmp_path)
@@ -141,11 +142,11 @@ def test_model_over_the_budget_is_refused_from_its_config_alone(tmp_path, monkey
 
 
 def test_budget_setting_and_default(monkeypatch):
-    monkeypatch.setenv(budget.BUDGET_ENV, "2.5")
+    monkeypatch.setenv(settings.MEMORY_BUDGET_GB, "2.5")
     assert budget.budget_bytes() == 2_500_000_000
-    monkeypatch.setenv(budget.BUDGET_ENV, "lots")  # not a number: the default, not a crash
+    monkeypatch.setenv(settings.MEMORY_BUDGET_GB, "lots")  # not a number: the default, not a crash
     assert budget.budget_bytes() == budget.default_budget_bytes()
-    monkeypatch.delenv(budget.BUDGET_ENV)
+    monkeypatch.delenv(settings.MEMORY_BUDGET_GB)
     default = budget.budget_bytes()
     assert default >= budget.weight_bytes(134_515_008)  # the embedded model always fits
     mem = budget.machine_memory()
@@ -153,7 +154,7 @@ def test_budget_setting_and_default(monkeypatch):
 
 
 def test_tiny_model_under_a_small_budget_still_loads(tiny_dirs, monkeypatch):
-    monkeypatch.setenv(budget.BUDGET_ENV, "0.05")  # 50 MB: the tiny mistral (3.2 M parameters) needs about 13 MB
+    monkeypatch.setenv(settings.MEMORY_BUDGET_GB, "0.05")  # 50 MB: the tiny mistral (3.2 M parameters) needs about 13 MB
     loaded = load_model(str(tiny_dirs["mistral"]))
     assert budget.weight_bytes(loaded.model.num_parameters()) < 50e6
 

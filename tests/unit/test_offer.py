@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import pytest
 
+from core.common import settings
+from core.common.settings import SettingsError
 from core.web import nav
-from core.web.offer import ENV_ALLOW_LOCAL, ENV_MODELS, OfferError, canonical_target, from_env, parse_models
+from core.web.offer import OfferError, canonical_target, from_env, parse_models
 
 
 @pytest.fixture(autouse=True)
 def _no_operator_setting(monkeypatch):
     """Each test starts from the default offer (embedded + toy, no local box), whatever the shell has."""
-    monkeypatch.delenv(ENV_MODELS, raising=False)
-    monkeypatch.delenv(ENV_ALLOW_LOCAL, raising=False)
+    monkeypatch.delenv(settings.MODELS, raising=False)
+    monkeypatch.delenv(settings.ALLOW_LOCAL, raising=False)
 
 
 def test_a_folder_has_one_spelling(tmp_path, monkeypatch):
@@ -55,8 +57,8 @@ def test_a_malformed_setting_is_refused_with_a_clear_error(tmp_path, setting, wo
     text = setting % {"P": tmp_path, "long": "x" * 65}
     with pytest.raises(OfferError, match=words):
         parse_models(text)
-    with pytest.raises(OfferError, match=ENV_MODELS):
-        from_env({ENV_MODELS: text})
+    with pytest.raises(OfferError, match=settings.MODELS):
+        from_env({settings.MODELS: text})
 
 
 def test_a_bare_folder_whose_name_is_no_id_asks_for_one(tmp_path):
@@ -67,12 +69,12 @@ def test_a_bare_folder_whose_name_is_no_id_asks_for_one(tmp_path):
 
 @pytest.mark.parametrize("value, on", [("", False), ("0", False), ("off", False), ("1", True), ("true", True), ("YES", True)])
 def test_allow_local_flag(value, on):
-    assert from_env({ENV_ALLOW_LOCAL: value}).allow_local is on
+    assert from_env({settings.ALLOW_LOCAL: value}).allow_local is on
 
 
 def test_a_malformed_flag_is_refused():
-    with pytest.raises(OfferError, match=ENV_ALLOW_LOCAL):
-        from_env({ENV_ALLOW_LOCAL: "maybe"})
+    with pytest.raises(SettingsError, match=settings.ALLOW_LOCAL):
+        from_env({settings.ALLOW_LOCAL: "maybe"})
 
 
 # ---------------------------------------------------------------------------------------------

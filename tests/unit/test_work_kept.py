@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from core.cause import pair, patching
+from core.common import settings
 from core.engine.types import TOY_ID
 from core.web import cache, jobs
 
@@ -107,7 +108,7 @@ def test_the_server_cap_refuses_the_next_fresh_measurement_within_a_minute():
     assert isinstance(r.start(("m", 3), lambda job: 1, limited=True), jobs.Job) and r.started == 4
 
 
-def test_rate_setting_reads_ascii_digits_only(monkeypatch):
-    for raw, want in (("9", 9), ("", jobs.RATE_DEFAULT), ("²", jobs.RATE_DEFAULT), ("0", jobs.RATE_DEFAULT), ("x", jobs.RATE_DEFAULT)):
-        monkeypatch.setenv(jobs.RATE_ENV, raw)
-        assert jobs.rate_setting() == want, raw
+def test_rate_setting_reads_ascii_digits_only():
+    default = settings.MEASURES_PER_MIN_DEFAULT
+    for raw, want in (("9", 9), ("", default), ("²", default), ("0", default), ("x", default)):
+        assert settings.Settings.from_env({settings.MEASURES_PER_MIN: raw}).measures_per_min == want, raw
