@@ -1,8 +1,8 @@
 # Transformer X-Ray: two commands for a fresh machine.
 #   make run   — install everything, then start the app on the embedded SmolLM2 (http://localhost:8501, this machine only)
 #   make test  — install everything (browser included), then lint (ruff) and run the whole test suite
-#   make test-fast — the unit tier only (pure numpy, AST, the toy, tiny configs): a couple of minutes
-#   make serve — a lecture hall: REPLICAS app processes behind nginx on PORT (see README "Serving a lecture hall")
+#   make test-fast — tests/unit only (pure numpy, AST, the toy, tiny configs): a couple of minutes
+#   make serve — a lecture hall: REPLICAS app processes behind nginx on PORT (see docs/operating.md)
 # Both are idempotent: the second time they only check stamps and start.
 
 PY      ?= python3
@@ -31,7 +31,7 @@ browser:
 	@test -f .venv/axe/node_modules/axe-core/axe.min.js || ( (command -v npm >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null)) && mkdir -p .venv/axe && npm install --prefix .venv/axe --no-audit --no-fund --silent axe-core@4.14.1 >/dev/null )
 
 # make run MODELS='qwen=/models/Qwen2.5-0.5B-Instruct,Qwen/Qwen2.5-0.5B-Instruct' ALLOW_LOCAL=1
-# (→ XRAY_MODELS, XRAY_ALLOW_LOCAL; see "Serving a class" in the README). The setting is checked first.
+# (→ XRAY_MODELS, XRAY_ALLOW_LOCAL; see "Serving a class" in docs/operating.md). The setting is checked first.
 # It listens on 127.0.0.1 (this machine only: core/web/server.py's default); HOST=0.0.0.0 opens it to the network.
 run: install
 	$(if $(MODELS),XRAY_MODELS='$(MODELS)') $(if $(ALLOW_LOCAL),XRAY_ALLOW_LOCAL='$(ALLOW_LOCAL)') \
@@ -56,11 +56,11 @@ test: install browser nginx redis
 	$(VPY) -m ruff check .
 	$(VPY) -m pytest tests
 
-# One tier: make test-fast (unit), or .venv/bin/python -m pytest -m integration / -m browser; one page:
-# .venv/bin/python -m pytest tests/test_app.py -k heads-zh (README "Tests").
+# The folder is the tier: make test-fast (tests/unit), or .venv/bin/python -m pytest tests/integration / tests/browser;
+# one page: .venv/bin/python -m pytest tests/integration/test_app.py -k heads-zh (CONTRIBUTING "Tests").
 test-fast: install
 	$(VPY) -m ruff check .
-	$(VPY) -m pytest -m unit tests
+	$(VPY) -m pytest tests/unit
 
 bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py

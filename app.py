@@ -12,6 +12,7 @@ import sys
 import streamlit as st
 
 from core.common import i18n
+from core.common.settings import SettingsError
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
 from core.web import a11y, cache, guards, nav, presenter, replica, ui, visits, widgets
@@ -158,7 +159,7 @@ def _main() -> None:
                        initial_sidebar_state=presenter.sidebar_state())  # a ?present=1 link opens with it collapsed
     try:
         offer = ui.offered()
-    except OfferError as e:  # the operator's setting: said on the console, never echoed to a visitor
+    except SettingsError as e:  # the operator's setting: said on the console, never echoed to a visitor
         print(f"Transformer X-Ray: the model setting cannot be read: {e}", file=sys.stderr)
         st.error(ui.t("err.offer_setting"))
         st.stop()

@@ -18,12 +18,8 @@ The notebook API (stable across refactors; ``help(core.<name>)`` for each)::
 ``LensTopK``, ``LayerDetail``, ``LoadedModel``, ``ModelFacts``. Run from the repository root, or after
 ``pip install -e .`` (or ``pip install .``) from a checkout, so that ``import core`` finds this package.
 
-The house, from the bottom up (imports point down only; see README "Layout"):
-``common`` (i18n, numbers, digits, escape, timing, memo, paths) → ``engine`` (the model's own machinery) →
-``plot`` (palette, labels, attention views) → ``toy`` → ``backends`` → the areas ``gen`` · ``maths`` ·
-``inside`` · ``stream`` · ``learn`` · ``cause`` (never importing each other) → ``web`` (the only Streamlit
-importer) → this package and ``__main__`` (the CLI) → ``pages/``, ``app.py``. Beside it, ``deploy/`` starts and
-watches the served replicas (``deploy/serve.py`` imports nothing of this package: no torch in the launcher).
+The layers of the house and what each may import: CONTRIBUTING.md ("What each floor may import");
+tests/unit/test_layers.py checks them.
 """
 
 from __future__ import annotations

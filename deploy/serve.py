@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = Path(__file__).with_name("nginx.conf.template")
 MAX_REPLICAS = 64
 HEALTH = "/_stcore/health"
-ENV_REPLICA = "XRAY_REPLICA"  # this replica's number, 1..N (core/web/replica.py reads it)
+ENV_REPLICA = "XRAY_REPLICA"  # this replica's number, 1..N (core/common/settings.py reads it)
 ENV_REPLICAS = "XRAY_REPLICAS"  # how many there are
 REPLICA_HOST = "127.0.0.1"  # replicas listen only locally: the world reaches them through nginx
 START_TIMEOUT_S = 180.0  # a first start converts the embedded model once (≈ 15 s); a busy machine is slower
@@ -109,7 +109,7 @@ def default_threads(replicas: int) -> int:
     torch starts one thread per core in every process; N replicas would then run N × cores threads on
     the same cores, and OpenMP threads that wait for each other spin. Measured on 2 cores
     (tests/benchmarks/bench_load.py, K = 60): two replicas with torch's default 2 threads each served
-    0.33× the sessions per second of one replica; with 1 thread each, see the README."""
+    0.33× the sessions per second of one replica; with 1 thread each, see docs/operating.md."""
     return max(1, cores() // max(1, replicas))
 
 
@@ -173,7 +173,7 @@ def check_listen(host: str, port: int) -> None:
         raise UsageError(f"port {port} is already in use on {host}; choose another with PORT=… (make serve PORT=8600)")
     if e.errno == errno.EACCES:
         raise UsageError(f"port {port} is below 1024 and needs root; choose a port from 1024 up (PORT=8501) "
-                         "and see README 'Behind TLS'")
+                         "and see docs/operating.md, 'Behind TLS'")
     if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(e, socket.gaierror):
         raise UsageError(f"'{host}' is not an address of this machine to listen on (HOST=0.0.0.0 means every one)")
     raise UsageError(f"cannot listen on {host}:{port} ({e.strerror or e})")

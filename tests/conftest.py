@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("XRAY_MEASURES_PER_MIN", "100000")  # the suite measures more a minute than a class may (tests/test_work_kept.py checks the cap)
+os.environ.setdefault("XRAY_MEASURES_PER_MIN", "100000")  # the suite measures more a minute than a class may (tests/unit/test_work_kept.py checks the cap)
 
 TINY_ARCHS = ("llama", "qwen2", "mistral", "gpt2")
 
@@ -154,6 +153,26 @@ def all_text(at) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _settings_read_per_test(monkeypatch):
+    """The XRAY_* settings are read once per process (core.common.settings). Here they are read again for each
+    test, and after each ``monkeypatch.setenv`` / ``delenv`` of the test and its fixtures, so that a variable a test
+    sets is what it runs with; a test that writes ``os.environ`` itself calls ``settings.reload()``."""
+    from core.common import settings
+
+    def then_reload(change):
+        def changed(*a, **kw):
+            change(*a, **kw)
+            settings.reload()
+        return changed
+
+    for name in ("setenv", "delenv"):
+        setattr(monkeypatch, name, then_reload(getattr(monkeypatch, name)))
+    settings.reload()
+    yield
+    settings.reload()
+
+
+@pytest.fixture(autouse=True)
 def _navigation_pages_only(monkeypatch):
     """AppTest resets Streamlit's old 'pages/ folder = automatic multipage app' flag before every
     run, so from the second run on it would execute a page script alone, without app.py's router
@@ -170,67 +189,110 @@ def _navigation_pages_only(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Tiers (markers registered in pyproject.toml; README "Tests"). ``make test`` runs them all, as CI does;
-# ``make test-fast`` runs the unit tier. A test's tier follows from what it touches — the fixtures it
-# uses and what its body and theirs call — so a new test lands in the right tier without a label, and a
-# test may still say its tier itself with a marker.
+# Tiers: the folder is the tier (tests/unit, tests/integration, tests/browser; markers registered in
+# pyproject.toml, so ``-m unit`` still selects one). ``make test-fast`` runs tests/unit, ``make test`` all of them;
+# tests/unit/test_tiers.py checks that a unit file touches no embedded model, AppTest or browser.
 TIERS = ("unit", "integration", "browser")
-_BROWSER = re.compile(r"\b(chromium|streamlit_server|nginx|playwright)\b")
-_INTEGRATION = re.compile(r"\b(app_run|AppTest|load_model\(\s*(None)?\s*\)|subprocess|_cli\(|EMBEDDED_ID)")
-_INTEGRATION_FIXTURES = {"smol", "eager_refs"}
-_BROWSER_MODULES = {"test_browser", "test_proxy"}
-_EVERY_TEST = {"_navigation_pages_only"}
-# loaded once per session for every tier (the tiny models borrow the embedded model's tokenizer); a test that
-# uses the model itself asks for the ``smol`` fixture, which is what makes it an integration test
-_SESSION_SETUP = {"_smol", "_smol_folder", "_smol_tokenizer"}
-_CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
-def _sources(item) -> str:
-    """The source of the test, of every fixture it uses and of every helper function they call (by name,
-    from their own module's globals), as far as it lives in tests/."""
-    import inspect
-
-    funcs = [getattr(item, "function", None)]
-    info = getattr(item, "_fixtureinfo", None)
-    for name, defs in (info.name2fixturedefs.items() if info else ()):
-        if name not in _EVERY_TEST:  # autouse fixtures say nothing about one test
-            funcs += [d.func for d in defs]
-    seen: set = set()
-    out = []
-    while funcs:
-        f = inspect.unwrap(funcs.pop()) if funcs[-1] is not None else funcs.pop()
-        if f is None or f in seen or not inspect.isfunction(f):
-            continue
-        seen.add(f)
-        try:
-            if not Path(inspect.getsourcefile(f) or "").resolve().is_relative_to(ROOT / "tests"):
-                continue
-            src = inspect.getsource(f)
-        except (OSError, TypeError):
-            continue
-        out.append(src)
-        funcs += [g for n in set(_CALLED.findall(src)) - _SESSION_SETUP if inspect.isfunction(g := f.__globals__.get(n))]
-    return "\n".join(out)
-
-
-def tier_of(item) -> str:
-    own = [t for t in TIERS if item.get_closest_marker(t)]
-    if own:
-        return own[0]
-    src = _sources(item)
-    if item.module.__name__.rsplit(".", 1)[-1] in _BROWSER_MODULES or _BROWSER.search(src):
-        return "browser"
-    if _INTEGRATION_FIXTURES & set(item.fixturenames) or _INTEGRATION.search(src):
-        return "integration"
-    return "unit"
+def tier_of(path: Path) -> str:
+    """The tier of a test file: the folder under tests/ it lives in."""
+    folder = path.resolve().relative_to(ROOT / "tests").parts[0]
+    if folder not in TIERS:
+        raise pytest.UsageError(f"{path}: a test file lives in tests/unit, tests/integration or tests/browser (the folder is its tier)")
+    return folder
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        tier = tier_of(item)
-        if not item.get_closest_marker(tier):
-            item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(getattr(pytest.mark, tier_of(item.path)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures that a test file's tiers share (the tests of one subject, split by tier into two folders)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The trained toy transformer (core.toy)."""
+    from core.toy import load_trained
+
+    return load_trained()
+
+
+@pytest.fixture(scope="module")
+def toy_twins(toy):
+    """The toy's untouched copies in float32 and float64 (see ``_twins``)."""
+    from helpers.cause import _twins
+
+    return _twins(toy)
+
+
+@pytest.fixture(scope="module")
+def short_gpt2(tmp_path_factory):
+    """A tiny random GPT-2 with only 64 learned positions (SmolLM2's tokenizer), saved as safetensors."""
+    import torch
+    from helpers.any_model import N_POS
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    tok = _smol_tokenizer()
+    folder = tmp_path_factory.mktemp("gpt2_64")
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=N_POS, vocab_size=len(tok), bos_token_id=1, eos_token_id=2,
+                     architectures=["GPT2LMHeadModel"])
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(str(folder), safe_serialization=True)
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture
+def short_bound(monkeypatch):
+    """A trace keeps no keys and values above 8 tokens (``hf_trace.KV_KEEP_MAX``): a short prompt takes the long ones' route."""
+    from core.engine import hf_trace
+
+    monkeypatch.setattr(hf_trace, "KV_KEEP_MAX", 8)
+
+
+@pytest.fixture
+def fake_embedded(tmp_path, monkeypatch, tiny_dirs):
+    """The embedded model's loader on a temporary cache folder (XRAY_CACHE_DIR), with a tiny Llama in place
+    of the GGUF's 15-second conversion: every conversion copies its files and is counted."""
+    import shutil
+
+    from core.engine import hf
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XRAY_CACHE_DIR", str(cache))
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(hf, "embedded_gguf_path", lambda: gguf)
+    made: list[Path] = []
+
+    def dequantise(_gguf, tmp, *_progress):
+        made.append(tmp)
+        for f in tiny_dirs["llama"].iterdir():
+            if f.is_file():
+                shutil.copy(f, tmp / f.name)
+
+    monkeypatch.setattr(hf, "_dequantise", dequantise)
+    monkeypatch.setattr(hf, "_VERIFIED", set())  # a fresh process: nothing hashed yet
+    return hf, hf.converted_dir(gguf), made
+
+
+@pytest.fixture
+def forward_count(monkeypatch):
+    """How many real forward passes ran (each cache miss of a trace is one)."""
+    from core import backends
+
+    calls = {"n": 0}
+    real = backends.trace_ids
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(backends, "trace_ids", counting)
+    return calls
 
 
 def plotly_array(v):

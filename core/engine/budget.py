@@ -20,18 +20,13 @@ loader read once (``core.engine.config.read``). Pure Python: no torch.
 
 from __future__ import annotations
 
-import logging
-import math
 import os
 from pathlib import Path
 from typing import Any
 
-from core.common import digits
+from core.common import digits, settings
 from core.engine import config as cfgread
 
-log = logging.getLogger(__name__)
-
-BUDGET_ENV = "XRAY_MEMORY_BUDGET_GB"
 BUDGET_SHARE = 0.40  # of the machine's memory, when the operator sets nothing
 BUDGET_FLOOR = 1.0e9  # bytes: the embedded model (≈ 0.54 GB in float32) always fits
 GB = 1.0e9  # decimal, as the setting is written
@@ -144,32 +139,15 @@ def default_budget_bytes() -> int:
 
 def budget_bytes() -> int:
     """The most one model's float32 weights may take on this server, in bytes: ``XRAY_MEMORY_BUDGET_GB``
-    (decimal GB, e.g. ``4`` or ``2.5``) when set to a positive number, else ``default_budget_bytes()``.
-    A setting that is not a positive finite number is ignored, with a warning in the server log."""
-    return _gb_setting(BUDGET_ENV, default_budget_bytes())
-
-
-CACHE_ENV = "XRAY_CACHE_GB"
-CACHE_DEFAULT_GB = 1.5
-
-
-def _gb_setting(env: str, default: int) -> int:
-    raw = os.environ.get(env, "").strip()
-    if raw:
-        try:
-            gb = float(raw)
-        except ValueError:
-            gb = math.nan
-        if math.isfinite(gb) and gb > 0:
-            return int(gb * GB)
-        log.warning("%s=%r is not a positive number of GB; using the default", env, raw)
-    return default
+    (decimal GB, e.g. ``4`` or ``2.5``; ``core.common.settings``) when set, else ``default_budget_bytes()``."""
+    gb = settings.get().memory_budget_gb
+    return default_budget_bytes() if gb is None else int(gb * GB)
 
 
 def cache_bytes() -> int:
     """What the server keeps of traces and their derived layers, in all sessions together:
-    ``XRAY_CACHE_GB`` (decimal GB) when set to a positive number, else 1.5 GB."""
-    return _gb_setting(CACHE_ENV, int(CACHE_DEFAULT_GB * GB))
+    ``XRAY_CACHE_GB`` (decimal GB; ``core.common.settings``), 1.5 GB by default."""
+    return int(settings.get().cache_gb * GB)
 
 
 def fmt_gb(n_bytes: float) -> str:

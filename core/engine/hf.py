@@ -41,6 +41,7 @@ from safetensors.torch import save_file
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from core.common import settings
 from core.common.progress import Progress, noop, span
 from core.engine import budget, xray
 from core.engine import config as cfgread
@@ -70,10 +71,7 @@ def embedded_gguf_path() -> Path:
 
 def cache_root() -> Path:
     """User cache folder for converted weights (never inside the repo)."""
-    base = os.environ.get("XRAY_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "transformer-xray"
-    )
-    return Path(base)
+    return settings.get().cache_dir
 
 
 def converted_dir(gguf: Path) -> Path:
@@ -567,7 +565,7 @@ def check_budget(config: Any) -> dict[str, int]:
     need, allowed = budget.weight_bytes(n), budget.budget_bytes()
     if need > allowed:
         raise ModelLoadError("too_big", n=budget.fmt_count(n), need=budget.fmt_gb(need), allowed=budget.fmt_gb(allowed),
-                             env=budget.BUDGET_ENV)
+                             env=settings.MEMORY_BUDGET_GB)
     return parts
 
 

@@ -456,7 +456,7 @@ def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
 
 
 # Measurements run in server threads (``runner``): a rerun never loses one, a session has at most one in
-# flight, and the server starts at most ``jobs.rate_setting()`` fresh ones a minute. Each returns the job
+# flight, and the server starts at most ``XRAY_MEASURES_PER_MIN`` (``core.common.settings``) fresh ones a minute. Each returns the job
 # (running or done: core.web.measure.show waits on it and draws its bar) or a ``jobs.Refused``.
 
 

@@ -13,22 +13,17 @@ instead of stacking copies.
 
 from __future__ import annotations
 
-import os
 import threading
 
+from core.common import settings
 from core.engine.trace import EXPORT_KEYS, PATTERN_EXPORT_MAX, Trace
 
-ENV = "XRAY_NPZ_MB"
-DEFAULT_MB = 256
 BUILD = threading.Lock()  # one .npz built at a time in this process
 
 
 def limit_bytes() -> int:
-    """The largest .npz the server builds: ``XRAY_NPZ_MB`` MiB (a whole number; 0 turns the download off),
-    else ``DEFAULT_MB``."""
-    raw = os.environ.get(ENV, "").strip()
-    mb = int(raw) if raw.isascii() and raw.isdigit() else DEFAULT_MB
-    return mb << 20
+    """The largest .npz the server builds: ``XRAY_NPZ_MB`` MiB (``core.common.settings``; 0 turns the download off)."""
+    return settings.get().npz_mb << 20
 
 
 def size_bound(tr: Trace) -> int:

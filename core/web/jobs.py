@@ -28,7 +28,6 @@ No Streamlit here: ``core.web.cache`` holds the one ``Runner`` per process (``st
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -36,33 +35,14 @@ from collections.abc import Callable, Hashable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.common import settings
 from core.common.progress import Progress
 from core.engine.types import Phrase
 
-RATE_ENV = "XRAY_MEASURES_PER_MIN"
-RATE_DEFAULT = 4
-SLOTS_ENV = "XRAY_JOBS"
-SLOTS_DEFAULT = 1
 ORPHAN_S = 10.0  # a job without a waiting session for this long is cancelled (a rerun comes back within it)
 WINDOW_S = 60.0
 POLL_S = 0.25  # how often a waiting script looks at its job (and lets Streamlit stop it for a rerun)
 MINE = "xray_measuring"  # the session-state key of a session's own measurement
-
-
-def _positive(env: str, default: int) -> int:
-    raw = os.environ.get(env, "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else default
-
-
-def rate_setting() -> int:
-    """Fresh measurements allowed per server per minute: ``XRAY_MEASURES_PER_MIN`` (a positive whole
-    number), else ``RATE_DEFAULT``."""
-    return _positive(RATE_ENV, RATE_DEFAULT)
-
-
-def slots_setting() -> int:
-    """Heavy jobs run at once per server: ``XRAY_JOBS`` (a positive whole number), else ``SLOTS_DEFAULT``."""
-    return _positive(SLOTS_ENV, SLOTS_DEFAULT)
 
 
 class Cancelled(Exception):
@@ -153,8 +133,8 @@ class Runner:
 
     def __init__(self, max_results: int = 64, limiter: Limiter | None = None, slots: int | None = None) -> None:
         self.max_results = int(max_results)
-        self.limiter = limiter or Limiter(rate_setting())
-        self.slots = slots or slots_setting()
+        self.limiter = limiter or Limiter(settings.get().measures_per_min)
+        self.slots = slots or settings.get().jobs
         self._heavy = threading.Semaphore(self.slots)
         self._queued: list[Job] = []  # heavy jobs waiting for a slot, first come first
         self._jobs: OrderedDict[Hashable, Job] = OrderedDict()

@@ -1,4 +1,4 @@
-"""Which models this server offers, read once from the operator's setting. Pure Python: no Streamlit.
+"""Which models this server offers, from the operator's setting (``core.common.settings``). Pure Python: no Streamlit.
 
 A shared link may only *name* an offered model, by its id; it never carries a path. The operator
 chooses what is offered:
@@ -11,14 +11,13 @@ chooses what is offered:
   for a shared server). Off by default.
 
 Folders are canonicalised (``Path(...).expanduser().resolve()``), so ``<P>``, ``<P>/`` and ``<P>/.``
-are one model, loaded once. A malformed setting raises ``OfferError`` with a sentence for the
-operator; ``python -m core.web.offer`` checks the setting and prints what is offered (``make run``
+are one model, loaded once. A malformed setting raises ``OfferError`` (a ``SettingsError``) with a sentence
+for the operator; ``python -m core.web.offer`` checks the setting and prints what is offered (``make run``
 does so before it starts the server).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Mapping
@@ -27,10 +26,10 @@ from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
+from core.common import settings
+from core.common.settings import SettingsError
 from core.engine.types import EMBEDDED_ID, TOY_ID
 
-ENV_MODELS = "XRAY_MODELS"
-ENV_ALLOW_LOCAL = "XRAY_ALLOW_LOCAL"
 LOCAL_ID = "__local__"  # the sidebar's "local folder" choice; never an offered id, never in a URL
 MAX_ID_CHARS = 64
 BUILT_IN: Mapping[str, str] = MappingProxyType({EMBEDDED_ID: EMBEDDED_ID, TOY_ID: TOY_ID})  # id → spec
@@ -40,11 +39,9 @@ BUILT_IN: Mapping[str, str] = MappingProxyType({EMBEDDED_ID: EMBEDDED_ID, TOY_ID
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 # An id in the Hugging Face cache, as the loader reads one: org/name.
 _HF_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-class OfferError(ValueError):
+class OfferError(SettingsError):
     """The operator's model setting cannot be read; the message says which entry and why."""
 
 
@@ -116,7 +113,7 @@ def parse_models(text: str, *, must_exist: bool = True) -> dict[str, str]:
         model_id, target = model_id.strip(), target.strip()
         if not sep:
             model_id, target = "", entry
-        where = f"{ENV_MODELS} entry {n} ('{entry}')"
+        where = f"{settings.MODELS} entry {n} ('{entry}')"
         if sep and not model_id:
             raise OfferError(f"{where}: nothing before '='")
         if sep and not target:
@@ -136,38 +133,29 @@ def parse_models(text: str, *, must_exist: bool = True) -> dict[str, str]:
     return out
 
 
-def parse_flag(text: str | None, name: str = ENV_ALLOW_LOCAL) -> bool:
-    """An on/off setting: 1/true/yes/on or 0/false/no/off (empty or unset: off)."""
-    v = (text or "").strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise OfferError(f"{name}='{text}': write 1 (on) or 0 (off)")
-
-
 @lru_cache(maxsize=8)
-def parse(models_text: str = "", allow_local_text: str = "") -> Offer:
+def parse(models_text: str = "", allow_local: bool = False) -> Offer:
     """The Offer of a setting (built-in models first); parsed once per distinct setting."""
-    return Offer({**BUILT_IN, **parse_models(models_text)}, parse_flag(allow_local_text))
+    return Offer({**BUILT_IN, **parse_models(models_text)}, allow_local)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Offer:
-    """The Offer of the process environment (or ``env``). Raises OfferError on a malformed setting."""
-    env = os.environ if env is None else env
-    return parse(env.get(ENV_MODELS, ""), env.get(ENV_ALLOW_LOCAL, ""))
+    """The Offer of this process's settings (or of the variables ``env``). Raises a SettingsError (an OfferError
+    for the models) on a malformed setting."""
+    s = settings.get() if env is None else settings.Settings.from_env(env)
+    return parse(s.models, s.allow_local)
 
 
 def main() -> int:
     """Check the setting before the server starts: print what is offered, or why it cannot be read."""
     try:
         offer = from_env()
-    except OfferError as e:
+    except SettingsError as e:
         print(f"Transformer X-Ray: the model setting cannot be read: {e}", file=sys.stderr)
         return 2
     for model_id, spec in offer.models.items():
         print(f"offered model  {model_id}" + ("" if spec == model_id else f"  ←  {spec}"))
-    print(f"local-folder box: {'on' if offer.allow_local else 'off'} ({ENV_ALLOW_LOCAL})")
+    print(f"local-folder box: {'on' if offer.allow_local else 'off'} ({settings.ALLOW_LOCAL})")
     return 0
 
 

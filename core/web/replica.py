@@ -12,26 +12,19 @@ empty one behind the launcher, so the page is redrawn (with the notice) at once,
 
 from __future__ import annotations
 
-import os
-
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from core.common import settings
 from core.web import ui
 
-ENV_REPLICA = "XRAY_REPLICA"  # set by deploy/serve.py: this process's number, 1..N
-ENV_REPLICAS = "XRAY_REPLICAS"  # and how many there are
 _CHECKED = "_replica_checked"
 KEEP_ALIVE_S = 600  # the timed fragment's period: it draws nothing, it only has to exist
 
 
 def number() -> tuple[int, int] | None:
     """(this replica's number, how many), when started by deploy/serve.py; None for ``make run``."""
-    try:
-        n, total = int(os.environ[ENV_REPLICA]), int(os.environ[ENV_REPLICAS])
-    except (KeyError, ValueError):
-        return None
-    return (n, total) if 1 <= n <= total else None
+    return settings.get().replica
 
 
 def offered_session_id() -> str | None:

@@ -18,14 +18,13 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
-from core.common import fresh, memo
+from core.common import fresh, memo, settings
+from core.common.settings import SettingsError
 from core.web import guards, offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
 ARENAS = 2  # malloc arenas for all threads together (glibc's default: 8 per core, one per busy session thread)
 TRIM_S = 15.0  # seconds between two malloc_trim(0) calls
-IDLE_ENV = "XRAY_CACHE_IDLE_S"
-IDLE_DEFAULT_S = 120  # a cached trace no one has read for this long is dropped (the memory returns after a burst)
 # The address the server listens on unless told otherwise: this machine only. Streamlit's own default is every
 # interface, which with XRAY_ALLOW_LOCAL=1 would hand the local-folder box to anyone on the same network;
 # `make run HOST=0.0.0.0` (``--server.address``) opens it on purpose.
@@ -65,13 +64,6 @@ def trim() -> bool:
         return False
 
 
-def idle_setting() -> float:
-    """Seconds a cached trace may go unread before it is dropped: ``XRAY_CACHE_IDLE_S`` (a positive whole
-    number), else ``IDLE_DEFAULT_S``."""
-    raw = os.environ.get(IDLE_ENV, "").strip()
-    return float(int(raw)) if raw.isascii() and raw.isdigit() and int(raw) > 0 else float(IDLE_DEFAULT_S)
-
-
 def start_trimming(every_s: float = TRIM_S, stop: threading.Event | None = None) -> threading.Thread:
     """A daemon thread calling ``trim`` every ``every_s`` seconds (until ``stop`` is set), so the memory
     of sessions that have ended (Streamlit drops a closed session after ``server.disconnectedSessionTTL``)
@@ -80,7 +72,7 @@ def start_trimming(every_s: float = TRIM_S, stop: threading.Event | None = None)
 
     def loop() -> None:
         while not stop.wait(every_s):
-            memo.expire_idle(idle_setting())  # traces and layers no session has read for a while
+            memo.expire_idle(settings.get().cache_idle_s)  # traces and layers no session has read for a while
             fresh.POOL.drop_if_idle()  # the pages kept for the next trace, once no trace has been made for a while
             trim()
 
@@ -101,7 +93,7 @@ def with_address(args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     try:  # a malformed XRAY_MODELS / XRAY_ALLOW_LOCAL stops the launch with the reason, before serving anyone
         offer.from_env()
-    except offer.OfferError as e:
+    except SettingsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     give_back_freed_memory()

@@ -29,7 +29,7 @@ Latency is the time from step 1 to step 4 (what a student waits between opening 
 page's last element arrive); it leaves out only the browser's own painting, which costs the student's
 machine, not the server. Throughput is the sessions that finished ÷ the time until the last of the K
 finished or gave up (``--timeout``, 900 s by default). The browser path itself (rendering, reconnects,
-stickiness) is what tests/test_proxy.py checks.
+stickiness) is what tests/browser/test_proxy.py checks.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
     PYTHONPATH=. .venv/bin/python tests/benchmarks/bench_refusals.py [--reps 20] [--load-reps 5]
 
 The tests prove what these refusals do without a clock (the CLI refuses a bad argument or output path
-before any model loads: tests/test_cli.py's ``no_model``; the loader refuses a config too big for the
+before any model loads: tests/unit/test_cli.py's ``no_model``; the loader refuses a config too big for the
 budget before it looks for a weight file, and a config beside one unrelated tensor before it builds the
-model: tests/test_loading_guard.py's ``weight_reads``; a warm start reads the converted safetensors and
-never converts the GGUF again: tests/test_models.py). How long they take depends on the machine and on
+model: tests/unit/test_loading_guard.py's ``weight_reads``; a warm start reads the converted safetensors and
+never converts the GGUF again: tests/integration/test_models_integration.py). How long they take depends on the machine and on
 what else runs on it, so it is measured here, where a busy machine shows as a wide spread rather than a
 failed test. Each is run once untimed, then ``--reps`` times (``--load-reps`` for the warm start); the
 median is printed with its interquartile range and min–max (``core.common.timing``).
@@ -37,10 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import core.__main__ as cli  # noqa: E402 - the project root first
 from core.backends import load_model  # noqa: E402
-from core.common import timing  # noqa: E402
-from core.engine import budget  # noqa: E402
+from core.common import settings, timing  # noqa: E402
 from core.engine.types import ModelLoadError  # noqa: E402
-from tests.test_loading_guard import BIG_LLAMA  # noqa: E402 - the tests' 1.27 B-parameter config
+from tests.unit.test_loading_guard import BIG_LLAMA  # noqa: E402 - the tests' 1.27 B-parameter config
 
 
 def cli_refusal(argv: list[str]) -> Callable[[], None]:
@@ -56,7 +55,8 @@ def cli_refusal(argv: list[str]) -> Callable[[], None]:
 def load_refusal(folder: Path, budget_gb: str, code: str) -> Callable[[], None]:
     """One load of ``folder`` under a budget of ``budget_gb``, which must be refused with ``code``."""
     def run() -> None:
-        os.environ[budget.BUDGET_ENV] = budget_gb
+        os.environ[settings.MEMORY_BUDGET_GB] = budget_gb
+        settings.reload()  # read once per process: read again for this budget (microseconds)
         try:
             load_model(str(folder))
         except ModelLoadError as e:
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20, help="timed runs of each refusal")
     ap.add_argument("--load-reps", type=int, default=5, help="timed warm starts of the embedded model")
     a = ap.parse_args()
-    saved = os.environ.get(budget.BUDGET_ENV)
+    saved = os.environ.get(settings.MEMORY_BUDGET_GB)
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         only_config, one_tensor = t / "only_config", t / "one_tensor"
@@ -97,9 +97,10 @@ def main() -> None:
                 print(line(name, timing.repeat(fn, reps=a.reps, warmup=1)[0]), flush=True)
         finally:
             if saved is None:
-                os.environ.pop(budget.BUDGET_ENV, None)
+                os.environ.pop(settings.MEMORY_BUDGET_GB, None)
             else:
-                os.environ[budget.BUDGET_ENV] = saved
+                os.environ[settings.MEMORY_BUDGET_GB] = saved
+            settings.reload()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar, once per load

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
 import bench_load  # noqa: E402 - the websocket session, next to this file
 
+from core.common import settings  # noqa: E402
 from core.engine import budget  # noqa: E402
 from core.web import server  # noqa: E402
 from tests import browser_helpers  # noqa: E402
@@ -97,7 +98,7 @@ def main() -> int:
     ap.add_argument("--page", default="journey", help="the page each session opens (a page stem; journey is /)")
     ap.add_argument("--ttl", type=int, default=30, help="server.disconnectedSessionTTL for this run, in seconds")
     ap.add_argument("--idle", type=int, default=None,
-                    help="XRAY_CACHE_IDLE_S for this run (default: the server's own, core.web.server.IDLE_DEFAULT_S)")
+                    help="XRAY_CACHE_IDLE_S for this run (default: the server's own, core.common.settings.CACHE_IDLE_S_DEFAULT)")
     ap.add_argument("--settle", type=float, default=None,
                     help="seconds to wait after the TTL before 'after' (default: the idle time + two trimming periods + 5)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one session may wait")
@@ -105,8 +106,9 @@ def main() -> int:
     ap.add_argument("--log", default=None, help="the server's output goes here (default: out/bench_sessions.log)")
     a = ap.parse_args()
     if a.idle is not None:
-        os.environ[server.IDLE_ENV] = str(a.idle)  # the server started below inherits it
-    idle = server.idle_setting()
+        os.environ[settings.CACHE_IDLE_S] = str(a.idle)  # the server started below inherits it
+    settings.reload()
+    idle = settings.get().cache_idle_s
     settle = a.settle if a.settle is not None else idle + 2 * server.TRIM_S + 5
     cache_mib = budget.cache_bytes() / MIB
     log_path = Path(a.log) if a.log else ROOT / "out" / "bench_sessions.log"
@@ -115,7 +117,7 @@ def main() -> int:
     print(f"{a.sessions} sessions on /{a.page}, prompts of ~{a.tokens} tokens ({len(texts[0]):,} characters), "
           f"XRAY_CACHE_GB={os.environ.get('XRAY_CACHE_GB', 'unset')} ({cache_mib:,.0f} MiB), "
           f"MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', 'unset')} in the launching shell, "
-          f"{server.IDLE_ENV}={idle:.0f}", flush=True)
+          f"{settings.CACHE_IDLE_S}={idle:.0f}", flush=True)
     with log_path.open("w") as log, browser_helpers.streamlit_server(
             a.port, ("--server.disconnectedSessionTTL", str(a.ttl)), log=log, start_s=300) as app:
         pid = app.proc.pid

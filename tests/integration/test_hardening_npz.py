@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import core.backends as backends
+from core.common import settings
 from core.web import cache, download
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven violins play "
@@ -71,12 +72,12 @@ def test_a_trace_over_the_limit_gets_a_sentence_and_nothing_is_built(tiny_dirs, 
     built: list[int] = []
     real = backends.export_npz_bytes
     monkeypatch.setattr(backends, "export_npz_bytes", lambda *a, **k: built.append(1) or real(*a, **k))
-    monkeypatch.setenv(download.ENV, "0")
+    monkeypatch.setenv(settings.NPZ_MB, "0")
     at = _page(spec)
     assert not at.exception
     captions = [c.value for c in at.caption]
     assert any("No .npz download for this trace" in c and "python -m core trace" in c for c in captions), captions
     assert built == []
-    monkeypatch.setenv(download.ENV, "256")
+    monkeypatch.setenv(settings.NPZ_MB, "256")
     at = _page(spec)
     assert not any("No .npz download" in c.value for c in at.caption)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from conftest import ROOT
+from core.common import settings
 from core.web.classroom import store as cs
 
 REDIS = shutil.which("redis-server")
@@ -224,8 +225,8 @@ def test_two_processes_share_one_sqlite_file_and_every_acknowledged_vote_is_kept
 
 
 def test_open_store_reads_the_setting(tmp_path, monkeypatch):
-    monkeypatch.setenv(cs.ENV_DATA, str(tmp_path))
-    monkeypatch.delenv(cs.ENV, raising=False)
+    monkeypatch.setenv(settings.DATA_DIR, str(tmp_path))
+    monkeypatch.delenv(settings.CLASS_STORE, raising=False)
     s = cs.open_store()
     assert isinstance(s, cs.SqliteStore) and s.path == tmp_path / "classes.sqlite3"
     assert cs.open_store(f"sqlite:///{tmp_path}/x.db").path == tmp_path / "x.db"

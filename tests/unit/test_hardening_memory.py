@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from core.common import memo
+from core.common import memo, settings
 from core.web import server
 
 
@@ -30,8 +30,8 @@ def test_values_not_read_for_the_idle_time_are_dropped():
 def test_the_trimming_thread_expires_every_live_cache(monkeypatch):
     c = memo.ByteLRU(1 << 20)
     c.put("trace", np.zeros(4096, np.uint8))
-    monkeypatch.setenv(server.IDLE_ENV, "1")
-    assert server.idle_setting() == 1.0
+    monkeypatch.setenv(settings.CACHE_IDLE_S, "1")
+    assert settings.get().cache_idle_s == 1.0
     stop = threading.Event()
     t = server.start_trimming(every_s=0.2, stop=stop)
     try:
@@ -47,7 +47,6 @@ def test_the_trimming_thread_expires_every_live_cache(monkeypatch):
 
 
 def test_the_idle_setting_reads_ascii_digits_only(monkeypatch):
-    for raw, want in (("", server.IDLE_DEFAULT_S), ("30", 30), ("0", server.IDLE_DEFAULT_S), ("٣", server.IDLE_DEFAULT_S),
-                      ("-5", server.IDLE_DEFAULT_S)):
-        monkeypatch.setenv(server.IDLE_ENV, raw)
-        assert server.idle_setting() == want, raw
+    default = settings.CACHE_IDLE_S_DEFAULT
+    for raw, want in (("", default), ("30", 30), ("0", default), ("٣", default), ("-5", default)):
+        assert settings.Settings.from_env({settings.CACHE_IDLE_S: raw}).cache_idle_s == want, raw

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import sqlite3
 import threading
@@ -38,8 +37,8 @@ from typing import Any
 
 import redis
 
-ENV = "XRAY_CLASS_STORE"
-ENV_DATA = "XRAY_DATA_DIR"
+from core.common import settings
+
 ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"  # no 0/O, 1/I/L: read aloud and typed from a projector
 CODE_LEN = 8
 REASONS = ("bad_code", "expired", "class_full", "store_full", "forbidden", "not_joined", "closed", "voted",
@@ -113,9 +112,7 @@ class Vote:
 
 def data_dir() -> Path:
     """The app's data folder: ``XRAY_DATA_DIR``, else ``$XDG_DATA_HOME/transformer-xray`` (~/.local/share)."""
-    base = os.environ.get(ENV_DATA) or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "transformer-xray")
-    return Path(base)
+    return settings.get().data_dir
 
 
 def clean_text(text: Any, cap: int, *, allow_empty: bool = False) -> str:
@@ -654,11 +651,11 @@ def open_store(setting: str | None = None, limits: Limits | None = None) -> Clas
     """The store ``XRAY_CLASS_STORE`` names (or ``setting``): ``redis://…`` / ``rediss://…`` → Redis;
     ``sqlite:///path`` → that SQLite file; unset → SQLite under ``data_dir()``. A Redis server that does
     not answer raises ``redis.ConnectionError`` (the page says the class store cannot be reached)."""
-    url = (os.environ.get(ENV, "") if setting is None else setting).strip()
+    url = (settings.get().class_store if setting is None else setting).strip()
     if url.startswith(("redis://", "rediss://", "unix://")):
         return RedisStore(url, limits)
     if url.startswith("sqlite:///"):
         return SqliteStore(url[len("sqlite:///"):], limits)  # sqlite:////abs/path, sqlite:///relative
     if url:
-        raise ValueError(f"{ENV} must start with redis://, rediss:// or sqlite:///, not '{url[:40]}'")
+        raise ValueError(f"XRAY_CLASS_STORE must start with redis://, rediss:// or sqlite:///, not '{url[:40]}'")
     return SqliteStore(None, limits)

@@ -1,0 +1,176 @@
+"""The lessons page (issue 25): two 45-minute routes whose every link opens a registered page with
+parameters that page really reads, values its own readers accept unchanged, and the view the teacher
+prepared; the answers' numbers against the model; the self-study order covering every tutorial section,
+cause and effect after the maths; the "covered" marker after a page is opened."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from helpers.lessons import _split
+
+from conftest import all_text, app_run
+from core import encode_prompt, trace
+from core.common import i18n
+from core.inside import embeddings
+from core.learn import examples, lessons
+from core.web import ui
+
+
+@pytest.fixture
+def fake_url(monkeypatch):
+    url: dict[str, str] = {}
+    monkeypatch.setattr(ui, "st", SimpleNamespace(query_params=url, session_state={}))
+    return url
+
+
+def _ranges(smol, route, step, q) -> dict[str, tuple[int, int]]:
+    f = smol.facts
+    T = len(encode_prompt(smol, q["prompt"], chat=q["chat"] == "1").ids)
+    top = f.n_layers if step.page == "journey" else f.n_layers - 1  # the journey's slider runs over the boundaries 0 … L
+    return {"layer": (0, top), "head": (0, f.n_heads - 1), "pos": (0, T - 1), "max": (1, 256)}
+
+
+CHOICES = {"tab": ("calc", "scale", "cost"), "pair": tuple(embeddings.CONTEXT_PAIRS), "show": ("layer", "head")}
+FLOATS = {("logits", "temp"): (0.05, 3.0, 0.05)}  # pages/logits.py's slider_url
+
+
+def test_every_value_is_taken_unchanged_by_the_pages_readers(smol, fake_url):
+    """Each value through the reader its page uses (ui.qp_int / qp_choice / qp_bool / qp_float with the
+    page's own range): a value it would clamp or drop would open another view than the one prepared."""
+    view = examples.best_view(*_she_layers(smol))
+    for route in lessons.ROUTES.values():
+        for step in route.steps:
+            _, q = _split(lessons.href(route, step, view))
+            fake_url.clear()
+            fake_url.update(q)
+            ranges = _ranges(smol, route, step, q)
+            for name, raw in q.items():
+                if name in ranges:
+                    lo, hi = ranges[name]
+                    assert ui.qp_int(name, -1, lo, hi) == int(raw), (route.key, step.key, name, raw, lo, hi)
+                elif name in CHOICES:
+                    assert ui.qp_choice(name, CHOICES[name], None) == raw, (step.key, name)
+                elif name in ("chat", "hide", "greedy"):
+                    assert ui.qp_bool(name, None) is (raw == "1")
+                elif (step.page, name) in FLOATS:
+                    assert ui.qp_float(name, -1.0, *FLOATS[(step.page, name)]) == float(raw)
+                else:
+                    assert name in ("lang", "prompt"), (step.key, name)
+
+
+def _she_layers(smol):
+    tr = trace(smol, examples.SHE.prompt, chat=False)
+    return tr.tokens, [tr.attention(layer) for layer in range(tr.n_layers)]
+
+
+def test_the_she_step_opens_at_the_models_own_view(smol):
+    """Its layer, head and position are best_view's on the embedded model, and the answer's percentages are its weights."""
+    view = examples.best_view(*_she_layers(smol))
+    step = next(s for s in lessons.ZH.steps if s.view == "she")
+    q = lessons.params(lessons.ZH, step, view)
+    assert (q["layer"], q["head"], q["pos"]) == (str(view.layer), str(view.head), str(view.query_pos))
+    assert q["chat"] == "0" and q["prompt"] == examples.SHE.prompt
+    assert lessons.fill(step, view) == {"l": str(view.layer), "h": str(view.head), "t": f"{view.on_target:.0%}", "o": f"{view.on_other:.0%}"}
+    assert "layer" not in lessons.params(lessons.ZH, step, None)  # unknown view: the heads page's own button finds it
+
+
+# ---------------------------------------------------------------------------------------------
+# a few steps opened as the teacher's link opens them
+
+
+def _open(route_key: str, step_key: str, view=None):
+    route = lessons.ROUTES[route_key]
+    step = next(s for s in route.steps if s.key == step_key)
+    page, q = _split(lessons.href(route, step, view))
+    at = app_run(page, **q)
+    assert not at.exception, [e.value for e in at.exception][:2]
+    assert at.text_area(key="prompt").value == route.prompt_of(step)
+    assert at.toggle(key="chat").value is route.chat_of(step)
+    return at
+
+
+def test_she_link_shows_the_view(smol):
+    view = examples.best_view(*_she_layers(smol))
+    at = _open("zh", "she", view)
+    assert (at.slider(key="heads_layer").value, at.slider(key="heads_head").value, at.slider(key="heads_q").value) == \
+        (view.layer, view.head, view.query_pos)
+
+
+def test_journey_link_shows_its_layer(smol):
+    at = _open("en", "flow")
+    assert at.slider(key="journey_layer").value == 15
+
+
+@pytest.mark.parametrize(("route", "pair"), [("en", "en"), ("zh", "zh_ctx")])
+def test_context_link_shows_its_pair_and_the_answer_holds(smol, route, pair):
+    """The pair the link names is the one shown, and the answer's claim: 1.000 at the embedding, lower deeper."""
+    at = _open(route, "context" if route == "en" else "apple")
+    assert at.selectbox(key="context_preset").value == pair
+    assert not at.warning  # same IDs: no "different token IDs" warning
+    m = {x.label: x.value for x in at.metric}
+    assert m[i18n.t("context.m_embed", route)] == "1.000"
+    assert float(m[i18n.t("context.m_min", route)]) < 1.0
+
+
+def test_attention_lab_link_opens_the_calculator_on_the_worked_example(smol):
+    at = _open("en", "formula")
+    assert at.query_params["tab"] == ["calc"] or at.query_params["tab"] == "calc"
+    assert at.radio(key="attention_lab_preset").value == "worked"
+
+
+# ---------------------------------------------------------------------------------------------
+# the answers' numbers
+
+
+def test_the_answers_numbers_are_the_models(smol):
+    f = smol.facts
+    assert (f.n_layers, f.n_heads, f.n_kv_heads, f.d_model, f.vocab_size) == (30, 9, 3, 576, 49152)
+    assert f.n_heads // f.n_kv_heads == 3 and 28 // 4 == 7  # GQA groups: SmolLM2's, the tutorial's Qwen2.5
+    assert len(encode_prompt(smol, lessons.EN_PROMPT, chat=True).ids) == 37  # en flow: 37 IDs with the template
+    raw = trace(smol, lessons.ZH_PROMPT, chat=False)
+    assert (len(lessons.ZH_PROMPT), raw.n_tokens) == (7, 11)  # zh cost: 7 characters, 11 tokens
+    for ch, n in (("2", 1), ("加", 1), ("3", 1), ("等", 2), ("于", 2), ("几", 2), ("？", 2)):
+        assert len(examples.locate(raw.tokens, ch)) == n, ch
+    chat = trace(smol, lessons.ZH_PROMPT, chat=True)
+    assert smol.tokenizer.decode([int(np.argmax(chat.last_logits))]) == "2"  # zh flow: greedy picks "2"
+    a = smol.tokenizer("小明批评了小红", add_special_tokens=False)["input_ids"]
+    b = smol.tokenizer("小红批评了小明", add_special_tokens=False)["input_ids"]
+    assert sorted(a) == sorted(b) and a != b  # zh order: the same tokens, another order
+
+
+def test_the_sink_answer_layer_15(smol):
+    """en "sink": in most of layer 15's heads the last query's largest weight is on the first token."""
+    tr = trace(smol, lessons.EN_PROMPT, chat=True)
+    w = tr.attention(15)[:, -1, :]  # [H, T]
+    assert int((w.argmax(axis=1) == 0).sum()) > tr.n_heads // 2
+
+
+def test_temperature_half_sharpens_and_keeps_the_ranking(smol):
+    tr = trace(smol, lessons.ZH_PROMPT, chat=True)
+    p1, p5 = tr.last_probs(1.0), tr.last_probs(0.5)
+    assert p5.max() > p1.max() and int(p5.argmax()) == int(p1.argmax())
+    assert np.array_equal(np.argsort(-p1)[:10], np.argsort(-p5)[:10])
+
+
+def test_covered_marker_ticks_an_opened_page(smol):
+    at = app_run("lessons", lang="en")
+    assert not at.exception
+    assert any("0 of" in i.value for i in at.info)
+    at.switch_page("pages/tokens.py").run()
+    at.switch_page("pages/lessons.py").run()
+    assert not at.exception
+    assert "tokens" in at.session_state["_pages_opened"]
+    done = " ".join(s.value for s in at.success)
+    assert "§A4" in done and "§B2.1" in done and "§A5" not in done  # A5 also needs the context page
+    assert lessons.covered({"tokens"}) == tuple(s for s in lessons.SECTIONS if s.pages == ("tokens",))
+
+
+def test_presenter_mode_shows_the_route_with_links_that_keep_it(smol):
+    at = app_run("lessons", lang="zh", present="1", route="en")
+    assert not at.exception
+    text = all_text(at)
+    assert "present=1" in text and "lang=en" in text
+    assert i18n.t("lessons.self_title", "zh") not in [h.value for h in at.header]
