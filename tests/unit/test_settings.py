@@ -34,12 +34,16 @@ def test_no_module_but_settings_names_an_xray_variable():
 def test_every_variable_and_its_default():
     s = Settings.from_env({"XDG_CACHE_HOME": "/xdg"})
     assert s == Settings(models="", allow_local=False, cache_gb=1.5, memory_budget_gb=None, cache_dir=Path("/xdg/transformer-xray"),
-                         measures_per_min=4, replica=None)
+                         measures_per_min=4, jobs=1, cache_idle_s=120.0, npz_mb=256, class_store="",
+                         data_dir=Path(os.path.expanduser("~/.local/share/transformer-xray")), replica=None)
     s = Settings.from_env({settings.MODELS: "q=/models/q", settings.ALLOW_LOCAL: " Yes ", settings.CACHE_GB: "0.5",
                            settings.MEMORY_BUDGET_GB: "2.5", settings.CACHE_DIR: "/c", settings.MEASURES_PER_MIN: "9",
+                           settings.JOBS: "2", settings.CACHE_IDLE_S: "30", settings.NPZ_MB: "0",
+                           settings.CLASS_STORE: " redis://h:6379/0 ", settings.DATA_DIR: "/d",
                            settings.REPLICA: "2", settings.REPLICAS: "3"})
     assert s == Settings(models="q=/models/q", allow_local=True, cache_gb=0.5, memory_budget_gb=2.5, cache_dir=Path("/c"),
-                         measures_per_min=9, replica=(2, 3))
+                         measures_per_min=9, jobs=2, cache_idle_s=30.0, npz_mb=0, class_store="redis://h:6379/0",
+                         data_dir=Path("/d"), replica=(2, 3))
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.cache_gb = 9  # type: ignore[misc]
 

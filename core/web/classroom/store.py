@@ -657,5 +657,5 @@ def open_store(setting: str | None = None, limits: Limits | None = None) -> Clas
     if url.startswith("sqlite:///"):
         return SqliteStore(url[len("sqlite:///"):], limits)  # sqlite:////abs/path, sqlite:///relative
     if url:
-        raise ValueError(f"XRAY_CLASS_STORE must start with redis://, rediss:// or sqlite:///, not '{url[:40]}'")
+        raise ValueError(f"{settings.CLASS_STORE} must start with redis://, rediss:// or sqlite:///, not '{url[:40]}'")
     return SqliteStore(None, limits)
