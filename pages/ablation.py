@@ -54,9 +54,9 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
         layer, head = target.layer, target.head
         atlas = cache.atlas(tr)
         title = ui.t("ablation.map_title", l=layer, h=head, **heads.head_stats(atlas, layer, head))
-        d = ui.layer_detail(tr, layer)
-        if d is not None:
-            v = attnview.overview(d.weights[head])
+        w = ui.site(tr, "attn_pattern", layer)
+        if w is not None:
+            v = attnview.overview(w[head])
             presenter.chart(inside_fig.fig_single_map(v.z, tr.tokens, title, lang, v), width="stretch")
             if note := inside_fig.map_note(v, lang):
                 st.caption(note)

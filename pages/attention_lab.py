@@ -99,10 +99,9 @@ def _real_example() -> Example | None:
     pos = widgets.int_slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
                              key="attention_lab_pos")
     ui.set_qp(pos=pos)
-    d = ui.layer_detail(tr, layer)
-    if d is None:
+    if ui.site(tr, "attn_pattern", layer) is None:  # derives the layer once (a spinner meanwhile), or says why not
         return None
-    ex = A.real_row(tr, d, head, pos)
+    ex = A.real_row(tr, layer, head, pos, cache.door(tr))
     st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.geometry.group_size))
     keys = _key_window(tr.n_tokens, pos)
     version = f"real{layer}_{head}_{pos}_{tr.n_tokens}_{keys.start}"

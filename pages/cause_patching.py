@@ -19,8 +19,8 @@ GRID = "cpatch_grid"
 
 def _site() -> str:
     link = st.query_params.get("site")
-    st.session_state.setdefault("cpatch_site", link if link in patching.ALL_SITES else "resid")
-    site = st.radio(ui.t("cause.site"), patching.ALL_SITES, key="cpatch_site", format_func=ui.fmt("cause.site_{}"), horizontal=True)
+    st.session_state.setdefault("cpatch_site", link if link in patching.PATCHED else "resid")
+    site = st.radio(ui.t("cause.site"), patching.PATCHED, key="cpatch_site", format_func=ui.fmt("cause.site_{}"), horizontal=True)
     ui.set_qp(site=site)
     return site
 

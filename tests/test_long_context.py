@@ -490,7 +490,7 @@ def test_residual_norms_and_toy_sites_stay_small_on_long_prompts(smol):
     assert len(over.to_json()) < 1_000_000
     toy = backends.trace(backends.load_model("toy"), LONG_PROMPT)
     assert toy.n_tokens > attnview.CELLS
-    fig = toy_fig.fig_site(toy, "weights", 0, 0, "en", start=30)
+    fig = toy_fig.fig_site(toy, "attn_pattern", 0, 0, "en", start=30)
     floats.assert_same(np.asarray(fig.data[0].z, dtype=float), toy.attn_pattern[0, 0, 30:94, 30:94], "the window's weights")
     assert "positions 30–93" in fig.layout.title.text and len(fig.to_json()) < 1_000_000
 

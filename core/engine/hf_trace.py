@@ -37,7 +37,7 @@ from core.engine.hooks import first_of as _first
 from core.engine.hooks import hidden_of as _hidden_of
 from core.engine.roles import Sites, find_sites
 from core.engine.tokens import readable_tokens
-from core.engine.trace import MLP_SITES, TOP_K, LayerDetail, NextTokens, Trace
+from core.engine.trace import MAX_TOKENS, MLP_SITES, TOP_K, LayerDetail, NextTokens, Trace
 from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError
 
 KV_KEEP_MAX = 1024  # a trace keeps its keys and values (``k``, ``v``: exactly the prefill's KV cache) up to this many
@@ -211,12 +211,12 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 
     def on_block_in(i: int, args: tuple, kwargs: dict) -> None:
         x = _hidden_of(args, kwargs)
-        if i > 0 and "prev_out" in pending and not (x is pending["prev_out"] or torch.equal(x, pending["prev_out"])):
+        if i > 0 and not ("prev_out" in pending and (x is pending["prev_out"] or torch.equal(x, pending["prev_out"]))):
             cap.problem = cap.problem or UnsupportedArchitectureError("not_one_chain")
         pending.clear()
         cap.resid[i].copy_(x[0])
         cap.block_calls[i] = _without_hidden(args, kwargs)
-        mark("resid_pre", i)
+        mark("resid", i)  # resid[i]: what block i is called with
 
     rows = identity_rows(cap.resid.shape[1])
 
@@ -240,7 +240,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 
     def on_block_out(i: int, out: Any) -> None:
         y = _first(out)
-        mark("resid_post", i)
+        mark("resid", i + 1)  # resid[i + 1]: what block i returns (the next block must be called with it)
         if i == L - 1:
             cap.resid[L].copy_(y[0])
         pending.clear()
@@ -315,7 +315,7 @@ def _check_identity(cap: Capture, model_name: str) -> None:
     the chain check saw to it). Float32 rounding grows with the stream's magnitude: relative, floor 1."""
     sampled, cap.sampled = cap.sampled, torch.empty(0)  # read once here; its memory then goes back to fresh's pool
     L = sampled.shape[1]
-    if cap.problem is not None or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out", "resid_pre", "resid_post")):
+    if cap.problem is not None or len(cap.seen.get("resid", ())) != L + 1 or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out")):
         return  # ``check`` refuses it already, with its own reason
     r = cap.resid[:, identity_rows(cap.resid.shape[1])]  # [L+1, rows, d]
     gap = (r[1:] - r[:-1] - sampled[0] - sampled[1]).abs_().flatten(1).amax(1)  # [L]
@@ -378,10 +378,10 @@ def check(cap: Capture, n_layers: int, model_name: str, attention: bool = True) 
     L = n_layers
     if attention and len(cap.calls) != L:
         raise UnsupportedArchitectureError("attention_interface", model=model_name, n=len(cap.calls), L=L)
-    for site in ("resid_pre", "resid_post", "attn_out", "mlp_out", *(("z",) if "z" in cap.keep else ())):
-        n = len(cap.seen.get(site, ()))
-        if n != L:  # what the site is, in the page's language: arch.site_<site>
-            raise UnsupportedArchitectureError("site_unseen", site=Phrase(f"arch.site_{site}"), n=n, L=L)
+    for site in ("resid", "attn_out", "mlp_out", *(("z",) if "z" in cap.keep else ())):
+        n, want = len(cap.seen.get(site, ())), L + 1 if site == "resid" else L  # resid: every block boundary
+        if n != want:  # what the site is, in the page's language: arch.site_<site>
+            raise UnsupportedArchitectureError("site_unseen", site=Phrase(f"arch.site_{site}"), n=n, L=want)
     if cap.problem:
         raise cap.problem
 
@@ -395,7 +395,8 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> Trace:
-    """Tensors → the numpy Trace of the contract (``what``: prompt, text, chat, truncated_from, notes)."""
+    """Tensors → the numpy Trace of the contract (``what``: prompt, text, chat, truncated_from, notes, cut_by,
+    kept_tail, max_tokens)."""
     facts = loaded.facts
     tensors: list[dict[str, Any]] = []
     seen: dict[int, int] = {}
@@ -420,6 +421,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
     logits = cap.logits[0]  # [T, V], or [1, V] when the forward was asked for the last position only
     meta = {"model": facts.name, "model_kind": loaded.kind, "source": loaded.source, "facts": facts.to_dict(),
             "chat": bool(what.get("chat", False))}
+    if what.get("truncated_from"):  # whose limit cut the prompt (``tokens.cut_notice``)
+        meta.update(cut_by=what.get("cut_by"), kept_tail=what.get("kept_tail", False))
     return Trace(
         prompt=what.get("prompt", ""),
         text=what.get("text", ""),
@@ -438,6 +441,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
         meta=meta,
         truncated_from=what.get("truncated_from"),
         notes=list(what.get("notes") or []),
+        model_spec=loaded.spec,
+        max_tokens=int(what.get("max_tokens", MAX_TOKENS)),
         replay=Replay(calls, tensors, attn_calls),
         k=cap.k.numpy() if cap.k is not None else _kept(cap.calls, "key"),
         v=cap.v.numpy() if cap.v is not None else _kept(cap.calls, "value"),
@@ -470,16 +475,29 @@ def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
 # derived on demand
 
 
-def layer_detail(loaded: LoadedModel, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
+def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
     """Layer ``layer`` of ``tr`` in full, by replaying that one layer's attention (or, where that is not
-    possible, its whole block) with eager attention; with ``mlp``, its MLP too (``mlp_replay``), for the
-    MLP's internals (``MLP_SITES``)."""
+    possible, its whole block) with eager attention."""
     if tr.replay is None:
         raise UnsupportedArchitectureError("no_replay")
     sites = find_sites(loaded.model)
-    if tr.replay.attn_calls and sites.attn_norms[layer] is not None and (not mlp or sites.mlp_norms[layer] is not None):
-        return _attention_replay(loaded, sites, tr, layer, mlp)
-    return _block_replay(loaded, sites, tr, layer, mlp)
+    if tr.replay.attn_calls and sites.attn_norms[layer] is not None:
+        return _attention_replay(loaded, sites, tr, layer)[0]
+    return _block_replay(loaded, sites, tr, layer)[0]
+
+
+def mlp_sites(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
+    """Layer ``layer``'s MLP sites (``MLP_SITES`` whose part its MLP has), [T, ·] each: its MLP replayed on the
+    replayed attention's middle stream (``mlp_replay``), or the whole block replayed with the MLP's hooks."""
+    if tr.replay is None:
+        raise UnsupportedArchitectureError("no_replay")
+    sites = find_sites(loaded.model)
+    if tr.replay.attn_calls and sites.attn_norms[layer] is not None and sites.mlp_norms[layer] is not None:
+        attn_out = _attention_replay(loaded, sites, tr, layer)[1]
+        inside = mlp_replay(loaded, tr, layer, attn_out)[1]
+    else:
+        inside = _block_replay(loaded, sites, tr, layer, mlp=True)[1]
+    return {k: _np(v[0]) for k, v in inside.items()}
 
 
 def prompt_kv(loaded: LoadedModel, tr: Trace) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
@@ -517,11 +535,10 @@ def _eager_call(rec: xray.AttentionRecord, layer: int) -> dict[str, Any]:
     return rec.calls[0]
 
 
-def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor,
-            inside: dict[str, torch.Tensor]) -> LayerDetail:
+def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor) -> LayerDetail:
     w = c["weights"][0].to(torch.float16)  # [H, T, T]; already float16 when computed in bands
     return LayerDetail(layer, q=_np(c["query"][0]), k=_np(c["key"][0]), v=_np(c["value"][0]), attn_pattern=w.numpy(),
-                       attn_out=_np(attn_out), mlp_out=_np(mlp_out), mlp={k: _np(v[0]) for k, v in inside.items()})
+                       attn_out=_np(attn_out), mlp_out=_np(mlp_out))
 
 
 def _mlp_hooks(sites: Sites, layer: int, got: dict[str, torch.Tensor]) -> list[HookSpec]:
@@ -550,7 +567,7 @@ def mlp_replay(loaded: LoadedModel, tr: Trace, layer: int, attn_out: torch.Tenso
     return out, got
 
 
-def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
+def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> tuple[LayerDetail, torch.Tensor]:
     """The attention sub-layer alone: its norm on ``resid[l]``, then the attention module with its
     recorded arguments. What it adds must have, at every position, the norm the trace kept
     (``attn_out_norm``); the MLP's contribution is then the rest of the block's step,
@@ -567,13 +584,13 @@ def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, 
     if gap > REPLAY_RTOL * max(1.0, float(want.max())):
         raise UnsupportedArchitectureError("attn_replay_off", layer=layer, gap=f"{gap:.3g}")
     mlp_out = torch.from_numpy(tr.resid[layer + 1] - tr.resid[layer]) - attn_out
-    inside = mlp_replay(loaded, tr, layer, attn_out)[1] if mlp else {}
-    return _detail(layer, c, attn_out, mlp_out, inside)
+    return _detail(layer, c, attn_out, mlp_out), attn_out
 
 
-def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
-    """The whole block ``layer`` on ``resid[l]`` with its recorded arguments; its output must
-    reproduce the kept ``resid[l+1]``."""
+def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int,
+                  mlp: bool = False) -> tuple[LayerDetail, dict[str, torch.Tensor]]:
+    """The whole block ``layer`` on ``resid[l]`` with its recorded arguments (``mlp``: its MLP sites recorded
+    too); its output must reproduce the kept ``resid[l+1]``."""
     got: dict[str, torch.Tensor] = {}
     inside: dict[str, torch.Tensor] = {}
     hooks: list[HookSpec] = [
@@ -591,7 +608,7 @@ def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp:
     gap = (out - want).abs().max().item()
     if gap > REPLAY_RTOL * max(1.0, want.abs().max().item()):
         raise UnsupportedArchitectureError("layer_replay_off", layer=layer, gap=f"{gap:.3g}")
-    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0], inside)
+    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0]), inside
 
 
 def _head_reproduces(loaded: LoadedModel, tr: Trace) -> bool:

@@ -1,7 +1,7 @@
 """The one place where Streamlit's caches wrap core/ (the rest of core/ never imports Streamlit).
 
 * the model: ``st.cache_resource`` — one object shared by every session;
-* traces and their derived layers (``layer``: q, k, v, attention weights, sub-layer outputs): one
+* traces and their derived sites (``site``: q, k, v, attention weights, sub-layer outputs, the MLP's): one
   process-wide ``ByteLRU`` bounded by bytes (``XRAY_CACHE_GB``, 1.5 GB by default), keyed on
   (model, prompt, settings[, layer]). Values are shared read-only, never pickled or copied; a page
   that only changes what it *looks at* (layer, head, colour) reads the cached trace and never runs
@@ -22,7 +22,7 @@ from core.cause import attribution, patching
 from core.common.memo import ByteLRU
 from core.common.progress import Progress
 from core.engine import budget, tokens
-from core.engine.trace import MAX_TOKENS, LayerDetail, Trace
+from core.engine.trace import LAYER, MAX_TOKENS, MLP, LayerDetail, SiteReader, Trace, TraceKey, site_row
 from core.engine.types import EMBEDDED_ID, TOY_ID, EmptyPromptError, LoadedModel, Phrase
 from core.gen import diagnose, generate, serving
 from core.gen.sampling import SamplingConfig
@@ -50,60 +50,76 @@ def store() -> ByteLRU:
     return ByteLRU(budget.cache_bytes())
 
 
-class TraceKey(NamedTuple):
-    """What a cached trace was made from; the trace carries it (``tr.key``) across the page/cache line, so
-    a page hands the cache the trace itself and never unpacks it or reads the prompt from session state."""
-
-    spec: str
-    prompt: str
-    chat: bool
-    max_tokens: int = MAX_TOKENS
-
-
 def get_trace(spec: str, prompt: str, chat: bool, max_tokens: int = MAX_TOKENS) -> Trace:
-    """The trace of ``prompt``, made once per key and kept in the byte-bounded store; it carries ``key``."""
-    key = TraceKey(spec, prompt, chat, max_tokens)
-
-    def make() -> Trace:
-        tr = backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens)
-        tr.key = key  # set once, when made: the object now names its own cache entry
-        return tr
-
-    return store().get(("trace", *key), make)
+    """The trace of ``prompt``, made once per key (``Trace.key``) and kept in the byte-bounded store."""
+    return store().get(("trace", *TraceKey(spec, prompt, chat, max_tokens)),
+                       lambda: backends.trace(get_model(spec), prompt, chat=chat, max_tokens=max_tokens))
 
 
-def key_of(tr: Trace) -> TraceKey:
-    """The cache key a trace from ``get_trace`` carries."""
-    return tr.key
+def model_of(tr: Trace) -> LoadedModel:
+    """The model a cached trace was made from (the spec in its ``key``)."""
+    return get_model(tr.model_spec)
 
 
-# A helper below that ``st.cache_data`` keeps takes the trace itself: Streamlit hashes it by the key it carries
-# (``key_of``: model, prompt, settings), never by its arrays, so the memo is the one the key names.
-BY_KEY = {Trace: key_of}
+# A helper below that ``st.cache_data`` keeps takes the trace itself: Streamlit hashes it by what it was made
+# from (``Trace.key``: model, prompt, settings), never by its arrays, so the memo is the one the key names.
+BY_KEY = {Trace: lambda tr: tr.key}
 
 
 def next_token_logprob_of(tr: Trace) -> np.ndarray:
     """[T−1] log p of each real next token of the cached trace ``tr`` (``backends.next_token_logprob``: the LM
-    head over every position), computed once per trace and kept in the byte-bounded store beside it, not
-    again on every rerun of the long-context page (at 1,024 tokens one pass is ~29 GFLOP)."""
-    k = key_of(tr)
-    return store().get(("logp", *k), lambda: backends.next_token_logprob(get_model(k.spec), tr).logp)
+    head over every position), computed once per trace and kept in the byte-bounded store beside it."""
+    return store().get(("logp", *tr.key), lambda: backends.next_token_logprob(model_of(tr), tr).logp)
 
 
-def _layer_key(k: TraceKey, layer_idx: int) -> tuple:
-    return ("layer", k.spec, k.prompt, k.chat, k.max_tokens, layer_idx)
+class _Parts(NamedTuple):
+    """One layer's MLP sites as the store keeps them (``nbytes`` counts against the budget)."""
+
+    arrays: dict[str, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
 
 
-def has_layer_of(tr: Trace, layer_idx: int) -> bool:
-    """Whether layer ``layer_idx`` of the cached trace ``tr`` is derived already (a page shows a spinner only when it is not)."""
-    return _layer_key(key_of(tr), layer_idx) in store()
+def _site_key(tr: Trace, name: str, layer: int) -> tuple:
+    return ("mlp" if site_row(name).kind == MLP else "layer", *tr.key, int(layer))
 
 
-def layer_of(tr: Trace, layer_idx: int) -> LayerDetail:
-    """Layer ``layer_idx`` of the cached trace ``tr`` in full (q, k, v, weights, sub-layer outputs), derived
-    once from ``tr`` itself and kept in the byte-bounded store under the trace's own key."""
-    k = key_of(tr)
-    return store().get(_layer_key(k, layer_idx), lambda: backends.layer_detail(get_model(k.spec), tr, layer_idx))
+def _layer(tr: Trace, layer: int) -> LayerDetail:
+    return store().get(("layer", *tr.key, int(layer)), lambda: backends.layer_detail(model_of(tr), tr, int(layer)))
+
+
+def site(tr: Trace, name: str, layer: int | None = None) -> np.ndarray:
+    """THE door of the pages to a recorded site (``core.engine.trace.SITES``) of the cached trace ``tr``:
+    ``Trace.site``'s answer, with what is derived per layer (``LAYER_SITES``: one block replayed; ``MLP_SITES``:
+    its MLP) kept in the byte-bounded store under the trace's own key, derived once for every session.
+    A per-layer site the trace does not keep is given one layer at a time (``layer``)."""
+    row = site_row(name)
+    derived = row.kind in (LAYER, MLP) and name not in tr.kept_sites and not (row.kind == LAYER and tr.keeps(name))
+    if not derived:
+        return tr.site(name, layer)
+    if layer is None:
+        raise ValueError(f"{name!r} is derived one layer at a time here: pass a layer")
+    if row.kind == LAYER:
+        return getattr(_layer(tr, layer), name)
+    parts = store().get(_site_key(tr, name, layer), lambda: _Parts(backends.mlp_sites(model_of(tr), tr, int(layer)))).arrays
+    if name not in parts:
+        raise KeyError(f"this model's MLP has no part for {name!r} ({row.meaning})")
+    return parts[name]
+
+
+def door(tr: Trace) -> SiteReader:
+    """``site`` for one trace, as the core functions that take a door want it: (name, layer) → array."""
+    return lambda name, layer=None: site(tr, name, layer)
+
+
+def has_site(tr: Trace, name: str, layer: int) -> bool:
+    """Whether ``site(tr, name, layer)`` answers without deriving (a page shows a spinner only when it does not)."""
+    row = site_row(name)
+    if name in tr.kept_sites or row.kind not in (LAYER, MLP) or (row.kind == LAYER and tr.keeps(name)):
+        return True
+    return _site_key(tr, name, layer) in store()
 
 
 class NpzFile(NamedTuple):
@@ -118,21 +134,19 @@ class NpzFile(NamedTuple):
 
 def get_trace_npz(tr: Trace) -> bytes:
     """The cached trace ``tr`` as a .npz file, built when the download is clicked from the store's derived
-    layers (``layer_of``: a layer a page derived is not derived again, one the file needs is derived once and
+    layers (``site``: a layer a page derived is not derived again, one the file needs is derived once and
     kept like any other), and kept in the same byte-bounded store (``XRAY_CACHE_GB``), evicted like the rest:
     at 4,096 tokens the file is about 0.5 GB, and one bigger than the whole budget is handed out, not kept."""
-    k = key_of(tr)
-
     def build() -> NpzFile:
-        return NpzFile(backends.export_npz_bytes(get_model(k.spec), tr, detail=lambda layer: layer_of(tr, layer)))
+        return NpzFile(backends.export_npz_bytes(model_of(tr), tr, detail=lambda layer: _layer(tr, layer)))
 
-    return store().get(("npz", *k), build).data
+    return store().get(("npz", *tr.key), build).data
 
 
 @st.cache_data(show_spinner=False, max_entries=32, hash_funcs=BY_KEY)
 def get_continuation(tr: Trace, max_new: int = MAX_NEW) -> tuple[list[int], bool]:
     """The greedy answer the journey page shows (ids, stopped at an end token)."""
-    loaded = get_model(key_of(tr).spec)  # the trace's pass already filled the prompt's KV cache: no second prefill
+    loaded = model_of(tr)  # the trace's pass already filled the prompt's KV cache: no second prefill
     # the whole answer in one hold of the model's lock (an RLock: each step takes it again): twenty sessions
     # stepping in turn would each keep a prompt's KV cache alive for the whole burst, one after another they don't
     with loaded.lock:
@@ -215,11 +229,10 @@ def pca_words(spec: str, words: tuple[str, ...]) -> tuple[list[str], list[str], 
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
 def sources(tr: Trace) -> list[str]:
     """Where each token of the cached trace ``tr`` came from in the prompt's text."""
-    k = key_of(tr)
-    loaded = get_model(k.spec)
+    loaded = model_of(tr)
     tok = loaded.tokenizer
-    enc = tokens.encode(tok, k.prompt, chat=k.chat, max_positions=loaded.facts.max_positions)  # the trace's ids
-    return embeddings.token_sources(tok, enc.text, k.prompt, enc.ids, k.chat)
+    enc = tokens.encode(tok, tr.prompt, chat=tr.chat, max_positions=loaded.facts.max_positions)  # the trace's ids
+    return embeddings.token_sources(tok, enc.text, tr.prompt, enc.ids, tr.chat)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -239,14 +252,14 @@ def layer_sweep(spec: str, ids: tuple[int, ...], layer: int) -> np.ndarray:
 @st.cache_data(show_spinner=False, max_entries=12, hash_funcs=BY_KEY)
 def atlas(tr: Trace) -> heads.HeadAtlas:
     """Head metrics of the cached trace (computed once per prompt, not per slider move), one layer at a time."""
-    return heads.head_atlas_of(layer_of(tr, i).weights for i in range(tr.n_layers))
+    return heads.head_atlas_of(site(tr, "attn_pattern", i) for i in range(tr.n_layers))
 
 
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
 def head_across_layers(tr: Trace, head: int, hide: bool, start: int | None) -> heads.Grid:
     """One head in every layer, as drawn (small: at most attnview.CELLS² cells per layer)."""
     n = tr.n_layers
-    return heads.head_grid((layer_of(tr, i).weights[head] for i in range(n)), heads.head_titles(n), hide, start)
+    return heads.head_grid((site(tr, "attn_pattern", i)[head] for i in range(n)), heads.head_titles(n), hide, start)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -290,13 +303,13 @@ def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> di
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
 def rope_check(tr: Trace, layer: int) -> dict[str, np.ndarray]:
     """RoPE redone by hand on layer ``layer`` of the cached trace (see core.maths.positions.rope_check)."""
-    return positions.rope_check(get_model(key_of(tr).spec), tr, layer_of(tr, layer))
+    return positions.rope_check(model_of(tr), tr, layer, door(tr))
 
 
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
 def recombine(tr: Trace, layer: int) -> dict[str, np.ndarray]:
     """Per-head outputs → concat → W_O on the cached trace (see core.maths.attention.recombine_layer)."""
-    return attention.recombine_layer(get_model(key_of(tr).spec), layer_of(tr, layer))
+    return attention.recombine_layer(model_of(tr), tr, layer, door(tr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +319,7 @@ def recombine(tr: Trace, layer: int) -> dict[str, np.ndarray]:
 @st.cache_data(show_spinner=False, max_entries=8, hash_funcs=BY_KEY)
 def get_lens(tr: Trace, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The logit lens of the cached trace at positions lo … hi−1: top ids [L+1, T'], their probabilities, and their text."""
-    return lens.logit_lens_with_text(get_model(key_of(tr).spec), tr, lo, hi)
+    return lens.logit_lens_with_text(model_of(tr), tr, lo, hi)
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -329,21 +342,20 @@ def scored_trace(tr: Trace) -> Trace:
     """The cached trace ``tr``, or (a prompt over ``training.MAX_POSITIONS`` tokens) the cached trace of its first ones."""
     if tr.n_tokens <= training.MAX_POSITIONS:
         return tr
-    k = key_of(tr)
-    return store().get(("trace_head", k.spec, k.prompt, k.chat, training.MAX_POSITIONS),
-                       lambda: training.scored_trace(get_model(k.spec), tr))
+    return store().get(("trace_head", tr.model_spec, tr.prompt, tr.chat, training.MAX_POSITIONS),
+                       lambda: training.scored_trace(model_of(tr), tr))
 
 
 @st.cache_data(show_spinner=False, max_entries=8, hash_funcs=BY_KEY)
 def teacher_forcing(tr: Trace) -> training.TeacherForcing:
     """Every position's next-token loss from the one parallel pass of the (first positions of the) prompt."""
-    return training.teacher_forcing(get_model(key_of(tr).spec), scored_trace(tr), n_total=tr.n_tokens)
+    return training.teacher_forcing(model_of(tr), scored_trace(tr), n_total=tr.n_tokens)
 
 
 @st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
 def same_logits(tr: Trace, t: int) -> training.SameLogits:
     """Row ``t`` of the parallel pass beside a separate forward pass of the prefix 0 … t."""
-    return training.same_logits(get_model(key_of(tr).spec), scored_trace(tr), t)
+    return training.same_logits(model_of(tr), scored_trace(tr), t)
 
 
 # ---------------------------------------------------------------------------------------------
