@@ -47,9 +47,11 @@ def _cost_tab(lang: str) -> None:
     st.table(A.cost_table_view(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio"))),
              hide_index=True)  # six rows: a plain table, drawn exactly as formatted ("—", never "None")
     ui.badge("formula")
-    spec = ui.model_spec()
+    loaded = ui.loaded_model()
+    if loaded is None:
+        return
     with st.spinner(ui.t("attention_lab.timing_measuring")):  # medians of repeated, interleaved runs (core.maths.attention)
-        timing = cache.attention_timing(spec)  # once per server process, shared by every session, until "Measure again"
+        timing = cache.attention_timing(loaded)  # once per server process, shared by every session, until "Measure again"
     presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"], np.asarray(A.COST_LENGTHS)),
                     width="stretch")  # the formula over the table's lengths; the clock up to 8K (the text's 4K → 8K)
     ui.badge("measured", ui.t("attention_lab.timing_detail", reps=timing["reps"]))
@@ -59,7 +61,7 @@ def _cost_tab(lang: str) -> None:
     label = ui.t("attention_lab.time_again")
     when.caption(ui.t("attention_lab.timing_when", when=f"{timing['measured_at']:%Y-%m-%d %H:%M:%S}", button=label))
     # the callback drops the shared measurement before the rerun, which measures anew under the spinner above
-    again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(spec,))
+    again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(loaded,))
     _reference(timing)
     _implementations()
 

@@ -657,7 +657,7 @@ def test_ig_by_hand_on_an_untouched_model(tiny_loaded, eager_refs):
 
 def test_attention_row_and_chip_colours(smol):
     tr = backends.trace(smol, EIFFEL[0])
-    row = attribution.last_row_attention(smol, tr, 5)
+    row = attribution.last_row_attention(tr, 5)
     w = backends.attention(smol, tr, 5)
     floats.assert_same(row, w[:, -1].astype(np.float64).mean(0), "the heads' mean of the last row")
     # the weights are kept in float16: each of the T weights of a head's row moved by its float16 rounding;

@@ -210,7 +210,7 @@ def _hand_pattern() -> np.ndarray:
 
 
 def test_head_atlas_by_hand():
-    at = heads.head_atlas(_hand_pattern())
+    at = heads.head_atlas_of(iter(_hand_pattern()))
     # float64 arithmetic on a few fractions both ways: pytest.approx's rel 1e-6 is ~10⁹ × float64's error
     h2 = -(0.2 * np.log2(0.2) + 0.3 * np.log2(0.3) + 0.5 * np.log2(0.5))
     assert at.entropy[0, 0] == pytest.approx((1.0 + h2) / 2)
@@ -230,7 +230,7 @@ def test_drop_first_key_renormalises():
 def test_head_atlas_on_real_trace(smol):
     tr = backends.trace(smol, "The cat sat on the mat because it was tired.")
     w = backends.stacked_layers(smol, tr, with_pattern=True)["attn_pattern"].astype(np.float64)
-    at = heads.head_atlas(w)
+    at = heads.head_atlas_of(iter(w))
     streamed = heads.head_atlas_of(tr.site("attn_pattern", i) for i in range(tr.n_layers))
     for name in ("entropy", "prev_token", "first_token", "max_weight"):  # the same weights through the same per-layer code
         floats.assert_same(getattr(streamed, name), getattr(at, name), f"the streamed atlas's {name}")

@@ -1,36 +1,19 @@
 """Activation patching (causal tracing): run the corrupted prompt, copy in ONE activation from the
 clean run, and see how much of the clean answer comes back.
 
-Sites (rows of the trace's registry, ``core.engine.trace.SITES``, TransformerLens' vocabulary):
+Sites (rows of ``core.engine.trace.SITES``): ``resid`` (entering block ``l`` at position ``t``), ``attn_out``,
+``mlp_out`` (what layer ``l``'s sub-layers add at ``t``), and ``z`` per head: one head's slice of the output
+projection's input at the last position (``roles.head_slice``, what head ablation zeroes).
 
-* ``resid``    — the residual stream entering block ``l`` at position ``t`` (``hook_resid_pre``);
-* ``attn_out`` — what layer ``l``'s attention adds to the stream at ``t``;
-* ``mlp_out``  — what layer ``l``'s MLP adds at ``t``;
-* ``z``        — one head's output at ``t``: its slice of ``z``, the output projection's input
-  (``core.engine.roles.head_slice``, the same slicing head ablation zeroes).
+A batch of patched runs (``_forward_rows``) feeds the corrupted prompt once; from the first block any row
+patches, the hidden state is the corrupted run's own stream copied once per row, and each site's hooks write
+the clean activations into their rows. A sweep skips positions no run patches (``plan``: the corrupted run's
+keys and values of the first P positions are computed once, ``backends.prefix_kv``).
 
-How a batch of patched runs is computed (``_forward_rows``): the model is fed the corrupted prompt
-once ([1, T]); a pre-hook on the first block that any row patches replaces the hidden state with
-the corrupted run's own residual stream there, copied B times (one row per patched run), and the
-hooks of each site overwrite their rows' activations with the clean ones. Before that block every
-row would compute exactly the corrupted run, so nothing is recomputed per row there; from that
-block on the rows run as one batch. Clean and corrupted activations come from two recorded passes
-(``capture``, through the engine's one site capture ``hf_trace.capture_sites``) and are reused by every patched run. A sweep also skips positions (``plan``): a pass
-whose runs patch nothing before position P feeds only positions P … T − 1, after the corrupted run's
-keys and values of the first P (computed once, ``backends.prefix_kv``) — a head sweep feeds one
-position per run, a long pair's grid goes in tiles of nearby layers and positions.
-
-Bit-exact ends: a CPU matrix product may round a row differently depending on where the row sits in
-the batch (its offset in the [B·T, d] operand), so "the same input gives the same output" holds only
-for the same slot of a batch of the same size. The recording runs each prompt as a batch of two
-identical rows and keeps row 0; a single patched run (``patched_logits``) also runs in row 0 of a
-batch of two. So patching nothing IS the corrupted run, and copying the whole stream at layer 0 (or
-at the last block's input) IS the clean run, bit for bit. In a sweep, a run sits in another slot of
-a bigger batch, or after cached keys and values, and may differ from its single run in the last
-float32 bits (≈ 1e-5 on a logit difference).
-
-Hooks are scoped to the calling thread and removed on exit (``core.engine.hooks``); forward passes
-hold the model's lock, so sessions sharing the model never see each other's patches.
+Exact ends: a CPU matrix product may round a row differently by its slot in the batch, so the recording and a
+single patched run both use row 0 of a batch of two: patching nothing IS the corrupted run, copying the whole
+stream at layer 0 IS the clean run, bit for bit. In a sweep a run may differ from its single run in the last
+float32 bits (≈ 1e-5 on a logit difference). Hooks are scoped to the calling thread, passes hold the model's lock.
 """
 
 from __future__ import annotations
@@ -160,7 +143,7 @@ def _start(rows: Sequence[Patch | None]) -> int:
     return min((p.layer for p in rows if p is not None), default=0)
 
 
-def _hooks(base: Baseline, sites: roles.Sites, rows: Sequence[Patch | None], B: int, skip: int = 0) -> list[HookSpec]:
+def _hooks(base: Baseline, sites: roles.Parts, rows: Sequence[Patch | None], B: int, skip: int = 0) -> list[HookSpec]:
     """The hooks of one batched pass; ``skip``: the pass starts at that position (the earlier ones come
     from a cache, ``_forward_rows``), so position t of the prompt is position t − skip of the pass."""
     by: dict[tuple[str, int], list[tuple[int, Patch]]] = {}

@@ -1,10 +1,8 @@
 """Memory a result will keep, with its pages already in place.
 
-Writing into memory the process has never touched costs a page fault per 4 KiB page. On this project's
-machines (virtual ones) a fault costs several microseconds: filling a fresh 18 MB array (a 256-token
-trace's residual stream) took 24 ms by faults against 0.4 ms into memory already touched, and 5 ms when
-the pages were mapped in one call (``MAP_POPULATE``). The server keeps every block of 1 MB and more in its
-own mapping (``core.web.server``), so ``malloc`` hands a new trace untouched memory every time.
+Writing into memory the process has never touched costs a page fault per 4 KiB page (several microseconds
+on a virtual machine). The server keeps every block of 1 MB and more in its own mapping
+(``core.web.server``), so ``malloc`` hands a new trace untouched memory every time.
 
 ``empty(shape)`` is for arrays a result keeps (a trace's stream, its keys and values). Its memory is a
 mapping of its own: taken from ``POOL`` (mappings that earlier arrays left behind when they were freed, at
@@ -54,8 +52,8 @@ class Pool:
         with self._lock:
             self._used = True
             i = bisect.bisect_left(self._sizes, n)
-            # the mapping this very request would have been given always fits: a 2.2 MB array (mapped in 4 MiB,
-            # 1.9 × its size) was never served again, and such mappings filled the pool (issue 28)
+            # the mapping this very request would have been given always fits (else arrays just above a STEP
+            # multiple are never served again and fill the pool)
             if i < len(self._sizes) and self._sizes[i] <= max(mapped_size(n), n * SLACK):
                 self.hits += 1
                 self._sizes.pop(i)

@@ -35,7 +35,7 @@ from core.engine import roles, xray
 from core.engine.hooks import HookSpec, scoped_hooks
 from core.engine.hooks import first_of as _first
 from core.engine.hooks import hidden_of as _hidden_of
-from core.engine.roles import Sites, find_sites
+from core.engine.roles import Parts, find_sites
 from core.engine.tokens import readable_tokens
 from core.engine.trace import MAX_TOKENS, MLP_SITES, TOP_K, LayerDetail, NextTokens, Trace
 from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError
@@ -195,7 +195,7 @@ def identity_rows(T: int) -> slice:
     return slice(None, None, max(1, T // 16))
 
 
-def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool) -> list[HookSpec]:
+def _capture_hooks(sites: Parts, cap: Capture, model_name: str, last_only: bool) -> list[HookSpec]:
     L = len(sites.blocks)
     pending: dict[str, torch.Tensor] = {}  # this block's input and sub-layer outputs, until it returns
 
@@ -223,8 +223,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
     def on_sub(site: str, i: int, out: Any) -> None:
         y = _first(out)
         attn = site == "attn_out"
-        # written in place (out=): the same bits, without a [T] temporary and its copy (issue 28: at 256 tokens the
-        # temporary's path took ~2.7 ms per call on this machine, out= 15 µs; 60 calls per trace)
+        # written in place (out=): the same bits, without a [T] temporary and its copy
         buf = (cap.attn_norm if attn else cap.mlp_norm)[i]
         torch.linalg.vector_norm(y[0], dim=-1, dtype=buf.dtype, out=buf)  # dtype: a model in another dtype still fits the buffer
         cap.sampled[0 if attn else 1, i].copy_(y[0, rows].detach())  # the identity is checked after the pass, all layers at once
@@ -274,7 +273,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 _HEAD_ALONE: dict[type, bool] = {}
 
 
-def _last_only_possible(model: Any, sites: Sites) -> bool:
+def _last_only_possible(model: Any, sites: Parts) -> bool:
     return (_HEAD_ALONE.get(type(model), True) and sites.final_norm is not None
             and isinstance(sites.lm_head, torch.nn.Linear)
             and "logits_to_keep" in inspect.signature(type(model).forward).parameters)
@@ -405,8 +404,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
 
     def encoded(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         # the layers of a model are mostly called with the very same objects (the mask, cos/sin, the cache position):
-        # a call whose every argument *is* an earlier call's shares its encoding (the same value; 0.3 ms a trace). The
-        # identities are sound keys here: every recorded call keeps its objects alive until packing is done
+        # a call whose every argument *is* an earlier call's shares its encoding (the same value). The identities are
+        # sound keys here: every recorded call keeps its objects alive until packing is done
         key = (tuple(map(id, args)), tuple((k, id(v)) for k, v in kwargs.items()))
         if key not in done:
             done[key] = (tuple(_encode(a, HIDDEN, tensors, seen) for a in args),
@@ -541,7 +540,7 @@ def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torc
                        attn_out=_np(attn_out), mlp_out=_np(mlp_out))
 
 
-def _mlp_hooks(sites: Sites, layer: int, got: dict[str, torch.Tensor]) -> list[HookSpec]:
+def _mlp_hooks(sites: Parts, layer: int, got: dict[str, torch.Tensor]) -> list[HookSpec]:
     """Forward hooks that record every MLP site of the registry (``MLP_SITES``) whose part this layer's MLP
     has (``roles.MLP_PARTS``), [1, T, ·] each, into ``got``."""
     parts = {name: roles.mlp_part(sites.mlps[layer], name) for name in MLP_SITES}
@@ -567,7 +566,7 @@ def mlp_replay(loaded: LoadedModel, tr: Trace, layer: int, attn_out: torch.Tenso
     return out, got
 
 
-def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) -> tuple[LayerDetail, torch.Tensor]:
+def _attention_replay(loaded: LoadedModel, sites: Parts, tr: Trace, layer: int) -> tuple[LayerDetail, torch.Tensor]:
     """The attention sub-layer alone: its norm on ``resid[l]``, then the attention module with its
     recorded arguments. What it adds must have, at every position, the norm the trace kept
     (``attn_out_norm``); the MLP's contribution is then the rest of the block's step,
@@ -587,7 +586,7 @@ def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int) 
     return _detail(layer, c, attn_out, mlp_out), attn_out
 
 
-def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int,
+def _block_replay(loaded: LoadedModel, sites: Parts, tr: Trace, layer: int,
                   mlp: bool = False) -> tuple[LayerDetail, dict[str, torch.Tensor]]:
     """The whole block ``layer`` on ``resid[l]`` with its recorded arguments (``mlp``: its MLP sites recorded
     too); its output must reproduce the kept ``resid[l+1]``."""

@@ -331,9 +331,6 @@ class PaddedBatch:
     def lengths(self) -> list[int]:
         return [len(t) for t in self.token_ids]
 
-    def real_positions(self, b: int) -> np.ndarray:
-        return np.flatnonzero(self.mask_2d[b])
-
 
 def _padded_inputs(ids: list[list[int]], pad: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
     T = max(len(x) for x in ids)

@@ -250,11 +250,6 @@ def pattern_support(pattern: np.ndarray, tol: float = 0.0) -> np.ndarray:
     return np.asarray(pattern, dtype=np.float64) > tol
 
 
-def additive_text(visible: np.ndarray) -> np.ndarray:
-    """The additive mask as display strings, '0' and '−∞'."""
-    return np.where(np.asarray(visible, dtype=bool), "0", "−∞")
-
-
 # ---------------------------------------------------------------------------------------------
 # multi-head, GQA, MQA
 

@@ -272,14 +272,6 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
 
 
-def is_gated(loaded: LoadedModel) -> bool:
-    try:
-        mlp = find_sites(loaded.model).mlps[0]
-    except UnsupportedArchitectureError:
-        return False
-    return all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj"))
-
-
 def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, site: SiteReader | None = None) -> MlpSteps:
     """down_proj(SiLU(gate_proj(h)) · up_proj(h)) for token ``pos`` of block ``layer``, from the weights, beside
     the model's own ``mlp_out`` and ``gate_act`` (read through ``site``, default ``tr.site``).

@@ -61,9 +61,9 @@ def model_of(tr: Trace) -> LoadedModel:
     return get_model(tr.model_spec)
 
 
-# A helper below that ``st.cache_data`` keeps takes the trace itself: Streamlit hashes it by what it was made
-# from (``Trace.key``: model, prompt, settings), never by its arrays, so the memo is the one the key names.
-BY_KEY = {Trace: lambda tr: tr.key}
+# A helper below that Streamlit's caches keep takes the trace and the model themselves: Streamlit hashes a trace
+# by what it was made from (``Trace.key``: model, prompt, settings), never by its arrays, and a model by its spec.
+BY_KEY = {Trace: lambda tr: tr.key, LoadedModel: lambda m: m.spec}
 
 
 def next_token_logprob_of(tr: Trace) -> np.ndarray:
@@ -175,28 +175,27 @@ def _room(loaded: LoadedModel, n: int) -> int:
     return max(1, backends.context_room(loaded) - n)
 
 
-def measured_costs(spec: str, run: int = 0) -> jobs.Job | jobs.Refused:
+def measured_costs(loaded: LoadedModel, run: int = 0) -> jobs.Job | jobs.Refused:
     """Prefill and decode costs per token on this model, here (``generate.measure_costs``: the one TPOT
     method). A measurement (see ``measurement``: one in flight per session, fresh ones capped per server):
     the job, whose value is a ``generate.TpotMeasure``, or a refusal. ``run``: a new number measures again."""
-    loaded = get_model(spec)
     n_prefill = min(128, max(8, int(loaded.facts.max_positions or 128) - 16))
-    return measurement(("measured_costs", spec, run), lambda job: generate.measure_costs(loaded, n_prefill=n_prefill))
+    return measurement(("measured_costs", loaded.spec, run), lambda job: generate.measure_costs(loaded, n_prefill=n_prefill))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def tpot(spec: str, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> generate.TpotMeasure:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def tpot(loaded: LoadedModel, ids: tuple[int, ...], cfg: tuple[Any, ...] = (), run: Any = 0) -> generate.TpotMeasure:
     """The one TPOT of this prompt (``generate.measure_tpot``) under the sampling settings ``cfg``
     (``astuple`` of a SamplingConfig; greedy when empty), as the stepper shows it beside its own
     recorded passes. ``run``: a new number measures again."""
-    return generate.measure_tpot(get_model(spec), list(ids), cfg=SamplingConfig(*cfg) if cfg else None)
+    return generate.measure_tpot(loaded, list(ids), cfg=SamplingConfig(*cfg) if cfg else None)
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def warmed_up(spec: str) -> bool:
+@st.cache_resource(show_spinner=False, max_entries=4, hash_funcs=BY_KEY)
+def warmed_up(loaded: LoadedModel) -> bool:
     """One tiny cached generation per model and process: the very first forward pass pays one-off
     start-up costs (memory pools, kernel selection) that would otherwise inflate the first TTFT shown."""
-    generate.warm_up(get_model(spec))
+    generate.warm_up(loaded)
     return True
 
 
@@ -204,21 +203,20 @@ def warmed_up(spec: str) -> bool:
 # inside the real model: embeddings, ablation, the head atlas
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def id_study(spec: str, n_pairs: int = 2000, seed: int = 0) -> embeddings.IdDistanceStudy:
-    return embeddings.id_distance_study(embeddings.embedding_matrix(get_model(spec)), n_pairs, seed)
+@st.cache_data(show_spinner=False, max_entries=4, hash_funcs=BY_KEY)
+def id_study(loaded: LoadedModel, n_pairs: int = 2000, seed: int = 0) -> embeddings.IdDistanceStudy:
+    return embeddings.id_distance_study(embeddings.embedding_matrix(loaded), n_pairs, seed)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def embedding_rows(spec: str, ids: tuple[int, ...]) -> np.ndarray:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def embedding_rows(loaded: LoadedModel, ids: tuple[int, ...]) -> np.ndarray:
     """Rows of E for ``ids`` [n, d], read from the weight matrix itself (not from a trace)."""
-    return embeddings.lookup(embeddings.embedding_matrix(get_model(spec)), list(ids)).copy()
+    return embeddings.lookup(embeddings.embedding_matrix(loaded), list(ids)).copy()
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def pca_words(spec: str, words: tuple[str, ...]) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def pca_words(loaded: LoadedModel, words: tuple[str, ...]) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
     """(words, their pieces joined, coords [n, 2], explained [2]) for the PCA map."""
-    loaded = get_model(spec)
     vecs = embeddings.word_vectors(loaded, embeddings.embedding_matrix(loaded), list(words))
     if len(vecs) < 2:
         return [], [], np.zeros((0, 2)), np.zeros(2)
@@ -235,16 +233,15 @@ def sources(tr: Trace) -> list[str]:
     return embeddings.token_sources(tok, enc.text, tr.prompt, enc.ids, tr.chat)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def probs(spec: str, ids: tuple[int, ...], ablate: tuple[tuple[int, Any], ...]) -> np.ndarray:
-    return ablation.next_token_probs(get_model(spec), list(ids), list(ablate))
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=BY_KEY)
+def probs(loaded: LoadedModel, ids: tuple[int, ...], ablate: tuple[tuple[int, Any], ...]) -> np.ndarray:
+    return ablation.next_token_probs(loaded, list(ids), list(ablate))
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def layer_sweep(spec: str, ids: tuple[int, ...], layer: int) -> np.ndarray:
+@st.cache_data(show_spinner=False, max_entries=8, hash_funcs=BY_KEY)
+def layer_sweep(loaded: LoadedModel, ids: tuple[int, ...], layer: int) -> np.ndarray:
     """[H] KL(before ‖ after) for ablating each head of ``layer`` alone."""
-    loaded = get_model(spec)
-    before = probs(spec, ids, ())
+    before = probs(loaded, ids, ())
     after = ablation.sweep_heads(loaded, list(ids), [layer])[0]  # [H, V]
     return np.array([ablation.kl_divergence(before, a) for a in after])
 
@@ -262,18 +259,17 @@ def head_across_layers(tr: Trace, head: int, hide: bool, start: int | None) -> h
     return heads.head_grid((site(tr, "attn_pattern", i)[head] for i in range(n)), heads.head_titles(n), hide, start)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def sentence_vector(spec: str, text: str) -> np.ndarray:
+@st.cache_data(show_spinner=False, max_entries=16, hash_funcs=BY_KEY)
+def sentence_vector(loaded: LoadedModel, text: str) -> np.ndarray:
     """Mean-pooled final hidden state of ``text`` [d] (a crude sentence vector, for contrast only)."""
-    tr = backends.trace(get_model(spec), text, max_tokens=128)
+    tr = backends.trace(loaded, text, max_tokens=128)
     return embeddings.mean_pooled(tr.final_hidden)
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def model_sweep(spec: str, ids: tuple[int, ...]) -> np.ndarray:
+@st.cache_data(show_spinner=False, max_entries=4, hash_funcs=BY_KEY)
+def model_sweep(loaded: LoadedModel, ids: tuple[int, ...]) -> np.ndarray:
     """[L, H] KL(before ‖ after) for ablating every head of every layer alone (batched passes)."""
-    loaded = get_model(spec)
-    before = probs(spec, ids, ())
+    before = probs(loaded, ids, ())
     after = ablation.sweep_heads(loaded, list(ids), list(range(loaded.facts.n_layers)))  # [L, H, V]
     return np.array([[ablation.kl_divergence(before, a) for a in row] for row in after])
 
@@ -290,12 +286,12 @@ def scale_experiment(d_values: tuple[int, ...]) -> dict[str, np.ndarray]:
     return attention.scale_experiment(d_values)
 
 
-@st.cache_data(show_spinner=False, max_entries=2)
-def attention_timing(spec: str, lengths: tuple[int, ...] = TIMING_LENGTHS) -> dict[str, Any]:
+@st.cache_data(show_spinner=False, max_entries=2, hash_funcs=BY_KEY)
+def attention_timing(loaded: LoadedModel, lengths: tuple[int, ...] = TIMING_LENGTHS) -> dict[str, Any]:
     """``attention.time_attention`` as it came, plus ``measured_at``: when it finished (an aware UTC
-    datetime). Measured once per process and shared by every session, until ``attention_timing.clear(spec)``
+    datetime). Measured once per process and shared by every session, until ``attention_timing.clear(loaded)``
     (the cost tab's "Measure again") drops it for everyone; holds the model's lock so no forward pass runs meanwhile."""
-    with get_model(spec).lock:
+    with loaded.lock:
         timing = attention.time_attention(lengths)
     return {**timing, "measured_at": datetime.datetime.now(datetime.UTC)}
 
@@ -322,16 +318,16 @@ def get_lens(tr: Trace, lo: int = 0, hi: int | None = None) -> tuple[np.ndarray,
     return lens.logit_lens_with_text(model_of(tr), tr, lo, hi)
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def get_breakdown(spec: str) -> dict[str, int]:
+@st.cache_data(show_spinner=False, max_entries=4, hash_funcs=BY_KEY)
+def get_breakdown(loaded: LoadedModel) -> dict[str, int]:
     """Parameters per role of the loaded model (walks named_parameters once per model)."""
-    return anatomy.param_breakdown(get_model(spec).model)
+    return anatomy.param_breakdown(loaded.model)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def token_texts(spec: str, ids: tuple[int, ...]) -> list[str]:
+@st.cache_data(show_spinner=False, max_entries=64, hash_funcs=BY_KEY)
+def token_texts(loaded: LoadedModel, ids: tuple[int, ...]) -> list[str]:
     """Readable, visible text of a few token ids (the candidate tables)."""
-    return tokens.visible_tokens(get_model(spec).tokenizer, ids)
+    return tokens.visible_tokens(loaded.tokenizer, ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,10 +392,10 @@ def shipped_curve() -> dict[str, Any]:
 # cause and effect (core.cause): the recorded pair, patching sweeps, one patched run, attributions
 
 
-@st.cache_resource(show_spinner=False, max_entries=8)
-def cause_baseline(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...]) -> patching.Baseline:
+@st.cache_resource(show_spinner=False, max_entries=8, hash_funcs=BY_KEY)
+def cause_baseline(loaded: LoadedModel, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...]) -> patching.Baseline:
     """The clean and corrupted runs, recorded once: every patched run copies from it (read-only)."""
-    return patching.capture(get_model(spec), ids_clean, ids_corrupted)
+    return patching.capture(loaded, ids_clean, ids_corrupted)
 
 
 @st.cache_resource(show_spinner=False)
@@ -409,16 +405,16 @@ def runner() -> jobs.Runner:
     return jobs.Runner()
 
 
-def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], answer: int, foil: int, site: str,
+def cause_sweep(loaded: LoadedModel, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], answer: int, foil: int, site: str,
                 progress: Progress | None = None) -> np.ndarray:
     """Raw logit differences of every patched run of ``site``: [L, T], or [L, H] for single heads.
     Computed in a server thread (``runner``), not in the script: a rerun while it runs (a language
     switch, a second visitor) waits for the same sweep and picks it up where it is, instead of losing
     it; ``progress(done, total, words)`` (the page's ``core.web.bar.Bar``) draws its bar meanwhile, in every session that waits."""
-    key = ("cause_sweep", spec, ids_clean, ids_corrupted, answer, foil, site)
+    key = ("cause_sweep", loaded.spec, ids_clean, ids_corrupted, answer, foil, site)
     job = runner().job(key)
     if job is None:
-        loaded, base = get_model(spec), cause_baseline(spec, ids_clean, ids_corrupted)  # in the script: Streamlit's caches
+        base = cause_baseline(loaded, ids_clean, ids_corrupted)  # in the script: Streamlit's caches
 
         def compute(job: jobs.Job) -> np.ndarray:
             grid = patching.sweep(loaded, base, site, answer, foil, progress=job.report)
@@ -429,30 +425,29 @@ def cause_sweep(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int,
     return jobs.wait(job, progress)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def cause_run(spec: str, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], site: str, layer: int, pos: int,
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=BY_KEY)
+def cause_run(loaded: LoadedModel, ids_clean: tuple[int, ...], ids_corrupted: tuple[int, ...], site: str, layer: int, pos: int,
               head: int | None) -> np.ndarray:
     """One patched run's next-token scores [V]."""
-    base = cause_baseline(spec, ids_clean, ids_corrupted)
-    return patching.patched_logits(get_model(spec), base, patching.Patch(site, layer, pos, head))
+    base = cause_baseline(loaded, ids_clean, ids_corrupted)
+    return patching.patched_logits(loaded, base, patching.Patch(site, layer, pos, head))
 
 
-def cause_attribution(spec: str, ids: tuple[int, ...], answer: int, foil: int, steps: int,
+def cause_attribution(loaded: LoadedModel, ids: tuple[int, ...], answer: int, foil: int, steps: int,
                       progress: Progress | None = None) -> attribution.Attributions:
     """Gradient × input and integrated gradients of the clean prompt (in a server thread, like ``cause_sweep``)."""
-    key = ("cause_attribution", spec, ids, answer, foil, steps)
+    key = ("cause_attribution", loaded.spec, ids, answer, foil, steps)
     job = runner().job(key)
     if job is None:
-        loaded = get_model(spec)
         job = runner().start(key, lambda job: attribution.attribute(loaded, ids, answer, foil, steps, progress=job.report))
     return jobs.wait(job, progress)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def cause_attention_row(spec: str, prompt: str, layer: int) -> np.ndarray:
+@st.cache_data(show_spinner=False, max_entries=32, hash_funcs=BY_KEY)
+def cause_attention_row(loaded: LoadedModel, prompt: str, layer: int) -> np.ndarray:
     """The last position's attention at ``layer``, mean over heads [T] (plain text, no chat template)."""
-    loaded = get_model(spec)
-    return attribution.last_row_attention(loaded, get_trace(spec, prompt, False), layer)
+    tr = get_trace(loaded.spec, prompt, False)
+    return attribution.last_row_attention(tr, layer, door(tr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,18 +464,16 @@ def measurement(key: tuple, compute: Any) -> jobs.Job | jobs.Refused:
     return runner().measure(key, compute, st.session_state)
 
 
-def diagnose_prefill(spec: str, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:
+def diagnose_prefill(loaded: LoadedModel, lengths: tuple[int, ...], run: int = 0) -> jobs.Job | jobs.Refused:
     """Tokenising and prefill time at each input length (``core.gen.diagnose.measure_prefill_curve``);
     its progress counts the lengths, in words. ``run``: a new number measures again."""
-    loaded = get_model(spec)
-    return measurement(("diagnose_prefill", spec, lengths, run),
+    return measurement(("diagnose_prefill", loaded.spec, lengths, run),
                        lambda job: diagnose.measure_prefill_curve(loaded, list(lengths), progress=job.report))
 
 
-def diagnose_decode(spec: str, prompt: str, chat: bool, n_decode: int, run: int = 0) -> jobs.Job | jobs.Refused:
+def diagnose_decode(loaded: LoadedModel, prompt: str, chat: bool, n_decode: int, run: int = 0) -> jobs.Job | jobs.Refused:
     """One request timed end to end (``core.gen.diagnose.measure_decode``); its progress counts the runs, in words."""
-    loaded = get_model(spec)
-    return measurement(("diagnose_decode", spec, prompt, chat, n_decode, run),
+    return measurement(("diagnose_decode", loaded.spec, prompt, chat, n_decode, run),
                        lambda job: diagnose.measure_decode(loaded, prompt, chat, n_decode, progress=job.report))
 
 

@@ -38,8 +38,8 @@ def give_back_freed_memory() -> bool:
 
     Smaller blocks (Python objects, page messages, torch's small tensors) come from malloc's arenas,
     and glibc gives each busy thread one of its own, up to 8 per core: after 20 sessions at once (each
-    a thread) the freed pieces lie spread over many arenas, held by malloc (issue 29: 1,030 → 3,750 MiB,
-    unchanged after every session closed; ``start_trimming`` hands free pages back). So the arenas are capped at ``ARENAS``
+    a thread) the freed pieces lie spread over many arenas, held by malloc after every session closed
+    (``start_trimming`` hands free pages back). So the arenas are capped at ``ARENAS``
     (``M_ARENA_MAX``, what ``MALLOC_ARENA_MAX=2`` sets; an operator's own ``MALLOC_ARENA_MAX`` wins),
     before any thread is started. Returns whether the C library took the settings (False where it is
     not glibc)."""
