@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.common import fresh
 from core.engine import roles, xray
 from core.engine.hooks import HookSpec, scoped_hooks
 from core.engine.hooks import first_of as _first
@@ -180,10 +179,8 @@ class Capture:
 
 
 def _new_capture(L: int, T: int, d: int, keep: tuple[str, ...] = ()) -> Capture:
-    # memory whose pages are in place (``fresh.empty``), not faulted in page by page during the pass: the stream, kept
-    # by the trace, and the identity's sample, whose mapping goes back to the pool once the check has read it
-    return Capture(resid=torch.from_numpy(fresh.empty((L + 1, T, d))), attn_norm=torch.zeros(L, T),
-                   mlp_norm=torch.zeros(L, T), sampled=torch.from_numpy(fresh.empty((2, L, len(range(T)[identity_rows(T)]), d))),
+    return Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T),
+                   mlp_norm=torch.zeros(L, T), sampled=torch.empty(2, L, len(range(T)[identity_rows(T)]), d),
                    keep=keep)
 
 
@@ -288,7 +285,7 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     cap = _new_capture(L, T, d)
     extra = {"logits_to_keep": 1} if last_only else {}
     f = loaded.facts
-    kv = tuple(torch.from_numpy(fresh.empty((L, f.n_kv_heads, T, f.head_dim))) for _ in "kv") if T <= KV_KEEP_MAX else None
+    kv = tuple(torch.empty(L, f.n_kv_heads, T, f.head_dim) for _ in "kv") if T <= KV_KEEP_MAX else None
     with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=kv is not None,
                                                              kv_into=kv) as rec:
         cap.calls = rec.calls
@@ -312,7 +309,7 @@ def _check_identity(cap: Capture, model_name: str) -> None:
     """The trace contract's identity, every block at once after the pass: resid[l+1] = resid[l] + attn_out +
     mlp_out at ``identity_rows`` (resid[l] is what block l was called with, resid[l+1] what it returned:
     the chain check saw to it). Float32 rounding grows with the stream's magnitude: relative, floor 1."""
-    sampled, cap.sampled = cap.sampled, torch.empty(0)  # read once here; its memory then goes back to fresh's pool
+    sampled, cap.sampled = cap.sampled, torch.empty(0)  # read once here; its memory is then freed
     L = sampled.shape[1]
     if cap.problem is not None or len(cap.seen.get("resid", ())) != L + 1 or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out")):
         return  # ``check`` refuses it already, with its own reason

@@ -18,7 +18,6 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
-from core.common import fresh
 from core.web import offer
 
 MMAP_THRESHOLD = 1 << 20  # bytes: every block at least this big is its own mapping
@@ -71,7 +70,6 @@ def start_trimming(every_s: float = TRIM_S, stop: threading.Event | None = None)
 
     def loop() -> None:
         while not stop.wait(every_s):
-            fresh.POOL.drop_if_idle()  # the pages kept for the next trace, once no trace has been made for a while
             trim()
 
     t = threading.Thread(target=loop, name="xray-malloc-trim", daemon=True)
