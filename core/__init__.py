@@ -8,7 +8,8 @@ The notebook API (stable across refactors; ``help(core.<name>)`` for each)::
     tr = trace(m, "The capital of France is")
     tr.resid.shape                         # [layers + 1, T, d]: the residual stream, kept
     tr.attn_pattern.shape                  # [layers, heads, T, T]: every layer's attention, derived exactly on first read
-    tr.attention(5).shape                  # [heads, T, T]: one layer (any length; = layer_detail(m, tr, 5).weights)
+    tr.site("attn_pattern", 5).shape       # [heads, T, T]: one layer (any length), through the one door to every site
+    tr.site("gate_act", 5).shape           # [T, d_ff]: the MLP's gate activation, derived when asked by name
     nt = next_tokens(m, tr)                # the best next tokens at every position: nt.ids [T, K], nt.probs() [T, K]
     lens = logit_lens(m, tr, k=5)          # every layer's stream read by the LM head: lens.ids / lens.probs [L+1, T, 5]
     lens.at(tr.n_tokens - 1)[-1]           # [(token, probability), …] of the last layer: the model's own prediction

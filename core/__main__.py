@@ -406,7 +406,7 @@ def patch_main(argv: list[str]) -> int:
     p.add_argument("--answer", required=True, help="one token the clean prompt leads to, e.g. ' Paris'")
     p.add_argument("--foil", required=True, help="one token the corrupted prompt leads to, e.g. ' Rome'")
     _add_out_and_model(p, "--out", "patch.npz")
-    p.add_argument("--heads", action="store_true", help="also patch each head's output at the last position (head_out [L, H])")
+    p.add_argument("--heads", action="store_true", help="also patch each head's output at the last position (z [L, H])")
 
     def work(a: argparse.Namespace) -> dict[str, np.ndarray]:
         loaded = backends.load_model(a.model)
@@ -414,7 +414,7 @@ def patch_main(argv: list[str]) -> int:
         pt.require_same_length()
         ans = pair.answers(loaded.tokenizer, a.answer, a.foil)
         base = patching.capture(loaded, pt.ids_clean, pt.ids_corrupted)
-        sites = [*patching.SITES, *([patching.HEAD] if a.heads else [])]
+        sites = [*patching.BY_POSITION, *([patching.HEAD] if a.heads else [])]
         grids = {s: patching.sweep(loaded, base, s, ans.answer, ans.foil, progress=_patch_progress(s)) for s in sites}
         rec = patching.export(loaded, pt, ans, base, grids)
         write_output(a.out, lambda f: np.savez(f, **rec))
@@ -424,12 +424,12 @@ def patch_main(argv: list[str]) -> int:
         c, r = float(rec["logit_diff_clean"]), float(rec["logit_diff_corrupted"])
         L, T = rec["resid"].shape
         print(f"{T} tokens, {L} layers; logit difference clean {c:.3f}, corrupted {r:.3f}")
-        for site in ("resid", "attn_out", "mlp_out", "head_out"):
+        for site in patching.PATCHED:
             if site in rec:
                 norm = patching.normalise(rec[site], c, r)
                 if norm is not None:
                     i, j = patching.best_cell(norm)
-                    print(f"{site}: most restored at layer {i}, {'head' if site == 'head_out' else 'position'} {j} ({norm[i, j]:.0%})")
+                    print(f"{site}: most restored at layer {i}, {'head' if site == patching.HEAD else 'position'} {j} ({norm[i, j]:.0%})")
         print(f"wrote {a.out}: keys {' '.join(rec)}")
         return 0
 

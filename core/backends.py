@@ -73,13 +73,6 @@ def encode_prompt(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_t
     return encode(loaded.tokenizer, prompt, chat=chat, max_tokens=max_tokens, max_positions=loaded.facts.max_positions)
 
 
-def cut_record(tr: Trace, enc: Encoded) -> Trace:
-    """``tr`` told whose limit cut its prompt (``meta["cut_by"]``, ``meta["kept_tail"]``: ``tokens.cut_notice``)."""
-    if enc.truncated_from:
-        tr.meta.update(cut_by=enc.cut_by, kept_tail=enc.kept_tail)
-    return tr
-
-
 def trace(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS) -> Trace:
     """One forward pass of ``loaded`` on ``prompt``, recorded. See ``core.engine.trace.Trace``. A prompt
     longer than ``max_tokens`` or than the model's positions is cut (``tr.truncated_from``, ``tr.notes``)."""
@@ -87,30 +80,30 @@ def trace(loaded: LoadedModel, prompt: str, *, chat: bool = False, max_tokens: i
         _count()
         return _knowing(loaded, toy_run.trace_toy(loaded, prompt, chat=chat, max_tokens=max_tokens))
     enc = encode_prompt(loaded, prompt, chat=chat, max_tokens=max_tokens)
-    return cut_record(trace_ids(loaded, enc.ids, prompt=prompt, text=enc.text, chat=chat, truncated_from=enc.truncated_from,
-                                notes=list(enc.notes)), enc)
+    return trace_ids(loaded, enc.ids, prompt=prompt, text=enc.text, chat=chat, truncated_from=enc.truncated_from,
+                     notes=list(enc.notes), cut_by=enc.cut_by, kept_tail=enc.kept_tail, max_tokens=max_tokens)
 
 
 def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
-    """A traced forward pass of an HF model on token ids (``what``: prompt, text, chat, truncated_from, notes)."""
+    """A traced forward pass of an HF model on token ids (``what``: ``hf_trace.pack``'s)."""
     _count()
     return _knowing(loaded, hf_trace.trace_ids(loaded, ids, **what))
 
 
 def _knowing(loaded: LoadedModel, tr: Trace) -> Trace:
-    """``tr``, told how to derive a layer it does not keep (``tr.attn_pattern``, ``tr.layer(l)`` in a
-    notebook): through ``layer_detail``, with a weak reference to the model, so that a cached trace never
-    keeps a model alive that the app has let go."""
+    """``tr``, told how to derive a site it does not keep (``tr.site(name, layer)``): through ``layer_detail``
+    and ``mlp_sites``, with a weak reference to the model, so that a cached trace never keeps a model alive
+    that the app has let go."""
     model = weakref.ref(loaded)
 
-    def derive(t: Trace, layer: int, mlp: bool = False) -> LayerDetail:
+    def alive() -> LoadedModel:
         m = model()
         if m is None:
             raise RuntimeError("the model this trace came from is no longer loaded: load it again and call "
                                "core.layer_detail(model, trace, layer)")
-        return layer_detail(m, t, layer, mlp=mlp)
+        return m
 
-    tr.derive_with(derive)
+    tr.derive_with(lambda t, layer: layer_detail(alive(), t, layer), lambda t, layer: mlp_sites(alive(), t, layer))
     return tr
 
 
@@ -196,18 +189,26 @@ def export_npz_bytes(loaded: LoadedModel, tr: Trace, detail: Callable[[int], Lay
 # weights and the two sub-layer outputs (see core.engine.trace: they may be derived on demand)
 
 
-def layer_detail(loaded: LoadedModel, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
+def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
     """Everything layer ``layer`` computed for ``tr``: q, k, v, the attention weights (float16) and the
-    two sub-layer outputs (``LAYER_SITES``); with ``mlp``, the MLP's internals too (``MLP_SITES``). The
-    toy keeps them in the trace; for an HF model they are derived exactly by replaying that one block
-    (``core.engine.hf_trace.layer_detail``). Callers cache the result (``core.web.cache.layer``): at
-    4,096 tokens one layer's weights are 0.3 GB."""
+    two sub-layer outputs (``LAYER_SITES``). The toy keeps them in the trace; for an HF model they are
+    derived exactly by replaying that one block (``core.engine.hf_trace.layer_detail``). Callers cache the
+    result (``core.web.cache.site``): at 4,096 tokens one layer's weights are 0.3 GB."""
     if not 0 <= layer < tr.n_layers:
         raise IndexError(f"layer {layer} is outside 0 … {tr.n_layers - 1}")
     if tr.keeps("attn_pattern"):  # kept eagerly (the toy): slices of the trace
-        inside = {k: tr.extras[k][layer] for k in MLP_SITES if k in tr.extras} if mlp else {}
-        return LayerDetail(layer, **{k: getattr(tr, k)[layer] for k in LAYER_SITES}, mlp=inside)
-    return hf_trace.layer_detail(loaded, tr, layer, mlp=mlp)
+        return LayerDetail(layer, **{k: tr.site(k, layer) for k in LAYER_SITES})
+    return hf_trace.layer_detail(loaded, tr, layer)
+
+
+def mlp_sites(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
+    """Layer ``layer``'s MLP sites (``MLP_SITES`` whose part its MLP has), [T, ·] each: kept by the toy,
+    derived for an HF model by replaying that layer's MLP (``core.engine.hf_trace.mlp_sites``)."""
+    if not 0 <= layer < tr.n_layers:
+        raise IndexError(f"layer {layer} is outside 0 … {tr.n_layers - 1}")
+    if tr.keeps("attn_pattern"):
+        return {k: tr.kept_sites[k][layer] for k in MLP_SITES if k in tr.kept_sites}
+    return hf_trace.mlp_sites(loaded, tr, layer)
 
 
 def attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray:

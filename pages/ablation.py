@@ -54,9 +54,9 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
         layer, head = target.layer, target.head
         atlas = cache.atlas(tr)
         title = ui.t("ablation.map_title", l=layer, h=head, **heads.head_stats(atlas, layer, head))
-        d = ui.layer_detail(tr, layer)
-        if d is not None:
-            v = attnview.overview(d.weights[head])
+        w = ui.site(tr, "attn_pattern", layer)
+        if w is not None:
+            v = attnview.overview(w[head])
             presenter.chart(inside_fig.fig_single_map(v.z, tr.tokens, title, lang, v), width="stretch")
             if note := inside_fig.map_note(v, lang):
                 st.caption(note)
@@ -64,7 +64,7 @@ def _table_and_map(tr, loaded, before: np.ndarray, after: np.ndarray, target: ab
     return atlas
 
 
-def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: ablation.Target, atlas, lang: str) -> None:
+def _sweeps(tr, loaded, ids: tuple[int, ...], kl_layer: np.ndarray, target: ablation.Target, atlas, lang: str) -> None:
     L, H = tr.n_layers, tr.n_heads
     st.header(ui.t("ablation.sweep_title", l=target.layer))
     sharp = atlas.max_weight[target.layer]  # [H]
@@ -73,7 +73,7 @@ def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: a
     ui.badge("model", ui.t("ablation.badge_sweep", n=H))
     if st.toggle(ui.t("ablation.all_toggle", n=L * H), key="ablation_all"):
         with st.spinner(ui.t("ablation.all_wait", n=L * H)):
-            kl_all = cache.model_sweep(spec, ids)  # [L, H]
+            kl_all = cache.model_sweep(loaded, ids)  # [L, H]
         presenter.chart(inside_fig.fig_sweep(atlas.max_weight.ravel(), kl_all.ravel(), ablation.head_names(H, L), target.marked_in_model(H),
                                              lang), width="stretch")
         ui.badge("model", ui.t("ablation.badge_sweep", n=L * H))
@@ -82,18 +82,18 @@ def _sweeps(tr, spec: str, ids: tuple[int, ...], kl_layer: np.ndarray, target: a
 def render(loaded, tr) -> None:
     if not _can_ablate(tr, loaded):
         return
-    lang, spec = ui.lang(), ui.model_spec()
+    lang = ui.lang()
     target = _target(tr)
     ids = tuple(int(i) for i in tr.token_ids)
     try:
-        before, after = cache.probs(spec, ids, ()), cache.probs(spec, ids, target.ablate)
-        kl_layer = cache.layer_sweep(spec, ids, target.layer)
+        before, after = cache.probs(loaded, ids, ()), cache.probs(loaded, ids, target.ablate)
+        kl_layer = cache.layer_sweep(loaded, ids, target.layer)
     except UnsupportedArchitectureError as e:
         st.error(ui.t("err.unsupported", msg=ui.error_md(e)))
         return
     _metrics(loaded, ablation.effect(before, after))
     atlas = _table_and_map(tr, loaded, before, after, target, lang)
-    _sweeps(tr, spec, ids, kl_layer, target, atlas, lang)
+    _sweeps(tr, loaded, ids, kl_layer, target, atlas, lang)
     st.markdown(ui.t("ablation.lesson"))
 
 

@@ -25,7 +25,7 @@ def _checklist(loaded, live_cfg: dict, lang: str) -> None:
 
 def _params(loaded, lang: str) -> None:
     st.header(ui.t("anatomy.h_params"))
-    parts = cache.get_breakdown(ui.model_spec())
+    parts = cache.get_breakdown(loaded)
     presenter.chart(ps.fig_params(parts, lang), width="stretch")
     key, kw = anatomy.breakdown_note(parts, loaded.facts.n_params, loaded.facts.tied_embeddings)  # this model's own head
     (st.warning if key == "anatomy.sum_bad" else st.success)(ui.t(key, **kw))

@@ -47,9 +47,11 @@ def _cost_tab(lang: str) -> None:
     st.table(A.cost_table_view(A.cost_table(A.COST_LENGTHS, ui.t("attention_lab.elements"), ui.t("attention_lab.ratio"))),
              hide_index=True)  # six rows: a plain table, drawn exactly as formatted ("—", never "None")
     ui.badge("formula")
-    spec = ui.model_spec()
+    loaded = ui.loaded_model()
+    if loaded is None:
+        return
     with st.spinner(ui.t("attention_lab.timing_measuring")):  # medians of repeated, interleaved runs (core.maths.attention)
-        timing = cache.attention_timing(spec)  # once per server process, shared by every session, until "Measure again"
+        timing = cache.attention_timing(loaded)  # once per server process, shared by every session, until "Measure again"
     presenter.chart(P.complexity_figure(timing["n"], timing["ms"], lang, timing["q1"], timing["q3"], np.asarray(A.COST_LENGTHS)),
                     width="stretch")  # the formula over the table's lengths; the clock up to 8K (the text's 4K → 8K)
     ui.badge("measured", ui.t("attention_lab.timing_detail", reps=timing["reps"]))
@@ -59,7 +61,7 @@ def _cost_tab(lang: str) -> None:
     label = ui.t("attention_lab.time_again")
     when.caption(ui.t("attention_lab.timing_when", when=f"{timing['measured_at']:%Y-%m-%d %H:%M:%S}", button=label))
     # the callback drops the shared measurement before the rerun, which measures anew under the spinner above
-    again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(spec,))
+    again.button(label, key="attention_lab_time_again", on_click=cache.attention_timing.clear, args=(loaded,))
     _reference(timing)
     _implementations()
 
@@ -99,10 +101,9 @@ def _real_example() -> Example | None:
     pos = widgets.int_slider(ui.t("ui.position"), 0, tr.n_tokens - 1, ui.qp_int("pos", tr.n_tokens - 1, 0, tr.n_tokens - 1),
                              key="attention_lab_pos")
     ui.set_qp(pos=pos)
-    d = ui.layer_detail(tr, layer)
-    if d is None:
+    if ui.site(tr, "attn_pattern", layer) is None:  # derives the layer once (a spinner meanwhile), or says why not
         return None
-    ex = A.real_row(tr, d, head, pos)
+    ex = A.real_row(tr, layer, head, pos, cache.door(tr))
     st.caption(ui.t("attention_lab.real_kv", h=head, g=int(ex["kv_head"]), size=tr.geometry.group_size))
     keys = _key_window(tr.n_tokens, pos)
     version = f"real{layer}_{head}_{pos}_{tr.n_tokens}_{keys.start}"

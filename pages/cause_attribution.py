@@ -34,7 +34,7 @@ def render() -> None:
         return
     steps = _steps()
     with Bar(attribution.ig_words(), lang=ui.lang()) as bar:
-        att = cache.cause_attribution(ui.model_spec(), pt.ids_clean, ans.answer, ans.foil, steps, progress=bar)
+        att = cache.cause_attribution(loaded, pt.ids_clean, ans.answer, ans.foil, steps, progress=bar)
     gxi, ig = att.gxi, att.ig
     a, f = cause.token_md(ans.answer_text), cause.token_md(ans.foil_text)
     st.markdown(ui.t("cause.attr_target", a=a, f=f, ld=f"{gxi.value:.3f}"))
@@ -43,7 +43,7 @@ def render() -> None:
     L = loaded.facts.n_layers
     layer = widgets.int_slider(ui.t("cause.attn_layer"), 0, L - 1, ui.qp_int("attn_layer", L - 1, 0, L - 1), key="cattr_layer")
     ui.set_qp(attn_layer=layer)
-    attn = cache.cause_attention_row(ui.model_spec(), text.clean, layer)
+    attn = cache.cause_attention_row(loaded, text.clean, layer)
     presenter.chart(cause_fig.fig_attribution(pt.tokens_clean, gxi.scores, ig.scores, attn, steps, layer, ui.lang()), width="stretch")
     ui.badge("model")
     st.markdown(ui.t("cause.gxi_sum", total=f"{gxi.total:.3f}", ld=f"{gxi.value:.3f}"))

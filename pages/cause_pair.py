@@ -49,10 +49,10 @@ def _alignment(pt: pair.PairTokens) -> None:
         st.info(ui.t("cause.align_same_n_nodiff", n=pt.n_tokens))
 
 
-def _next_logits(pt: pair.PairTokens, text: pair.PairText) -> tuple[np.ndarray, np.ndarray] | None:
+def _next_logits(loaded, pt: pair.PairTokens, text: pair.PairText) -> tuple[np.ndarray, np.ndarray] | None:
     """Both prompts' next-token scores: from the recorded pair when it can be recorded, else each trace."""
     if pt.same_length:
-        base = cause.baseline(pt)
+        base = cause.baseline(loaded, pt)
         return None if base is None else (base.clean_logits(), base.corrupted_logits())
     trs = [ui.current_trace(p, chat_mode=False) for p in (text.clean, text.corrupted)]
     return None if None in trs else (trs[0].last_logits, trs[1].last_logits)
@@ -81,7 +81,7 @@ def render() -> None:
     if pt is None:
         return
     _alignment(pt)
-    logits = _next_logits(pt, text)
+    logits = _next_logits(loaded, pt, text)
     if logits is None:
         return
     ans = cause.answers(loaded, text)

@@ -19,15 +19,15 @@ GRID = "cpatch_grid"
 
 def _site() -> str:
     link = st.query_params.get("site")
-    st.session_state.setdefault("cpatch_site", link if link in patching.ALL_SITES else "resid")
-    site = st.radio(ui.t("cause.site"), patching.ALL_SITES, key="cpatch_site", format_func=ui.fmt("cause.site_{}"), horizontal=True)
+    st.session_state.setdefault("cpatch_site", link if link in patching.PATCHED else "resid")
+    site = st.radio(ui.t("cause.site"), patching.PATCHED, key="cpatch_site", format_func=ui.fmt("cause.site_{}"), horizontal=True)
     ui.set_qp(site=site)
     return site
 
 
-def _sweep(r: cause.Ready, site: str) -> np.ndarray:
+def _sweep(loaded, r: cause.Ready, site: str) -> np.ndarray:
     with Bar(patching.sweep_words(site), lang=ui.lang()) as bar:
-        raw = cache.cause_sweep(ui.model_spec(), *r.ids, r.answers.answer, r.answers.foil, site, progress=bar)
+        raw = cache.cause_sweep(loaded, *r.ids, r.answers.answer, r.answers.foil, site, progress=bar)
     sp = patching.sweep_plan(r.base, site)
     st.caption(ui.t("cause.runs_cached" if sp.cached else "cause.runs", n=f"{sp.runs:,}", passes=f"{sp.passes:,}",
                     pct=three_significant(100 * sp.share)))
@@ -85,7 +85,7 @@ def _detail(loaded, r: cause.Ready, site: str, cell: tuple[int, int]) -> None:
     pos, head = (r.base.n_tokens - 1, col) if heads else (col, None)
     st.header(ui.t("cause.pick_title"))
     st.markdown(f"{ui.t(f'cause.site_{site}')} · {ui.t('cause.layer_n', l=layer)} · {_where(r, site, col)}")
-    run = cache.cause_run(ui.model_spec(), *r.ids, site, layer, pos, head)
+    run = cache.cause_run(loaded, *r.ids, site, layer, pos, head)
     ld = pair.logit_diff(run, r.answers.answer, r.answers.foil)
     norm = patching.normalise(ld, r.ld_clean, r.ld_corrupted)
     names = {"p_patched": run, "p_clean": r.base.clean_logits(), "p_corrupted": r.base.corrupted_logits()}
@@ -108,7 +108,7 @@ def render() -> None:
     if r is None:
         return
     site = _site()
-    raw = _sweep(r, site)
+    raw = _sweep(loaded, r, site)
     cell = _cell(r, site, raw)
     _grid_figure(r, site, raw, cell)
     _detail(loaded, r, site, cell)

@@ -31,50 +31,50 @@ def _bump(name: str, want: tuple) -> None:
     st.session_state[f"{P}_{name}"] = dg.next_request(st.session_state.get(f"{P}_{name}"), want, time.time_ns())
 
 
-def _points(spec: str, quiet: bool = True) -> list[dg.PrefillPoint] | None:
+def _points(loaded, quiet: bool = True) -> list[dg.PrefillPoint] | None:
     """The prefill curve asked for (measured in a server thread: a rerun waits for it, never restarts it);
     ``quiet=False`` where it was asked for, which says so when the server refuses a fresh one."""
     got = st.session_state.get(f"{P}_prefill")
-    if not got or got[0] != spec:
+    if not got or got[0] != loaded.spec:
         return None
-    return measure.show(cache.diagnose_prefill(spec, got[1], got[2]), quiet=quiet)
+    return measure.show(cache.diagnose_prefill(loaded, got[1], got[2]), quiet=quiet)
 
 
-def _decode(spec: str, quiet: bool = True) -> dg.DecodeRun | None:
+def _decode(loaded, quiet: bool = True) -> dg.DecodeRun | None:
     got = st.session_state.get(f"{P}_decode")
-    if not got or got[:4] != (spec, ui.prompt(), ui.chat(), got[3]) or not ui.prompt().strip():
+    if not got or got[:4] != (loaded.spec, ui.prompt(), ui.chat(), got[3]) or not ui.prompt().strip():
         return None
     try:
-        return measure.show(cache.diagnose_decode(spec, got[1], got[2], got[3], got[4]), quiet=quiet)
+        return measure.show(cache.diagnose_decode(loaded, got[1], got[2], got[3], got[4]), quiet=quiet)
     except EmptyPromptError:
         return None
 
 
-def _controls(spec: str, max_pos: int) -> None:
+def _controls(loaded, max_pos: int) -> None:
     """The two measurements, each on a button press (cached per server process; press again to re-measure)."""
     st.header(ui.t("diagnose.s_measure"))
     st.caption(ui.t("diagnose.measured_on", machine=_machine()))
     c1, c2 = st.columns(2)
     longest = c1.select_slider(ui.t("diagnose.longest"), dg.LONGEST_CHOICES, 2048, key=f"{P}_longest", help=ui.t("diagnose.longest_help"))
     lengths = tuple(dg.curve_lengths(longest, max_pos))
-    again = dg.asked_again(st.session_state.get(f"{P}_prefill"), (spec, lengths))
+    again = dg.asked_again(st.session_state.get(f"{P}_prefill"), (loaded.spec, lengths))
     c1.button(ui.t("diagnose.measure_again_prefill" if again else "diagnose.measure_prefill"), key=f"{P}_go_prefill",
-              type="primary", on_click=_bump, args=("prefill", (spec, lengths)))
+              type="primary", on_click=_bump, args=("prefill", (loaded.spec, lengths)))
     n_out = c2.slider(ui.t("diagnose.n_out"), 4, 64, 24, key=f"{P}_n_out")
     done = st.session_state.get(f"{P}_decode")
-    want = (spec, ui.prompt(), ui.chat(), n_out)
+    want = (loaded.spec, ui.prompt(), ui.chat(), n_out)
     c2.button(ui.t("diagnose.measure_again_decode" if dg.asked_again(done, want) else "diagnose.measure_decode"),
               key=f"{P}_go_decode", type="primary", on_click=_bump, args=("decode", want))
     if not ui.prompt().strip():
         c2.info(ui.t("hint.empty_prompt"))
     if done and not dg.asked_again(done, want):  # the prompt or the length changed since: measure what is asked now
         st.session_state.pop(f"{P}_decode")
-    _points(spec, quiet=False)  # a measurement just asked for runs here, its progress bar under its button; later calls read the cache
-    _decode(spec, quiet=False)
+    _points(loaded, quiet=False)  # a measurement just asked for runs here, its progress bar under its button; later calls read the cache
+    _decode(loaded, quiet=False)
 
 
-def _slow_first(spec: str) -> None:
-    pts = _points(spec)
+def _slow_first(loaded) -> None:
+    pts = _points(loaded)
     if not pts:
         st.info(ui.t("diagnose.press_prefill"))
         return
@@ -87,8 +87,8 @@ def _slow_first(spec: str) -> None:
         st.warning(report.busy_note(lang))
 
 
-def _slow_answer(spec: str) -> None:
-    d, lang = _decode(spec), ui.lang()
+def _slow_answer(loaded) -> None:
+    d, lang = _decode(loaded), ui.lang()
     if d is None:
         st.info(ui.t("diagnose.press_decode"))
     else:
@@ -97,12 +97,12 @@ def _slow_answer(spec: str) -> None:
         st.markdown(report.decode_text(d, lang))
         if d.busy:
             st.warning(report.busy_note(lang))
-    _tpot_growth(spec)
+    _tpot_growth(loaded)
 
 
-def _tpot_growth(spec: str) -> None:
+def _tpot_growth(loaded) -> None:
     """How TPOT grows with the cache: the decode steps timed after each prefill of the curve, a straight line through them."""
-    pts = dg.tpot_points(_points(spec) or [])
+    pts = dg.tpot_points(_points(loaded) or [])
     fit = dg.fit_tpot(pts)
     if fit is None:
         st.info(ui.t("diagnose.press_tpot"))
@@ -112,7 +112,7 @@ def _tpot_growth(spec: str) -> None:
     st.markdown(report.tpot_text(pts, fit, ui.lang()))
 
 
-def _memory(spec: str, loaded) -> None:
+def _memory(loaded) -> None:
     c = st.columns(5)
     src = c[0].radio(ui.t("diagnose.mem_model"), ("current", "paste"), key=f"{P}_mem_src",
                      format_func=ui.fmt("diagnose.mem_src_{}", name=loaded.facts.name))
@@ -137,7 +137,7 @@ def _memory(spec: str, loaded) -> None:
     ui.badge("formula", ui.t("diagnose.mem_estimate"))
     st.markdown(report.memory_text(shape, plan, lang))
     st.markdown(report.memory_verdict(plan, lang))
-    d = _decode(spec) if src == "current" else None
+    d = _decode(loaded) if src == "current" else None
     if d is not None:
         st.markdown(report.real_cache_text(loaded.facts, d, lang))
 
@@ -158,13 +158,13 @@ def _temperature(loaded) -> None:
     st.markdown(report.temperature_text(demo, top, top_ev, ui.lang()))
 
 
-def _symptom(spec: str, loaded) -> None:
+def _symptom(loaded) -> None:
     st.header(ui.t("diagnose.s_symptom"))
     st.session_state.setdefault(f"{P}_sym", ui.qp_choice("symptom", dg.SYMPTOMS, dg.SYMPTOMS[0]))  # a link reopens its symptom
     sym = st.radio(ui.t("diagnose.pick"), dg.SYMPTOMS, key=f"{P}_sym", format_func=ui.fmt("diagnose.sym_{}"))
     ui.set_qp(symptom=sym)
     st.markdown(report.symptom_card(sym, ui.lang()))
-    {"slow_first": lambda: _slow_first(spec), "slow_answer": lambda: _slow_answer(spec), "oom": lambda: _memory(spec, loaded),
+    {"slow_first": lambda: _slow_first(loaded), "slow_answer": lambda: _slow_answer(loaded), "oom": lambda: _memory(loaded),
      "temperature": lambda: _temperature(loaded), "attention": lambda: st.markdown(ui.t("diagnose.attention_text"))}[sym]()
     for stem in dg.SEE_ALSO[sym]:
         nav.see_page(stem)
@@ -172,7 +172,7 @@ def _symptom(spec: str, loaded) -> None:
         nav.serving_link(workloads.SYMPTOM_SHAPE[sym])
 
 
-def _exercise(spec: str, loaded) -> None:
+def _exercise(loaded) -> None:
     st.header(ui.t("diagnose.s_exercise"))
     st.markdown(ui.t("diagnose.ex_q"))
     ans = st.radio(ui.t("diagnose.ex_pick"), dg.EXERCISE_ANSWERS, index=None, key=f"{P}_ex", format_func=ui.fmt("diagnose.ex_{}"))
@@ -183,7 +183,7 @@ def _exercise(spec: str, loaded) -> None:
     st.markdown(ui.t("diagnose.ex_why"))
     lang = ui.lang()
     st.markdown(report.exercise_kv_text(loaded.facts, lang))
-    pts = _points(spec)
+    pts = _points(loaded)
     if not pts:
         st.info(ui.t("diagnose.press_prefill"))
         return
@@ -197,10 +197,10 @@ def _exercise(spec: str, loaded) -> None:
     st.markdown(report.assumptions_text(ex, loaded.facts, lang))
 
 
-def _streaming(spec: str) -> None:
+def _streaming(loaded) -> None:
     st.header(ui.t("diagnose.s_stream"))
     st.markdown(ui.t("diagnose.stream_intro"))
-    d = _decode(spec)
+    d = _decode(loaded)
     if d is None:
         st.info(ui.t("diagnose.press_decode"))
         return
@@ -213,13 +213,12 @@ def render() -> None:
     loaded = ui.loaded_model()
     if loaded is None:
         return
-    spec = ui.model_spec()
     st.info(ui.t("diagnose.rule"))
     st.table(report.symptom_table(dg.SYMPTOMS, ui.lang()), hide_index=True)  # words, not numbers: st.table in both modes
-    _controls(spec, int(loaded.facts.max_positions or 0))
-    _symptom(spec, loaded)
-    _exercise(spec, loaded)
-    _streaming(spec)
+    _controls(loaded, int(loaded.facts.max_positions or 0))
+    _symptom(loaded)
+    _exercise(loaded)
+    _streaming(loaded)
     with st.expander(ui.t("diagnose.s_apps")):
         st.markdown(ui.t("diagnose.apps_text"))
 

@@ -26,10 +26,10 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
     hide = widgets.toggle_url(ui.t("heads.hide_first"), False, key="heads_hide", param="hide", where=c2, help=ui.t("heads.hide_help"))
     start = widgets.map_window("heads", tr.n_tokens)
     if mode == "layer":
-        d = ui.layer_detail(tr, layer)
-        if d is None:
+        w = ui.site(tr, "attn_pattern", layer)
+        if w is None:
             return hide
-        g = heads.head_grid(d.weights, heads.layer_titles(tr.n_heads, tr.kv_head_of), hide, start)
+        g = heads.head_grid(w, heads.layer_titles(tr.n_heads, tr.kv_head_of), hide, start)
     else:
         with st.spinner(ui.t("heads.deriving_all", h=head, L=tr.n_layers)):
             g = cache.head_across_layers(tr, head, hide, start)
@@ -47,18 +47,18 @@ def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     st.header(ui.t("heads.query_title", l=layer, h=head))
     q = widgets.int_slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
     ui.set_qp(pos=q)
-    d = ui.layer_detail(tr, layer)
-    if d is None:
+    w = ui.site(tr, "attn_pattern", layer)
+    if w is None:
         return
     start = widgets.map_window("heads_qwin", q + 1, kind="row", param="qwin")  # above 64 keys: overview or a window
-    presenter.chart(inside_fig.fig_query_bars(heads.query_row(d.weights[head], q, hide), tr.tokens, q, lang, start),
+    presenter.chart(inside_fig.fig_query_bars(heads.query_row(w[head], q, hide), tr.tokens, q, lang, start),
                     width="stretch")
     ui.badge("model", ui.t("heads.hidden_badge") if hide else None)
 
 
 def _she_view(tr) -> examples.View | None:
     """Seed 000's 她 → 小红 read off this trace (every layer's weights), when the prompt is that example."""
-    return examples.view_of(tr, lambda layer: None if (d := ui.layer_detail(tr, layer)) is None else d.weights)
+    return examples.view_of(tr, lambda layer: ui.site(tr, "attn_pattern", layer))
 
 
 def _open_example() -> None:

@@ -64,7 +64,7 @@ def render(loaded, tr) -> None:
     if not tr.chat and rows[0][1] in f.eos_token_ids and getattr(tok, "chat_template", None):
         box.caption(ui.t("journey.try_chat"))  # an instruct model ends a bare question at once
     why.offer_next(loaded, tr, place=box)  # "Why this token?" on the next token
-    asked = cache.key_of(tr)  # what this trace was made from: the button's answer is for it alone
+    asked = tr.key  # what this trace was made from: the button's answer is for it alone
     if journey.deferred(T) and st.session_state.get("journey_asked") != asked:  # a long prompt: the loop on request
         box = stage(9, "journey.s9.deferred", "generation", T=f"{T:,}", limit=f"{journey.DEFER_ABOVE:,}", n=journey.MAX_NEW)
         box.button(ui.t("journey.continue", n=journey.MAX_NEW), key="journey_continue", type="primary",

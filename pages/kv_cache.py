@@ -71,7 +71,7 @@ def _with_and_without(loaded: LoadedModel, prompt: str, chat: bool) -> None:
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
     min_len = c2.select_slider(ui.t("kv_cache.min_len"), [0, 32, 64, 128, 256], 128, key=f"{P}_len", help=ui.t("kv_cache.min_len_help"))
-    want = (ui.model_spec(), prompt, chat, n, min_len)
+    want = (loaded.spec, prompt, chat, n, min_len)
     done = st.session_state.get(f"{P}_cmp")  # the button's callback has run already: a press shows at once
     shown = done is not None and done[:5] == want
     label = ui.t("kv_cache.measure_again") if shown else ui.t("kv_cache.measure")
@@ -109,11 +109,12 @@ def _measure_costs() -> None:
     st.session_state[f"{P}_costs_run"] = st.session_state.get(f"{P}_costs_run", 0) + 1
 
 
-def _workloads(spec: str, facts: ModelFacts) -> None:
+def _workloads(loaded: LoadedModel) -> None:
     """Section 3: the three request shapes, simulated from the per-token costs measured here."""
     st.header(ui.t("kv_cache.s3"))
+    facts = loaded.facts
     run = st.session_state.get(f"{P}_costs_run", 0)
-    m = measure.show(cache.measured_costs(spec, run), Phrase("kv_cache.measuring"))  # in a server thread
+    m = measure.show(cache.measured_costs(loaded, run), Phrase("kv_cache.measuring"))  # in a server thread
     if m is None:  # refused (one in flight, or the server's cap): the notice says when to try again
         return
     costs, rows = kvcalc.workload_rows(facts, m.prefill_per_token, m.tpot)
@@ -131,7 +132,7 @@ def _workloads(spec: str, facts: ModelFacts) -> None:
 def render(loaded) -> None:
     _with_and_without(loaded, ui.prompt(), ui.chat())  # the shared prompt's own ids (extended), timed: no trace
     _calculator(loaded.facts)
-    _workloads(ui.model_spec(), loaded.facts)
+    _workloads(loaded)
 
 
 page.run(render)

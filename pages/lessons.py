@@ -16,7 +16,7 @@ def _she_view() -> examples.View | None:
     model), read off every layer's attention; None (and the link leaves the view to the page) if it cannot be read."""
     try:
         tr = cache.get_trace(EMBEDDED_ID, examples.SHE.prompt, False)
-        return examples.view_of(tr, lambda layer: cache.layer_of(tr, layer).weights)
+        return examples.view_of(tr, lambda layer: cache.site(tr, "attn_pattern", layer))
     except Exception:  # the link still opens the page on the example's prompt, where its button finds the view
         return None
 

@@ -13,10 +13,10 @@ from core.web import cache, page, presenter, ui, widgets
 from core.web import receipt as why
 
 
-def _top(tr, spec: str, lang: str) -> None:
+def _top(tr, loaded, lang: str) -> None:
     st.header(ui.t("logits.h_top"))
     ids = candidates.top_ids(tr.last_logits)
-    table = candidates.top_table(tr.last_logits, ids, cache.token_texts(spec, tuple(ids)), lang)
+    table = candidates.top_table(tr.last_logits, ids, cache.token_texts(loaded, tuple(ids)), lang)
     presenter.frame(candidates.top_table_view(table, lang), hide_index=True, width="stretch")
     ui.badge("model", position_label(tr.tokens, tr.n_tokens - 1))
 
@@ -30,11 +30,11 @@ def _controls(tr) -> sampling.SamplingConfig:
     return sampling.SamplingConfig(temperature=temp, top_k=int(k), top_p=top_p, repetition_penalty=pen)
 
 
-def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: list[int]) -> dict:
+def _filtering(tr, loaded, lang: str, cfg: sampling.SamplingConfig, prev: list[int]) -> dict:
     st.caption(ui.t("logits.order"))
     steps = sampling.filter_steps(tr.last_logits, cfg, prev)
     order = top_k(steps["scaled"], candidates.N_BARS)
-    presenter.chart(ps.fig_candidates(steps, cache.token_texts(spec, tuple(order.tolist())), order, lang), width="stretch")
+    presenter.chart(ps.fig_candidates(steps, cache.token_texts(loaded, tuple(order.tolist())), order, lang), width="stretch")
     m = st.columns(3)
     m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
     m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.4f}")  # four decimals, as the table's probabilities
@@ -43,12 +43,12 @@ def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: lis
     return steps
 
 
-def _draw(tr, spec: str, cfg: sampling.SamplingConfig, prev: list[int], probs) -> None:
+def _draw(tr, loaded, cfg: sampling.SamplingConfig, prev: list[int], probs) -> None:
     st.header(ui.t("logits.h_draw"))
     seed = widgets.number_url(ui.t("logits.seed"), 0, 2**31 - 1, 0, key="logits_seed", param="seed")
     greedy_id = sampling.choose(tr.last_logits, sampling.SamplingConfig(greedy=True, repetition_penalty=cfg.repetition_penalty), prev)
     drawn_id = sampling.choose(tr.last_logits, replace(cfg, seed=seed), prev)
-    g_txt, d_txt = cache.token_texts(spec, (greedy_id, drawn_id))
+    g_txt, d_txt = cache.token_texts(loaded, (greedy_id, drawn_id))
     d = st.columns(2)
     d[0].metric(ui.t("logits.greedy"), f"«{g_txt}»")
     d[0].caption(candidates.pick_note(greedy_id, probs))
@@ -58,7 +58,7 @@ def _draw(tr, spec: str, cfg: sampling.SamplingConfig, prev: list[int], probs) -
     ui.badge("model")
 
 
-def _lens(tr, spec: str, lang: str) -> None:
+def _lens(tr, lang: str) -> None:
     st.header(ui.t("logits.h_lens"))
     T, W = tr.n_tokens, lens.LENS_WINDOW
     lo, hi = (0, T) if T <= W else st.slider(ui.t("logits.lens_window"), 0, T, (T - W, T), key="logits_win")
@@ -81,15 +81,15 @@ def _lens(tr, spec: str, lang: str) -> None:
 
 
 def render(tr) -> None:
-    lang, spec = ui.lang(), ui.model_spec()
-    _top(tr, spec, lang)
-    why.offer(ui.loaded_model(), tr)  # "Why this token?": a receipt for a position's choice
+    lang, loaded = ui.lang(), cache.model_of(tr)
+    _top(tr, loaded, lang)
+    why.offer(loaded, tr)  # "Why this token?": a receipt for a position's choice
     st.header(ui.t("logits.h_controls"))
     cfg = _controls(tr)
     prev = tr.token_ids.tolist()  # the penalty looks at the tokens already in the context
-    steps = _filtering(tr, spec, lang, cfg, prev)
-    _draw(tr, spec, cfg, prev, steps["probs"])
-    _lens(tr, spec, lang)
+    steps = _filtering(tr, loaded, lang, cfg, prev)
+    _draw(tr, loaded, cfg, prev, steps["probs"])
+    _lens(tr, lang)
 
 
 page.run(render)

@@ -46,10 +46,10 @@ def _sink(tr, lang: str) -> None:
     st.header(ui.t("longctx.h_sink"))
     st.markdown(ui.t("longctx.sink_intro"))
     layer = widgets.layer_slider("longctx", tr.n_layers)
-    d = ui.layer_detail(tr, layer)
-    if d is None:
+    w = ui.site(tr, "attn_pattern", layer)
+    if w is None:
         return
-    x, y = longctx.binned(longctx.sink_by_query(d.weights))
+    x, y = longctx.binned(longctx.sink_by_query(w))
     presenter.chart(inside_fig.fig_sink_curve(x, y, layer, lang), width="stretch")
     share = longctx.sink_by_layer(tr.last_attn)
     readout = ui.t("longctx.sink_readout", l=layer, w=f"{share[layer]:.2f}", top=int(share.argmax()), wmax=f"{share.max():.2f}")

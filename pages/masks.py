@@ -33,10 +33,10 @@ def _real_tab(lang: str) -> None:
     if tr is None:
         return
     layer, head = widgets.layer_head_pickers("masks", tr.n_layers, tr.n_heads)
-    d = ui.layer_detail(tr, layer)
-    if d is None:
+    w = ui.site(tr, "attn_pattern", layer)
+    if w is None:
         return
-    pattern = d.weights[head]  # [T, T] float16, HF eager's numbers for this layer
+    pattern = w[head]  # [T, T] float16, HF eager's numbers for this layer
     view = attnview.view(pattern, widgets.map_window("masks", tr.n_tokens))
     labels = attnview.labels(view, position_labels(tr.tokens))
     presenter.chart(P.matrix_figure(view.z, ui.t("masks.fig_pattern", l=layer, h=head), labels, labels, lang),

@@ -104,10 +104,10 @@ def _real_tab(loaded) -> None:
         chk = cache.rope_check(tr, layer)
     except (ValueError, AttributeError) as e:
         return st.info(ui.t("positions.not_rope", kind=widgets.md(e)))
-    d = ui.layer_detail(tr, layer)
-    if d is None:
+    q = ui.site(tr, "q", layer)
+    if q is None:
         return
-    gaps = R.rope_check_readout(chk, d.q)
+    gaps = R.rope_check_readout(chk, q)
     m1, m2 = st.columns(2)
     m1.metric(ui.t("positions.diff_rot"), gaps["rotated"])
     m2.metric(ui.t("positions.diff_raw"), gaps["raw"])

@@ -1,12 +1,13 @@
 """Residual stream & block: stream norms, attention vs MLP writes, a norm and the SwiGLU MLP by hand."""
 
+import numpy as np
 import streamlit as st
 
 from core.common import escape
 from core.engine.tokens import position_label
 from core.stream import figures as ps
 from core.stream import lens
-from core.web import page, presenter, ui, widgets
+from core.web import cache, page, presenter, ui, widgets
 
 
 def _pick_token(tokens, key: str) -> int:
@@ -48,7 +49,7 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
     try:
         opts = [ui.t("residual.norm_attn"), ui.t("residual.norm_mlp")]  # translated labels, mapped back below
         which = ("attn", "mlp")[opts.index(st.radio(ui.t("residual.which_norm"), opts, horizontal=True, key=f"residual_which_{lang}"))]
-        ns = lens.block_norm_steps(loaded, tr, layer, pos, which, ui.layer_detail(tr, layer) if which == "mlp" else None)
+        ns = lens.block_norm_steps(loaded, tr, layer, pos, which, cache.door(tr))
     except Exception as e:  # a model whose blocks have other names: say so, never a traceback
         st.info(ui.t("residual.unsupported", msg=widgets.md(e)))
         return
@@ -64,7 +65,7 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     st.header(ui.t("residual.h_mlp"))
     st.caption(ui.t("residual.mlp_formula", ff=facts.get("d_ff", "?")))
     try:
-        ms = lens.mlp_steps(loaded, tr, layer, pos, ui.layer_detail(tr, layer))
+        ms = lens.mlp_steps(loaded, tr, layer, pos, cache.door(tr))
     except Exception as e:
         st.info(ui.t("residual.not_gated", msg=widgets.md(e)))
         return
@@ -74,6 +75,8 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     kw = ms.args()
     st.caption(ui.t("residual.mlp_active", **kw))
     st.success(ui.t("residual.mlp_check", **kw))
+    if ms.act_diff is not None:  # the model's own gate activation (site gate_act), read through the door
+        st.caption(ui.t("sites.gate_act_check", diff=f"{ms.act_diff:.2e}", scale=f"{np.abs(ms.traced_act).max():.3g}"))
 
 
 def _block(tr, lang: str, facts: dict) -> None:

@@ -12,7 +12,7 @@ from core.inside import figures as inside_fig
 from core.web import cache, chips, page, presenter, ui, widgets
 
 
-def _chips(tr, spec: str) -> None:
+def _chips(tr) -> None:
     st.header(ui.t("tokens.chips_title"))
     src = cache.sources(tr)[: tr.n_tokens]
     names = {k: ui.t(f"tokens.src_{k}") for k in set(src)}
@@ -25,7 +25,7 @@ def _chips(tr, spec: str) -> None:
     ui.badge("model")
 
 
-def _lookup(tr, loaded, spec: str) -> bool:
+def _lookup(tr, loaded) -> bool:
     """The lookup as a row of E; False (with a note) when this model's matrix cannot be read."""
     st.header(ui.t("tokens.lookup_title"))
     pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: position_label(tr.tokens, i), placeholder=ui.t("ui.choose"), key="tokens_pos")
@@ -34,7 +34,7 @@ def _lookup(tr, loaded, spec: str) -> bool:
         st.info(ui.t("tokens.needs_hf"))
         return False
     tid = int(tr.token_ids[pos])
-    row, traced = cache.embedding_rows(spec, (tid,))[0], tr.embeddings[pos]
+    row, traced = cache.embedding_rows(loaded, (tid,))[0], tr.embeddings[pos]
     st.markdown(ui.t("tokens.lookup_text", id=tid, V=loaded.facts.vocab_size, d=tr.d_model, tok=widgets.code(label(tr.tokens, pos))))
     presenter.frame(embeddings.lookup_table(row, traced, tid, pos, ndims).style.format("{:+.4f}"), width="stretch")
     st.caption(ui.t("tokens.lookup_check", diff=embeddings.max_gap(row, traced)))
@@ -42,18 +42,18 @@ def _lookup(tr, loaded, spec: str) -> bool:
     return True
 
 
-def _id_distance(loaded, spec: str, lang: str) -> None:
+def _id_distance(loaded, lang: str) -> None:
     st.header(ui.t("tokens.iddist_title"))
-    s = cache.id_study(spec)
+    s = cache.id_study(loaded)
     presenter.chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
     st.markdown(ui.t("tokens.iddist_result", **embeddings.id_study_args(s, loaded.tokenizer)))
     ui.badge("model", ui.t("tokens.iddist_badge", n=len(s.cosine)))
 
 
-def _pca(spec: str, lang: str) -> None:
+def _pca(loaded, lang: str) -> None:
     st.header(ui.t("tokens.pca_title"))
     text = st.text_input(ui.t("tokens.pca_words"), ui.t("tokens.pca_default"), key="tokens_words", max_chars=600)
-    words, pieces, coords, expl = cache.pca_words(spec, tuple(embeddings.parse_words(text)))
+    words, pieces, coords, expl = cache.pca_words(loaded, tuple(embeddings.parse_words(text)))
     if len(words) < 2:
         st.info(ui.t("tokens.pca_need_two"))
         return
@@ -63,11 +63,11 @@ def _pca(spec: str, lang: str) -> None:
     ui.badge("model")
 
 
-def _rag(spec: str, lang: str) -> None:
+def _rag(loaded, lang: str) -> None:
     st.header(ui.t("tokens.cmp_title"))
     st.table(embeddings.compare_table(lang), hide_index=True)  # sentences in cells: wrapped, never cut
     sentences = embeddings.rag_sentences(lang)  # in the page's language
-    vecs = [cache.sentence_vector(spec, s) for s in sentences]
+    vecs = [cache.sentence_vector(loaded, s) for s in sentences]
     st.markdown(ui.t("tokens.rag_demo"))
     st.table(embeddings.similarity_table(sentences, vecs).style.format("{:.3f}"))
     st.caption(ui.t("tokens.rag_caveat"))
@@ -99,15 +99,15 @@ def _exercise(loaded) -> None:
 
 
 def render(loaded, tr) -> None:
-    lang, spec = ui.lang(), ui.model_spec()
+    lang = ui.lang()
     ui.english_note(ui.prompt())  # a Chinese prompt on SmolLM2: what one character costs, beside English
-    _chips(tr, spec)
-    if not _lookup(tr, loaded, spec):
+    _chips(tr)
+    if not _lookup(tr, loaded):
         return
     _exercise(loaded)
-    _id_distance(loaded, spec, lang)
-    _pca(spec, lang)
-    _rag(spec, lang)
+    _id_distance(loaded, lang)
+    _pca(loaded, lang)
+    _rag(loaded, lang)
     ui.download_trace(tr, "tokens")
 
 

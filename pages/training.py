@@ -52,7 +52,7 @@ def _loss(tf: training.TeacherForcing, texts: list[str], chosen: int) -> None:
     st.caption(ui.t("training.hf_check"))
 
 
-def _inference(tr, tf: training.TeacherForcing, spec: str, texts: list[str]) -> int:
+def _inference(tr, tf: training.TeacherForcing, loaded, texts: list[str]) -> int:
     st.header(ui.t("training.h_infer"))
     st.markdown(ui.t("training.infer_note"))
     T = tf.ids.size
@@ -73,7 +73,7 @@ def _inference(tr, tf: training.TeacherForcing, spec: str, texts: list[str]) -> 
     m[1].metric(ui.t("training.m_rel"), f"{sl.max_diff / max(sl.scale, 1e-30):.1e}")
     m[2].metric(ui.t("training.m_same_top", k=sl.top_ids.size), ui.t("training.yes") if sl.same_top else ui.t("training.no"))
     zp, zf = sl.top_logits()
-    presenter.chart(lf.same_logits_figure(zp, zf, cache.token_texts(spec, tuple(int(i) for i in sl.top_ids)), ui.t))
+    presenter.chart(lf.same_logits_figure(zp, zf, cache.token_texts(loaded, tuple(int(i) for i in sl.top_ids)), ui.t))
     ui.badge("model", ui.t("training.where", p=escape.md(position_label(tf.tokens, t))))
     st.caption(ui.t("training.same_note", n=t + 1, T=T))
     st.info(ui.t("training.kv_note"))
@@ -85,15 +85,15 @@ def render(tr) -> None:
     if tr.n_tokens < 2:
         st.info(ui.t("training.too_short"))
         return
-    spec = ui.model_spec()
+    loaded = cache.model_of(tr)
     with st.spinner(ui.t("training.running")):
         tf = cache.teacher_forcing(tr)
-    texts = cache.token_texts(spec, tuple(int(i) for i in tf.top1))
+    texts = cache.token_texts(loaded, tuple(int(i) for i in tf.top1))
     _shift(tf)
     held = st.session_state.get("training_pos")  # the position the inference section picks (this run's, not the URL's last)
     chosen = held if isinstance(held, int) else ui.qp_int("pos", tf.ids.size - 2, 0, tf.ids.size - 1)
     _loss(tf, texts, chosen)
-    _inference(tr, tf, spec, texts)
+    _inference(tr, tf, loaded, texts)
     st.caption(ui.t("training.quiz_note"))
     nav.see_page("quiz")
 

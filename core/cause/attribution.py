@@ -38,7 +38,7 @@ import core.backends as backends
 from core.common.progress import Progress, noop
 from core.engine import roles
 from core.engine.hooks import scoped_hooks
-from core.engine.trace import Trace
+from core.engine.trace import SiteReader, Trace
 from core.engine.types import LoadedModel, Phrase
 
 IG_STEPS = (16, 32, 64, 128, 256)
@@ -183,9 +183,10 @@ def attribute(loaded: LoadedModel, ids: Sequence[int], answer: int, foil: int, s
     return out
 
 
-def last_row_attention(loaded: LoadedModel, tr: Trace, layer: int) -> np.ndarray:
-    """How the last position attends to every position at ``layer``, averaged over heads: [T], sums to 1."""
-    w = backends.attention(loaded, tr, layer)  # [H, T, T] float32
+def last_row_attention(tr: Trace, layer: int, site: SiteReader | None = None) -> np.ndarray:
+    """How the last position attends to every position at ``layer``, averaged over heads: [T], sums to 1
+    (read through ``site``, default ``tr.site``)."""
+    w = (site or tr.site)("attn_pattern", layer)  # [H, T, T] float16
     return w[:, -1, :].astype(np.float64).mean(0)
 
 

@@ -24,13 +24,10 @@ ANSWER_COLOUR, FOIL_COLOUR, OTHER_COLOUR = "#dc2626", "#2563eb", "#94a3b8"
 PATCH_SCALE = [[0.0, "#2563eb"], [0.5, "#ffffff"], [1.0, "#b91c1c"]]
 
 
-def _t(key: str, lang: str, **kw: Any) -> str:
-    return i18n.t(key, lang, **kw)
-
 
 def fig_top_tokens(clean: Sequence[dict], corrupted: Sequence[dict], answer: int, foil: int, lang: str) -> go.Figure:
     """The most likely next tokens after each prompt (probabilities), the answer and the foil coloured."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("cause.fig_top_clean", lang), _t("cause.fig_top_corrupted", lang)),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(i18n.t("cause.fig_top_clean", lang), i18n.t("cause.fig_top_corrupted", lang)),
                         horizontal_spacing=0.18)
     for col, rows in ((1, clean), (2, corrupted)):
         rows = list(rows)[::-1]  # the most likely on top
@@ -39,7 +36,7 @@ def fig_top_tokens(clean: Sequence[dict], corrupted: Sequence[dict], answer: int
                              customdata=[[r["logit"], r["id"]] for r in rows], showlegend=False,
                              hovertemplate="%{y}<br>p = %{x:.2%}<br>logit = %{customdata[0]:.3f}<br>id %{customdata[1]}<extra></extra>"),
                       row=1, col=col)
-        fig.update_xaxes(title_text=_t("cause.fig_top_x", lang), tickformat=".0%", row=1, col=col)
+        fig.update_xaxes(title_text=i18n.t("cause.fig_top_x", lang), tickformat=".0%", row=1, col=col)
     fig.update_layout(height=340, margin=dict(t=50, b=40, l=10, r=10))
     return fig
 
@@ -47,8 +44,8 @@ def fig_top_tokens(clean: Sequence[dict], corrupted: Sequence[dict], answer: int
 def _patch_hover(tokens: Sequence[str], n_rows: int, raw: np.ndarray, lang: str, heads: bool) -> np.ndarray:
     cols = raw.shape[1]
     labels = [f"h{c}" for c in range(cols)] if heads else [position_label(tokens, c) for c in range(cols)]
-    what = _t("cause.head", lang) if heads else _t("cause.position", lang)
-    return np.array([[f"{_t('cause.layer_n', lang, l=r)} · {what} {labels[c]}<br>{_t('cause.hover_ld', lang)} = {raw[r, c]:.3f}"
+    what = i18n.t("cause.head", lang) if heads else i18n.t("cause.position", lang)
+    return np.array([[f"{i18n.t('cause.layer_n', lang, l=r)} · {what} {labels[c]}<br>{i18n.t('cause.hover_ld', lang)} = {raw[r, c]:.3f}"
                       for c in range(cols)] for r in range(n_rows)], dtype=object)
 
 
@@ -56,7 +53,7 @@ def _restored_bar(title: str, lo: float, lang: str) -> dict[str, Any]:
     """The colour bar of a normalised grid: its two ends named on the bar itself (0 = the corrupted
     run, 1 = the clean run), so the figure says what the numbers mean without the text around it."""
     vals = [v for v in (-1.0, -0.5, 0.0, 0.5, 1.0) if lo <= v <= -lo]
-    names = {0.0: _t("cause.fig_bar_corrupted", lang), 1.0: _t("cause.fig_bar_clean", lang)}
+    names = {0.0: i18n.t("cause.fig_bar_corrupted", lang), 1.0: i18n.t("cause.fig_bar_clean", lang)}
     return dict(title=title, tickvals=vals, ticktext=[names.get(v, f"{v:g}".replace("-", "−")) for v in vals])
 
 
@@ -74,12 +71,12 @@ def fig_patch_grid(score: np.ndarray, raw: np.ndarray, tokens: Sequence[str], ti
         lo = min(-hi, float(np.nanmin(score)))
         lo = -max(abs(lo), hi)  # symmetric around 0 so that 0 is white
         scale = dict(colorscale=PATCH_SCALE, zmin=lo, zmax=-lo, zmid=0.0)
-        label = _t("cause.fig_restored", lang)
+        label = i18n.t("cause.fig_restored", lang)
         bar = _restored_bar(label, lo, lang)
     else:
         m = max(1e-9, float(np.nanmax(np.abs(score))))
         scale = dict(colorscale=PATCH_SCALE, zmin=-m, zmax=m, zmid=0.0)
-        label = _t("cause.hover_ld", lang)
+        label = i18n.t("cause.hover_ld", lang)
         bar = dict(title=label)
     fig = go.Figure(go.Heatmap(z=score, x=x, y=list(range(L)), colorbar=bar, hoverinfo="skip", **scale))
     # one invisible marker per cell carries the hover text and takes the click (a heatmap cell cannot be selected)
@@ -95,8 +92,8 @@ def fig_patch_grid(score: np.ndarray, raw: np.ndarray, tokens: Sequence[str], ti
         fig.add_shape(type="rect", x0=c - 0.5, x1=c + 0.5, y0=r - 0.5, y1=r + 0.5, line=dict(color="#16a34a", width=3))
     ticks = [f"h{c}" for c in x] if heads else [position_label(tokens, c) for c in x]
     fig.update_xaxes(tickmode="array", tickvals=x, ticktext=ticks, tickangle=-45 if not heads else 0,
-                     title_text=_t("cause.head", lang) if heads else _t("cause.position", lang))
-    fig.update_yaxes(autorange="reversed", title_text=_t("cause.layer", lang), dtick=1 if L <= 12 else None)
+                     title_text=i18n.t("cause.head", lang) if heads else i18n.t("cause.position", lang))
+    fig.update_yaxes(autorange="reversed", title_text=i18n.t("cause.layer", lang), dtick=1 if L <= 12 else None)
     fig.update_layout(title=title, height=max(360, 16 * L + 160), margin=dict(t=50, b=40), clickmode="event+select",
                       dragmode=False)
     return fig
@@ -109,8 +106,8 @@ def fig_attribution(tokens: Sequence[str], gxi: np.ndarray, ig: np.ndarray, atte
     x = list(range(len(tokens)))
     ticks = [position_label(tokens, i) for i in x]
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.09,
-                        subplot_titles=(_t("cause.fig_gxi", lang), _t("cause.fig_ig", lang, steps=steps),
-                                        _t("cause.fig_attn", lang, layer=layer)))
+                        subplot_titles=(i18n.t("cause.fig_gxi", lang), i18n.t("cause.fig_ig", lang, steps=steps),
+                                        i18n.t("cause.fig_attn", lang, layer=layer)))
     for row, vals in ((1, gxi), (2, ig)):
         v = np.asarray(vals, dtype=np.float64)
         fig.add_trace(go.Bar(x=x, y=v, marker_color=[ANSWER_COLOUR if a > 0 else FOIL_COLOUR for a in v], showlegend=False,
@@ -118,8 +115,8 @@ def fig_attribution(tokens: Sequence[str], gxi: np.ndarray, ig: np.ndarray, atte
     fig.add_trace(go.Bar(x=x, y=np.asarray(attention, dtype=np.float64), marker_color="#7c3aed", showlegend=False,
                          customdata=ticks, hovertemplate="%{customdata}<br>w = %{y:.3f}<extra></extra>"), row=3, col=1)
     fig.update_xaxes(tickmode="array", tickvals=x, ticktext=ticks, tickangle=-45, row=3, col=1)
-    fig.update_yaxes(title_text=_t("cause.fig_logit_units", lang), row=1, col=1)
-    fig.update_yaxes(title_text=_t("cause.fig_logit_units", lang), row=2, col=1)
+    fig.update_yaxes(title_text=i18n.t("cause.fig_logit_units", lang), row=1, col=1)
+    fig.update_yaxes(title_text=i18n.t("cause.fig_logit_units", lang), row=2, col=1)
     fig.update_yaxes(title_text="w", range=[0, 1], row=3, col=1)
     fig.update_layout(height=620, margin=dict(t=60, b=40))
     return fig
@@ -134,9 +131,9 @@ def fig_receipt_lens(curve: np.ndarray, top1: int | None, top5: int | None, toke
                                name=escape.plot(token), hovertemplate="%{x}: p = %{y:.4f}<extra></extra>"))
     for at, key, dash in ((top5, "receipt.fig_top5", "dot"), (top1, "receipt.fig_top1", "dash")):
         if at is not None:
-            fig.add_vline(x=at, line_dash=dash, line_color=palette.INK_SOFT, annotation_text=_t(key, lang, l=at),
+            fig.add_vline(x=at, line_dash=dash, line_color=palette.INK_SOFT, annotation_text=i18n.t(key, lang, l=at),
                           annotation_position="top left")
-    fig.update_layout(title=_t("receipt.fig_title", lang, tok=escape.plot(token)), height=300, margin=dict(t=60, b=40),
-                      xaxis_title=_t("receipt.fig_x", lang), yaxis_title=_t("receipt.fig_y", lang), yaxis_range=[0, 1],
+    fig.update_layout(title=i18n.t("receipt.fig_title", lang, tok=escape.plot(token)), height=300, margin=dict(t=60, b=40),
+                      xaxis_title=i18n.t("receipt.fig_x", lang), yaxis_title=i18n.t("receipt.fig_y", lang), yaxis_range=[0, 1],
                       showlegend=False)
     return fig

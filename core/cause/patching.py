@@ -1,36 +1,19 @@
 """Activation patching (causal tracing): run the corrupted prompt, copy in ONE activation from the
 clean run, and see how much of the clean answer comes back.
 
-Sites (rows of the trace's registry, ``core.engine.trace.SITES``, TransformerLens' vocabulary):
+Sites (rows of ``core.engine.trace.SITES``): ``resid`` (entering block ``l`` at position ``t``), ``attn_out``,
+``mlp_out`` (what layer ``l``'s sub-layers add at ``t``), and ``z`` per head: one head's slice of the output
+projection's input at the last position (``roles.head_slice``, what head ablation zeroes).
 
-* ``resid``    — the residual stream entering block ``l`` at position ``t`` (``hook_resid_pre``);
-* ``attn_out`` — what layer ``l``'s attention adds to the stream at ``t``;
-* ``mlp_out``  — what layer ``l``'s MLP adds at ``t``;
-* ``head``     — one head's output at ``t``: its slice of ``z``, the output projection's input
-  (``core.engine.roles.head_slice``, the same slicing head ablation zeroes).
+A batch of patched runs (``_forward_rows``) feeds the corrupted prompt once; from the first block any row
+patches, the hidden state is the corrupted run's own stream copied once per row, and each site's hooks write
+the clean activations into their rows. A sweep skips positions no run patches (``plan``: the corrupted run's
+keys and values of the first P positions are computed once, ``backends.prefix_kv``).
 
-How a batch of patched runs is computed (``_forward_rows``): the model is fed the corrupted prompt
-once ([1, T]); a pre-hook on the first block that any row patches replaces the hidden state with
-the corrupted run's own residual stream there, copied B times (one row per patched run), and the
-hooks of each site overwrite their rows' activations with the clean ones. Before that block every
-row would compute exactly the corrupted run, so nothing is recomputed per row there; from that
-block on the rows run as one batch. Clean and corrupted activations come from two recorded passes
-(``capture``, through the engine's one site capture ``hf_trace.capture_sites``) and are reused by every patched run. A sweep also skips positions (``plan``): a pass
-whose runs patch nothing before position P feeds only positions P … T − 1, after the corrupted run's
-keys and values of the first P (computed once, ``backends.prefix_kv``) — a head sweep feeds one
-position per run, a long pair's grid goes in tiles of nearby layers and positions.
-
-Bit-exact ends: a CPU matrix product may round a row differently depending on where the row sits in
-the batch (its offset in the [B·T, d] operand), so "the same input gives the same output" holds only
-for the same slot of a batch of the same size. The recording runs each prompt as a batch of two
-identical rows and keeps row 0; a single patched run (``patched_logits``) also runs in row 0 of a
-batch of two. So patching nothing IS the corrupted run, and copying the whole stream at layer 0 (or
-at the last block's input) IS the clean run, bit for bit. In a sweep, a run sits in another slot of
-a bigger batch, or after cached keys and values, and may differ from its single run in the last
-float32 bits (≈ 1e-5 on a logit difference).
-
-Hooks are scoped to the calling thread and removed on exit (``core.engine.hooks``); forward passes
-hold the model's lock, so sessions sharing the model never see each other's patches.
+Exact ends: a CPU matrix product may round a row differently by its slot in the batch, so the recording and a
+single patched run both use row 0 of a batch of two: patching nothing IS the corrupted run, copying the whole
+stream at layer 0 IS the clean run, bit for bit. In a sweep a run may differ from its single run in the last
+float32 bits (≈ 1e-5 on a logit difference). Hooks are scoped to the calling thread, passes hold the model's lock.
 """
 
 from __future__ import annotations
@@ -54,10 +37,9 @@ from core.engine.trace import site_row
 from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError
 
 # the registry's sites a patched run copies from the clean run (``Baseline`` keeps each under its name)
-COPIED = tuple(site_row(name).name for name in ("resid", "attn_out", "mlp_out", "z"))
-SITES = COPIED[:3]  # the layer × position grids
-HEAD = "head"  # the layer × head grid of ``z``, at the last position
-ALL_SITES = (*SITES, HEAD)
+PATCHED = tuple(site_row(name).name for name in ("resid", "attn_out", "mlp_out", "z"))
+BY_POSITION = PATCHED[:3]  # the layer × position grids
+HEAD = "z"  # the layer × head grid: one head's slice of ``z`` at the last position
 TOKENS_PER_PASS = 512  # rows × T per batched pass: big enough to use the CPU well, small in memory
 
 # progress: core.common.progress's (done, total, words), in patched runs
@@ -66,7 +48,7 @@ TOKENS_PER_PASS = 512  # rows × T per batched pass: big enough to use the CPU w
 @dataclass(frozen=True)
 class Patch:
     """One patched run: copy the clean ``site`` at (``layer``, ``pos``) into the corrupted run
-    (``pos=None``: every position); ``head`` for site "head"."""
+    (``pos=None``: every position); ``head`` for site "z" (that head's slice)."""
 
     site: str
     layer: int
@@ -74,10 +56,10 @@ class Patch:
     head: int | None = None
 
     def __post_init__(self) -> None:
-        if self.site not in ALL_SITES:
-            raise ValueError(f"unknown site {self.site!r}; one of {ALL_SITES}")
+        if self.site not in PATCHED:
+            raise ValueError(f"unknown site {self.site!r}; one of {PATCHED}")
         if (self.site == HEAD) != (self.head is not None):
-            raise ValueError("a head is given exactly for site 'head'")
+            raise ValueError(f"a head is given exactly for site {HEAD!r}")
 
 
 @dataclass(frozen=True)
@@ -113,8 +95,8 @@ class Baseline:
         return self.logits[1].numpy()
 
     def site(self, name: str) -> torch.Tensor:
-        """[L, 2, T, ·] a patching site of both runs ("head": ``z``, the heads side by side)."""
-        return getattr(self, "z" if name == HEAD else name)
+        """[L, 2, T, ·] a patching site of both runs (``z``: the heads side by side)."""
+        return getattr(self, name)
 
 
 def _with_first(out: Any, new: torch.Tensor) -> Any:
@@ -142,9 +124,9 @@ def capture(loaded: LoadedModel, ids_clean: Sequence[int], ids_corrupted: Sequen
     with loaded.lock, torch.inference_mode():
         for ids in (ids_clean, ids_corrupted):
             x = torch.tensor([ids, ids], dtype=torch.long)  # [2, T]: row 0 is kept (see the module's docstring)
-            cap = hf_trace.capture_sites(loaded, lambda x=x: backends.last_logits(loaded, x), len(ids), keep=COPIED)
+            cap = hf_trace.capture_sites(loaded, lambda x=x: backends.last_logits(loaded, x), len(ids), keep=PATCHED)
             logits.append(cap.logits[0].float())  # [V]
-            runs.append([cap.stacked(k)[:, None] for k in COPIED])  # each [L, 1, T, ·]
+            runs.append([cap.stacked(k)[:, None] for k in PATCHED])  # each [L, 1, T, ·]
     z = runs[0][-1]
     if z.shape[-1] != width:
         raise UnsupportedArchitectureError("z_width", model=type(loaded.model).__name__, n=z.shape[-1], width=width)
@@ -161,7 +143,7 @@ def _start(rows: Sequence[Patch | None]) -> int:
     return min((p.layer for p in rows if p is not None), default=0)
 
 
-def _hooks(base: Baseline, sites: roles.Sites, rows: Sequence[Patch | None], B: int, skip: int = 0) -> list[HookSpec]:
+def _hooks(base: Baseline, sites: roles.Parts, rows: Sequence[Patch | None], B: int, skip: int = 0) -> list[HookSpec]:
     """The hooks of one batched pass; ``skip``: the pass starts at that position (the earlier ones come
     from a cache, ``_forward_rows``), so position t of the prompt is position t − skip of the pass."""
     by: dict[tuple[str, int], list[tuple[int, Patch]]] = {}
@@ -169,7 +151,7 @@ def _hooks(base: Baseline, sites: roles.Sites, rows: Sequence[Patch | None], B: 
         if p is not None:
             by.setdefault((p.site, p.layer), []).append((b, p))
     start = _start(rows)
-    clean = {k: base.site(k)[:, 0, skip:] for k in ALL_SITES}  # [L, T − skip, ·] of the clean run
+    clean = {k: base.site(k)[:, 0, skip:] for k in PATCHED}  # [L, T − skip, ·] of the clean run
     dh = base.head_dim
 
     def write(x: torch.Tensor, site: str, layer: int) -> torch.Tensor:
@@ -397,13 +379,13 @@ def head_patches(n_layers: int, n_heads: int, pos: int) -> list[Patch]:
 
 def sweep_patches(base: Baseline, site: str) -> tuple[list[Patch], tuple[int, int]]:
     """The patched runs of a sweep of ``site`` and the grid they fill: every (layer, position) [L, T]
-    for resid / attn_out / mlp_out, every (layer, head) at the last position [L, H] for head."""
+    for resid / attn_out / mlp_out, every (layer, head) at the last position [L, H] for z."""
     L, T = base.n_layers, base.n_tokens
     if site == HEAD:
         return head_patches(L, base.n_heads, T - 1), (L, base.n_heads)
-    if site in SITES:
+    if site in BY_POSITION:
         return grid_patches(site, L, T), (L, T)
-    raise ValueError(f"unknown site {site!r}; one of {ALL_SITES}")
+    raise ValueError(f"unknown site {site!r}; one of {PATCHED}")
 
 
 @dataclass(frozen=True)
@@ -472,12 +454,12 @@ def export(loaded: LoadedModel, pt: pair.PairTokens, ans: pair.Answers, base: Ba
             "sites": {"resid": "[L, T] the residual stream entering block l at position t, copied from the clean run",
                       "attn_out": "[L, T] layer l's attention output at position t, copied from the clean run",
                       "mlp_out": "[L, T] layer l's MLP output at position t, copied from the clean run",
-                      "head_out": "[L, H] head h's output (its slice of the output projection's input) at the last position"},
+                      "z": "[L, H] head h's output (its slice of the output projection's input) at the last position"},
             "values": "logit(answer) - logit(foil) at the last position of each patched run of the corrupted prompt",
             "normalise": "(x - logit_diff_corrupted) / (logit_diff_clean - logit_diff_corrupted): 0 = corrupted, 1 = clean"}
     out = {"tokens_clean": np.asarray(pt.tokens_clean, dtype=str), "tokens_corrupted": np.asarray(pt.tokens_corrupted, dtype=str),
            "token_ids_clean": np.asarray(pt.ids_clean, dtype=np.int64),
            "token_ids_corrupted": np.asarray(pt.ids_corrupted, dtype=np.int64),
            "logit_diff_clean": np.float64(ld_c), "logit_diff_corrupted": np.float64(ld_r), "meta": np.asarray(json.dumps(meta))}
-    out.update({("head_out" if site == HEAD else site): np.asarray(g, dtype=np.float64) for site, g in grids.items()})
+    out.update({site: np.asarray(g, dtype=np.float64) for site, g in grids.items()})
     return out

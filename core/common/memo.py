@@ -137,15 +137,6 @@ class ByteLRU:
                 dropped += 1
             return dropped
 
-    def discard(self, match: Callable[[Hashable], bool]) -> int:
-        """Drop every entry whose key matches; returns how many were dropped."""
-        with self._lock:
-            keys = [k for k in self._items if match(k)]
-            for k in keys:
-                self.total -= self._items.pop(k)[1]
-                self._used.pop(k, None)
-            return len(keys)
-
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

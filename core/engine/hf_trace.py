@@ -30,14 +30,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.common import fresh
 from core.engine import roles, xray
 from core.engine.hooks import HookSpec, scoped_hooks
 from core.engine.hooks import first_of as _first
 from core.engine.hooks import hidden_of as _hidden_of
-from core.engine.roles import Sites, find_sites
+from core.engine.roles import Parts, find_sites
 from core.engine.tokens import readable_tokens
-from core.engine.trace import MLP_SITES, TOP_K, LayerDetail, NextTokens, Trace
+from core.engine.trace import MAX_TOKENS, MLP_SITES, TOP_K, LayerDetail, NextTokens, Trace
 from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError
 
 KV_KEEP_MAX = 1024  # a trace keeps its keys and values (``k``, ``v``: exactly the prefill's KV cache) up to this many
@@ -180,10 +179,8 @@ class Capture:
 
 
 def _new_capture(L: int, T: int, d: int, keep: tuple[str, ...] = ()) -> Capture:
-    # memory whose pages are in place (``fresh.empty``), not faulted in page by page during the pass: the stream, kept
-    # by the trace, and the identity's sample, whose mapping goes back to the pool once the check has read it
-    return Capture(resid=torch.from_numpy(fresh.empty((L + 1, T, d))), attn_norm=torch.zeros(L, T),
-                   mlp_norm=torch.zeros(L, T), sampled=torch.from_numpy(fresh.empty((2, L, len(range(T)[identity_rows(T)]), d))),
+    return Capture(resid=torch.empty(L + 1, T, d), attn_norm=torch.zeros(L, T),
+                   mlp_norm=torch.zeros(L, T), sampled=torch.empty(2, L, len(range(T)[identity_rows(T)]), d),
                    keep=keep)
 
 
@@ -195,7 +192,7 @@ def identity_rows(T: int) -> slice:
     return slice(None, None, max(1, T // 16))
 
 
-def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool) -> list[HookSpec]:
+def _capture_hooks(sites: Parts, cap: Capture, model_name: str, last_only: bool) -> list[HookSpec]:
     L = len(sites.blocks)
     pending: dict[str, torch.Tensor] = {}  # this block's input and sub-layer outputs, until it returns
 
@@ -211,20 +208,19 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 
     def on_block_in(i: int, args: tuple, kwargs: dict) -> None:
         x = _hidden_of(args, kwargs)
-        if i > 0 and "prev_out" in pending and not (x is pending["prev_out"] or torch.equal(x, pending["prev_out"])):
+        if i > 0 and not ("prev_out" in pending and (x is pending["prev_out"] or torch.equal(x, pending["prev_out"]))):
             cap.problem = cap.problem or UnsupportedArchitectureError("not_one_chain")
         pending.clear()
         cap.resid[i].copy_(x[0])
         cap.block_calls[i] = _without_hidden(args, kwargs)
-        mark("resid_pre", i)
+        mark("resid", i)  # resid[i]: what block i is called with
 
     rows = identity_rows(cap.resid.shape[1])
 
     def on_sub(site: str, i: int, out: Any) -> None:
         y = _first(out)
         attn = site == "attn_out"
-        # written in place (out=): the same bits, without a [T] temporary and its copy (issue 28: at 256 tokens the
-        # temporary's path took ~2.7 ms per call on this machine, out= 15 µs; 60 calls per trace)
+        # written in place (out=): the same bits, without a [T] temporary and its copy
         buf = (cap.attn_norm if attn else cap.mlp_norm)[i]
         torch.linalg.vector_norm(y[0], dim=-1, dtype=buf.dtype, out=buf)  # dtype: a model in another dtype still fits the buffer
         cap.sampled[0 if attn else 1, i].copy_(y[0, rows].detach())  # the identity is checked after the pass, all layers at once
@@ -240,7 +236,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 
     def on_block_out(i: int, out: Any) -> None:
         y = _first(out)
-        mark("resid_post", i)
+        mark("resid", i + 1)  # resid[i + 1]: what block i returns (the next block must be called with it)
         if i == L - 1:
             cap.resid[L].copy_(y[0])
         pending.clear()
@@ -274,7 +270,7 @@ def _capture_hooks(sites: Sites, cap: Capture, model_name: str, last_only: bool)
 _HEAD_ALONE: dict[type, bool] = {}
 
 
-def _last_only_possible(model: Any, sites: Sites) -> bool:
+def _last_only_possible(model: Any, sites: Parts) -> bool:
     return (_HEAD_ALONE.get(type(model), True) and sites.final_norm is not None
             and isinstance(sites.lm_head, torch.nn.Linear)
             and "logits_to_keep" in inspect.signature(type(model).forward).parameters)
@@ -289,7 +285,7 @@ def capture(loaded: LoadedModel, ids: Sequence[int]) -> Capture:
     cap = _new_capture(L, T, d)
     extra = {"logits_to_keep": 1} if last_only else {}
     f = loaded.facts
-    kv = tuple(torch.from_numpy(fresh.empty((L, f.n_kv_heads, T, f.head_dim))) for _ in "kv") if T <= KV_KEEP_MAX else None
+    kv = tuple(torch.empty(L, f.n_kv_heads, T, f.head_dim) for _ in "kv") if T <= KV_KEEP_MAX else None
     with loaded.lock, torch.inference_mode(), xray.recording(keep_weights=False, last_row=True, keep_kv=kv is not None,
                                                              kv_into=kv) as rec:
         cap.calls = rec.calls
@@ -313,9 +309,9 @@ def _check_identity(cap: Capture, model_name: str) -> None:
     """The trace contract's identity, every block at once after the pass: resid[l+1] = resid[l] + attn_out +
     mlp_out at ``identity_rows`` (resid[l] is what block l was called with, resid[l+1] what it returned:
     the chain check saw to it). Float32 rounding grows with the stream's magnitude: relative, floor 1."""
-    sampled, cap.sampled = cap.sampled, torch.empty(0)  # read once here; its memory then goes back to fresh's pool
+    sampled, cap.sampled = cap.sampled, torch.empty(0)  # read once here; its memory is then freed
     L = sampled.shape[1]
-    if cap.problem is not None or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out", "resid_pre", "resid_post")):
+    if cap.problem is not None or len(cap.seen.get("resid", ())) != L + 1 or any(len(cap.seen.get(s, ())) != L for s in ("attn_out", "mlp_out")):
         return  # ``check`` refuses it already, with its own reason
     r = cap.resid[:, identity_rows(cap.resid.shape[1])]  # [L+1, rows, d]
     gap = (r[1:] - r[:-1] - sampled[0] - sampled[1]).abs_().flatten(1).amax(1)  # [L]
@@ -378,10 +374,10 @@ def check(cap: Capture, n_layers: int, model_name: str, attention: bool = True) 
     L = n_layers
     if attention and len(cap.calls) != L:
         raise UnsupportedArchitectureError("attention_interface", model=model_name, n=len(cap.calls), L=L)
-    for site in ("resid_pre", "resid_post", "attn_out", "mlp_out", *(("z",) if "z" in cap.keep else ())):
-        n = len(cap.seen.get(site, ()))
-        if n != L:  # what the site is, in the page's language: arch.site_<site>
-            raise UnsupportedArchitectureError("site_unseen", site=Phrase(f"arch.site_{site}"), n=n, L=L)
+    for site in ("resid", "attn_out", "mlp_out", *(("z",) if "z" in cap.keep else ())):
+        n, want = len(cap.seen.get(site, ())), L + 1 if site == "resid" else L  # resid: every block boundary
+        if n != want:  # what the site is, in the page's language: arch.site_<site>
+            raise UnsupportedArchitectureError("site_unseen", site=Phrase(f"arch.site_{site}"), n=n, L=want)
     if cap.problem:
         raise cap.problem
 
@@ -395,7 +391,8 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> Trace:
-    """Tensors → the numpy Trace of the contract (``what``: prompt, text, chat, truncated_from, notes)."""
+    """Tensors → the numpy Trace of the contract (``what``: prompt, text, chat, truncated_from, notes, cut_by,
+    kept_tail, max_tokens)."""
     facts = loaded.facts
     tensors: list[dict[str, Any]] = []
     seen: dict[int, int] = {}
@@ -404,8 +401,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
 
     def encoded(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         # the layers of a model are mostly called with the very same objects (the mask, cos/sin, the cache position):
-        # a call whose every argument *is* an earlier call's shares its encoding (the same value; 0.3 ms a trace). The
-        # identities are sound keys here: every recorded call keeps its objects alive until packing is done
+        # a call whose every argument *is* an earlier call's shares its encoding (the same value). The identities are
+        # sound keys here: every recorded call keeps its objects alive until packing is done
         key = (tuple(map(id, args)), tuple((k, id(v)) for k, v in kwargs.items()))
         if key not in done:
             done[key] = (tuple(_encode(a, HIDDEN, tensors, seen) for a in args),
@@ -420,6 +417,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
     logits = cap.logits[0]  # [T, V], or [1, V] when the forward was asked for the last position only
     meta = {"model": facts.name, "model_kind": loaded.kind, "source": loaded.source, "facts": facts.to_dict(),
             "chat": bool(what.get("chat", False))}
+    if what.get("truncated_from"):  # whose limit cut the prompt (``tokens.cut_notice``)
+        meta.update(cut_by=what.get("cut_by"), kept_tail=what.get("kept_tail", False))
     return Trace(
         prompt=what.get("prompt", ""),
         text=what.get("text", ""),
@@ -438,6 +437,8 @@ def pack(loaded: LoadedModel, ids: Sequence[int], cap: Capture, **what: Any) -> 
         meta=meta,
         truncated_from=what.get("truncated_from"),
         notes=list(what.get("notes") or []),
+        model_spec=loaded.spec,
+        max_tokens=int(what.get("max_tokens", MAX_TOKENS)),
         replay=Replay(calls, tensors, attn_calls),
         k=cap.k.numpy() if cap.k is not None else _kept(cap.calls, "key"),
         v=cap.v.numpy() if cap.v is not None else _kept(cap.calls, "value"),
@@ -470,16 +471,29 @@ def trace_ids(loaded: LoadedModel, ids: Sequence[int], **what: Any) -> Trace:
 # derived on demand
 
 
-def layer_detail(loaded: LoadedModel, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
+def layer_detail(loaded: LoadedModel, tr: Trace, layer: int) -> LayerDetail:
     """Layer ``layer`` of ``tr`` in full, by replaying that one layer's attention (or, where that is not
-    possible, its whole block) with eager attention; with ``mlp``, its MLP too (``mlp_replay``), for the
-    MLP's internals (``MLP_SITES``)."""
+    possible, its whole block) with eager attention."""
     if tr.replay is None:
         raise UnsupportedArchitectureError("no_replay")
     sites = find_sites(loaded.model)
-    if tr.replay.attn_calls and sites.attn_norms[layer] is not None and (not mlp or sites.mlp_norms[layer] is not None):
-        return _attention_replay(loaded, sites, tr, layer, mlp)
-    return _block_replay(loaded, sites, tr, layer, mlp)
+    if tr.replay.attn_calls and sites.attn_norms[layer] is not None:
+        return _attention_replay(loaded, sites, tr, layer)[0]
+    return _block_replay(loaded, sites, tr, layer)[0]
+
+
+def mlp_sites(loaded: LoadedModel, tr: Trace, layer: int) -> dict[str, np.ndarray]:
+    """Layer ``layer``'s MLP sites (``MLP_SITES`` whose part its MLP has), [T, ·] each: its MLP replayed on the
+    replayed attention's middle stream (``mlp_replay``), or the whole block replayed with the MLP's hooks."""
+    if tr.replay is None:
+        raise UnsupportedArchitectureError("no_replay")
+    sites = find_sites(loaded.model)
+    if tr.replay.attn_calls and sites.attn_norms[layer] is not None and sites.mlp_norms[layer] is not None:
+        attn_out = _attention_replay(loaded, sites, tr, layer)[1]
+        inside = mlp_replay(loaded, tr, layer, attn_out)[1]
+    else:
+        inside = _block_replay(loaded, sites, tr, layer, mlp=True)[1]
+    return {k: _np(v[0]) for k, v in inside.items()}
 
 
 def prompt_kv(loaded: LoadedModel, tr: Trace) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
@@ -517,14 +531,13 @@ def _eager_call(rec: xray.AttentionRecord, layer: int) -> dict[str, Any]:
     return rec.calls[0]
 
 
-def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor,
-            inside: dict[str, torch.Tensor]) -> LayerDetail:
+def _detail(layer: int, c: dict[str, Any], attn_out: torch.Tensor, mlp_out: torch.Tensor) -> LayerDetail:
     w = c["weights"][0].to(torch.float16)  # [H, T, T]; already float16 when computed in bands
     return LayerDetail(layer, q=_np(c["query"][0]), k=_np(c["key"][0]), v=_np(c["value"][0]), attn_pattern=w.numpy(),
-                       attn_out=_np(attn_out), mlp_out=_np(mlp_out), mlp={k: _np(v[0]) for k, v in inside.items()})
+                       attn_out=_np(attn_out), mlp_out=_np(mlp_out))
 
 
-def _mlp_hooks(sites: Sites, layer: int, got: dict[str, torch.Tensor]) -> list[HookSpec]:
+def _mlp_hooks(sites: Parts, layer: int, got: dict[str, torch.Tensor]) -> list[HookSpec]:
     """Forward hooks that record every MLP site of the registry (``MLP_SITES``) whose part this layer's MLP
     has (``roles.MLP_PARTS``), [1, T, ·] each, into ``got``."""
     parts = {name: roles.mlp_part(sites.mlps[layer], name) for name in MLP_SITES}
@@ -550,7 +563,7 @@ def mlp_replay(loaded: LoadedModel, tr: Trace, layer: int, attn_out: torch.Tenso
     return out, got
 
 
-def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
+def _attention_replay(loaded: LoadedModel, sites: Parts, tr: Trace, layer: int) -> tuple[LayerDetail, torch.Tensor]:
     """The attention sub-layer alone: its norm on ``resid[l]``, then the attention module with its
     recorded arguments. What it adds must have, at every position, the norm the trace kept
     (``attn_out_norm``); the MLP's contribution is then the rest of the block's step,
@@ -567,13 +580,13 @@ def _attention_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, 
     if gap > REPLAY_RTOL * max(1.0, float(want.max())):
         raise UnsupportedArchitectureError("attn_replay_off", layer=layer, gap=f"{gap:.3g}")
     mlp_out = torch.from_numpy(tr.resid[layer + 1] - tr.resid[layer]) - attn_out
-    inside = mlp_replay(loaded, tr, layer, attn_out)[1] if mlp else {}
-    return _detail(layer, c, attn_out, mlp_out, inside)
+    return _detail(layer, c, attn_out, mlp_out), attn_out
 
 
-def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp: bool = False) -> LayerDetail:
-    """The whole block ``layer`` on ``resid[l]`` with its recorded arguments; its output must
-    reproduce the kept ``resid[l+1]``."""
+def _block_replay(loaded: LoadedModel, sites: Parts, tr: Trace, layer: int,
+                  mlp: bool = False) -> tuple[LayerDetail, dict[str, torch.Tensor]]:
+    """The whole block ``layer`` on ``resid[l]`` with its recorded arguments (``mlp``: its MLP sites recorded
+    too); its output must reproduce the kept ``resid[l+1]``."""
     got: dict[str, torch.Tensor] = {}
     inside: dict[str, torch.Tensor] = {}
     hooks: list[HookSpec] = [
@@ -591,7 +604,7 @@ def _block_replay(loaded: LoadedModel, sites: Sites, tr: Trace, layer: int, mlp:
     gap = (out - want).abs().max().item()
     if gap > REPLAY_RTOL * max(1.0, want.abs().max().item()):
         raise UnsupportedArchitectureError("layer_replay_off", layer=layer, gap=f"{gap:.3g}")
-    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0], inside)
+    return _detail(layer, c, got["attn_out"][0], got["mlp_out"][0]), inside
 
 
 def _head_reproduces(loaded: LoadedModel, tr: Trace) -> bool:

@@ -35,7 +35,9 @@ MLP_PARTS = {
 
 
 @dataclass(frozen=True)
-class Sites:
+class Parts:
+    """One model's modules by role (``find_sites``): what hooks and replays are attached to."""
+
     embed: nn.Module
     blocks: tuple[nn.Module, ...]
     attns: tuple[nn.Module, ...]
@@ -95,17 +97,17 @@ def n_layers_of(model: nn.Module) -> int:
     return int(getattr(getattr(model, "cfg", None), "n_layers", 0) or 0)
 
 
-_SITES: weakref.WeakKeyDictionary[nn.Module, Sites] = weakref.WeakKeyDictionary()
+_PARTS: weakref.WeakKeyDictionary[nn.Module, Parts] = weakref.WeakKeyDictionary()
 
 
-def find_sites(model: nn.Module) -> Sites:
+def find_sites(model: nn.Module) -> Parts:
     """Every role of ``model`` (cached per model object: the model's structure never changes)."""
-    if model not in _SITES:
-        _SITES[model] = _find(model)
-    return _SITES[model]
+    if model not in _PARTS:
+        _PARTS[model] = _find(model)
+    return _PARTS[model]
 
 
-def _find(model: nn.Module) -> Sites:
+def _find(model: nn.Module) -> Parts:
     n_layers = n_layers_of(model)
     lists = [m for _, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
     if not lists:
@@ -129,7 +131,7 @@ def _find(model: nn.Module) -> Sites:
     embed = get_in() if get_in else child_by_name(model, EMBED_NAMES)
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None) or model
     final = child_by_name(base, FINAL_NORM_NAMES) or child_by_name(model, FINAL_NORM_NAMES)
-    return Sites(
+    return Parts(
         embed=embed,
         blocks=blocks,
         attns=tuple(attns),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import EmptyPromptError
+from core.engine.types import EmptyPromptError, Tokenizer
 
 # ---------------------------------------------------------------------------------------------
 # GPT-2's byte table
@@ -47,21 +47,20 @@ BYTE_OF: dict[str, int] = {c: b for b, c in enumerate(BYTE_CHARS)}  # stand-in c
 
 
 # Per tokenizer, the pieces already decoded: id → readable piece. A piece is a function of its id alone (decoded on its
-# own, with no neighbour), so it is made once per tokenizer and id, not once per trace: decoding 256 ids one by one
-# took 0.5 ms of every 256-token trace (issue 28); a repeated id costs a dictionary lookup. At most PIECES_MAX ids a
+# own, with no neighbour), so it is made once per tokenizer and id, not once per trace. At most PIECES_MAX ids a
 # tokenizer (a few MB), weakly keyed: a tokenizer the app lets go takes its pieces with it.
 _PIECES: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
 PIECES_MAX = 1 << 16
 
 
-def _pieces_of(tokenizer: Any) -> dict[int, str]:
+def _pieces_of(tokenizer: Tokenizer) -> dict[int, str]:
     try:
         return _PIECES.setdefault(tokenizer, {})
     except TypeError:  # neither hashable nor weakly referable: decoded every time
         return {}
 
 
-def readable_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def readable_tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """Each token decoded on its own; a partial UTF-8 character shows as its bytes, ⟨E8 8B⟩."""
     ids = [int(i) for i in ids]
     known = _pieces_of(tokenizer)
@@ -254,7 +253,7 @@ def byte_groups(pieces: Sequence[Any]) -> list[tuple[int, int, str]]:
     return out
 
 
-def decoded_text(tokenizer: Any, ids: Sequence[int]) -> str:
+def decoded_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
     """The text of ``ids`` as one string, as far as it is whole: when the last tokens are only the
     first bytes of a UTF-8 character (a step stopped inside 苹 = E8 8B B9), those bytes are shown as
     still waiting, "‹E8 8B›", never as "�". Anything else decodes as the tokenizer decodes it."""
@@ -282,7 +281,7 @@ def has_cjk(text: str) -> bool:
     return bool(_CJK.search(text))
 
 
-def tokens_per_char(tokenizer: Any, text: str) -> tuple[int, int]:
+def tokens_per_char(tokenizer: Tokenizer, text: str) -> tuple[int, int]:
     """(tokens, characters) of ``text`` as plain text, no chat template: what one character costs."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if ids and isinstance(ids[0], list):
@@ -290,13 +289,13 @@ def tokens_per_char(tokenizer: Any, text: str) -> tuple[int, int]:
     return len(ids), len(text)
 
 
-def visible_tokens(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def visible_tokens(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """Each id as a page shows it when it stands alone (a list of candidates, not a sequence):
     decoded on its own, then made visible."""
     return [visible(s) for s in readable_tokens(tokenizer, ids)]
 
 
-def sequence_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def sequence_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """The ids of one sequence (a prompt, a continuation) as a page shows them: ``token_labels``."""
     return token_labels(readable_tokens(tokenizer, ids))
 
@@ -316,7 +315,7 @@ def rank_labels(pieces: Sequence[Any]) -> list[str]:
     return [f"#{i + 1} {visible(p)}" for i, p in enumerate(pieces)]
 
 
-def special_mask(tokenizer: Any, ids: Sequence[int]) -> list[bool]:
+def special_mask(tokenizer: Tokenizer, ids: Sequence[int]) -> list[bool]:
     """Which ids are the tokenizer's special tokens (<|im_start|>, <bos> …)."""
     specials = set(getattr(tokenizer, "all_special_ids", []) or [])
     return [int(i) in specials for i in ids]
@@ -339,11 +338,11 @@ class Encoded:
 CUT_APP, CUT_MODEL = "app", "model"
 
 
-def has_chat_template(tokenizer: Any) -> bool:
+def has_chat_template(tokenizer: Tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def chat_text(tokenizer: Any, prompt: str) -> str:
+def chat_text(tokenizer: Tokenizer, prompt: str) -> str:
     """The prompt as one user message, with the generation prompt (the assistant header) added."""
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
@@ -373,7 +372,7 @@ def cut_notice(truncated_from: int, kept: int, cut_by: str | None, kept_tail: bo
     return out
 
 
-def _ids(tokenizer: Any, text: str, special: bool, split: bool = False) -> list[int]:
+def _ids(tokenizer: Tokenizer, text: str, special: bool, split: bool = False) -> list[int]:
     """``text``'s ids; ``split``: a special token's spelling in it is read as text (``<|im_start|>`` → ``<``,
     ``|``, ``im`` …), never as the control token."""
     kw = {"split_special_tokens": True} if split else {}
@@ -386,7 +385,7 @@ def _ids(tokenizer: Any, text: str, special: bool, split: bool = False) -> list[
 _SLOT = "\ue000xray-user-text\ue000"  # a private-use marker no prompt contains: where the user's text goes
 
 
-def _template_parts(tokenizer: Any) -> tuple[str, str] | None:
+def _template_parts(tokenizer: Tokenizer) -> tuple[str, str] | None:
     """The chat template's text before and after the user's message (system turn and user header; the
     user's end and the assistant header), or None when the template does not place the message once."""
     try:
@@ -396,7 +395,7 @@ def _template_parts(tokenizer: Any) -> tuple[str, str] | None:
     return (parts[0], parts[1]) if len(parts) == 2 else None
 
 
-def _cut_keeping_tail(tokenizer: Any, prompt: str, limit: int) -> tuple[str, list[int]] | None:
+def _cut_keeping_tail(tokenizer: Tokenizer, prompt: str, limit: int) -> tuple[str, list[int]] | None:
     """A chat-templated prompt cut inside the user's text, so that the template's end (``<|im_end|>`` and
     the assistant header: what makes the next token an assistant's answer) is kept; None when the
     template's own tokens leave no room for any of the user's text."""
@@ -411,13 +410,13 @@ def _cut_keeping_tail(tokenizer: Any, prompt: str, limit: int) -> tuple[str, lis
     return parts[0] + tokenizer.decode(user) + parts[1], head + user + tail
 
 
-def typed_specials(tokenizer: Any, prompt: str) -> bool:
+def typed_specials(tokenizer: Tokenizer, prompt: str) -> bool:
     """Whether ``prompt`` spells a special token (``<|im_start|>``, ``<|im_end|>`` …) the tokenizer would read
     as a control token."""
     return _ids(tokenizer, prompt, False) != _ids(tokenizer, prompt, False, split=True)
 
 
-def _chat_ids(tokenizer: Any, text: str, prompt: str) -> list[int]:
+def _chat_ids(tokenizer: Tokenizer, text: str, prompt: str) -> list[int]:
     """The templated ``text``'s ids, the user's message read as text: a special token typed in it
     (``<|im_start|>system …<|im_end|>``) is split into ordinary pieces, so that only the template writes
     control tokens and no one opens a turn of their own. The ids of a message without one are the plain
@@ -428,7 +427,7 @@ def _chat_ids(tokenizer: Any, text: str, prompt: str) -> list[int]:
     return _ids(tokenizer, parts[0], False) + _ids(tokenizer, prompt, False, split=True) + _ids(tokenizer, parts[1], False)
 
 
-def encode(tokenizer: Any, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS,
+def encode(tokenizer: Tokenizer, prompt: str, *, chat: bool = False, max_tokens: int = MAX_TOKENS,
            max_positions: int | None = None) -> Encoded:
     """The prompt's ids, cut at ``max_tokens`` or at the model's own ``max_positions`` when fewer (with a
     note saying so, and ``cut_by`` saying whose limit it was). With the chat template a long prompt is cut

@@ -1,43 +1,19 @@
 """Trace: one record of one forward pass, the same for the real model and the toy.
 
-Every page and plot reads only this (and, for one layer's details, ``core.backends.layer_detail``).
-Arrays are numpy, batch dimension dropped, on CPU, read-only (one trace is shared by every
-session that asks for the same prompt).
+Every recorded site has one row in ``SITES`` (name, shape, dtype, kept or derived, TransformerLens' name),
+and one door: ``tr.site(name, layer=None)`` (TransformerLens' ``cache[name, layer]``; ``layer`` None: every
+layer stacked). Arrays are numpy, batch dimension dropped, read-only (one trace is shared by every session).
 
-What a trace *keeps* is what cannot be recomputed cheaply; what it *derives* is exact and on demand:
+* kept, float32: ``embeddings``, the residual stream ``resid`` [L+1, T, d], ``final_hidden``, the sub-layers'
+  norms, ``last_logits``; for the real model also ``k``, ``v`` up to ``hf_trace.KV_KEEP_MAX`` tokens (the
+  prompt's KV cache) and ``replay``, what each block was called with besides its input;
+* derived per layer when asked (q, k, v, ``attn_pattern``, the sub-layer outputs, the MLP's sites): that one
+  block re-run on ``resid[l]`` with its recorded arguments, checked against the kept ``resid[l+1]``;
+* the toy keeps everything (it is tiny).
 
-* kept, float32, exactly what the model computed: ``embeddings``, the residual stream ``resid``
-  [L+1, T, d] at every block boundary, ``final_hidden``; the norms of what each sub-layer added
-  (``attn_out_norm``, ``mlp_out_norm`` [L, T]); ``last_logits`` [V];
-* kept for the real model: ``k`` and ``v`` of every layer up to 1,024 tokens (what its forward already
-  computed: the prompt's KV cache, so a continuation decodes without a second prefill; above that, a
-  continuation has them formed again from ``resid``, each layer's projections only: ``hf_trace.prompt_kv``); ``replay``, what each block was called with besides its input (masks as
-  bits, rotary cos/sin, position ids) — a few MB even at 4,096 tokens;
-* derived per layer on demand (``core.backends.layer_detail``): q, k, v, the attention weights and
-  the two sub-layer outputs, by re-running that one block on ``resid[l]`` with its recorded
-  arguments and HF's own eager attention — activation checkpointing, applied to tracing. The
-  replay is checked against the kept ``resid[l+1]``;
-* the toy keeps everything eagerly (``q`` … ``attn_pattern``, it is tiny), so its details are slices.
-
-Any position's next-token candidates (top-K logits and the log-sum-exp, so their probabilities are
-exact) are derived from ``final_hidden`` by the LM head on demand (``core.backends.next_tokens``),
-and the whole [T, V] logits matrix likewise (``core.backends.full_logits``) for the export,
-bit-for-bit what the LM head gives.
-
-Every recorded site has one row in ``SITES`` below (name, shape, dtype, kept or derived, TransformerLens'
-name); the trace's keys, ``LayerDetail``, the toy's probes, patching's sites, the export and the CLI read it.
-
-**In a notebook every site of the contract is a field**, kept or not: ``tr.q``, ``tr.k``, ``tr.v``,
-``tr.attn_pattern``, ``tr.attn_out`` and ``tr.mlp_out`` ([L, …], ``LAYER_SITES``) answer with every layer
-stacked. A trace made by ``core.trace`` knows the model it came from (a weak reference: it never keeps a
-model alive), so a site it does not keep is derived on first read, layer by layer through the same
-accessor the pages use, and then kept on this trace object. What that costs is said by ``site_bytes``:
-for SmolLM2 (30 layers, 9 heads, dh 64, d 576) at T tokens, ``attn_pattern`` takes 540·T² bytes (float16:
-19 MB at 6 tokens' … 0.57 GB at 1,024), ``q`` and ``attn_out`` 69 kB·T each, ``k`` and ``v`` 23 kB·T.
-``attn_pattern`` is refused above ``PATTERN_EXPORT_MAX`` tokens (9 GB at 4,096), with the reason and the
-way round: ``tr.attention(layer)`` or ``tr.layer(layer)``, one layer at a time. The app itself never reads
-a site it does not keep this way (``keeps`` tells; pages go through ``core.backends.layer_detail`` and the
-byte-bounded cache), so a shared trace never grows behind the cache's back.
+A stacked site the trace does not keep is derived layer by layer and kept on the object (``site_bytes`` says
+what it costs; ``attn_pattern`` is refused above ``PATTERN_EXPORT_MAX`` tokens). The app reads derived sites
+one layer at a time through the byte-bounded cache (``core.web.cache.site``), never stacked.
 """
 
 from __future__ import annotations
@@ -47,7 +23,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,11 +41,11 @@ PATTERN_EXPORT_MAX = 1024  # the .npz keeps attn_pattern (float16) up to this ma
 KEPT = "kept"  # the trace holds it, for the real model and the toy alike
 LAYER = "layer"  # per layer, one of ``LayerDetail``'s fields: derived on demand by replaying that block (HF;
 #                  k and v kept up to hf_trace.KV_KEEP_MAX tokens), kept by the toy; ``tr.<name>`` stacks every layer
-MLP = "mlp"  # per layer, inside the MLP: derived on demand by replaying that layer's MLP (``layer_detail(…,
-#              mlp=True).mlp[name]``; a model whose MLP has no such part leaves it out), kept by the toy in ``extras``
+MLP = "mlp"  # per layer, inside the MLP: derived when asked by name, by replaying that layer's MLP (a model whose
+#              MLP has no such part leaves it out); kept by the toy
 DERIVED = "derived"  # recomputed from a kept site when asked (the full logits, from final_hidden, for the export)
 CAPTURE = "capture"  # recorded only by the engine's site capture (``hf_trace.capture_sites``: activation patching)
-TOY = "toy"  # kept only by the toy, in ``tr.extras``: every intermediate value its one-file model computes
+TOY = "toy"  # kept only by the toy: every intermediate value its one-file model computes
 
 
 @dataclass(frozen=True)
@@ -98,7 +74,7 @@ class Site:
 #      (``hf_trace._mlp_replay``) records every MLP row that names a part there; for the toy, one
 #      ``_probe(probe, name=tensor)`` line in ``core.toy.model`` (a probe's name must be a row here).
 # The trace's keys (``ARRAY_KEYS``), ``LAYER_SITES`` / ``MLP_SITES``, ``LayerDetail.nbytes``,
-# ``Trace.site_bytes``, the toy's extras, the export and the CLI's list of keys all read these rows.
+# ``Trace.site`` (the one door), ``Trace.site_bytes``, the toy's kept sites, the export and the CLI read these rows.
 SITES: tuple[Site, ...] = (
     Site("tokens", "T", "str", KEPT, "", True, "each token's piece, decoded on its own (readable)"),
     Site("token_ids", "T", "int64", KEPT, "", True, "the tokenizer's ids"),
@@ -129,7 +105,7 @@ SITES: tuple[Site, ...] = (
     # the site capture's (activation patching)
     Site("z", "L,T,H·dh", "float32", CAPTURE, "blocks.{l}.attn.hook_z (heads side by side)", False,
          "every head's output, the attention's output projection's input: head h owns columns h·dh … (h+1)·dh"),
-    # the toy's own intermediate values (``tr.extras``)
+    # the toy's own intermediate values
     Site("pos", "T,d", "float32", TOY, "hook_pos_embed", False, "the position vectors added to the embeddings (zero for RoPE / none)"),
     Site("mask", "T,T", "float32", TOY, "", False, "the additive mask: 0 may look, −∞ may not (the same in every layer)"),
     Site("scores_raw", "L,H,T,T", "float32", TOY, "", False, "q·kᵀ per head, before scaling"),
@@ -179,8 +155,7 @@ EXPORT_KEYS = (*(s.name for s in SITES if s.export), "meta")  # every key of an 
 @dataclass(frozen=True)
 class LayerDetail:
     """Everything one layer computed for one trace (``core.backends.layer_detail``): one field per
-    ``LAYER_SITES`` row, in the registry's order (a test holds them together), and, when asked
-    (``layer_detail(…, mlp=True)``), the MLP's internals by ``MLP_SITES`` name."""
+    ``LAYER_SITES`` row, in the registry's order (a test holds them together)."""
 
     layer: int
     attn_out: np.ndarray  # [T, d] what the attention sub-layer adds
@@ -189,16 +164,10 @@ class LayerDetail:
     k: np.ndarray  # [Hkv, T, dh] after RoPE: what the KV cache holds
     v: np.ndarray  # [Hkv, T, dh]
     attn_pattern: np.ndarray  # [H, T, T] float16 (exact to < 2.5e-4 in [0, 1]), after mask and softmax
-    mlp: dict[str, np.ndarray] = field(default_factory=dict)  # MLP_SITES → [T, …]; empty unless asked
-
-    @property
-    def weights(self) -> np.ndarray:
-        """``attn_pattern`` under its old name (kept for compatibility: pages and the web cache read it)."""
-        return self.attn_pattern
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in LAYER_SITES) + sum(a.nbytes for a in self.mlp.values())
+        return sum(getattr(self, name).nbytes for name in LAYER_SITES)
 
     def head(self, h: int) -> np.ndarray:
         """[T, T] float32 weights of one query head."""
@@ -234,27 +203,34 @@ class SiteTooLargeError(ValueError):
 
 
 class _LayerSite:
-    """A per-layer field of the Trace: what the trace keeps, or else (with a model to derive it from) every
-    layer derived on first read and kept on the object (``Trace._derive``). As a dataclass field's default
-    it reads None (``__get__`` on the class), so ``Trace(…)`` takes it as an ordinary keyword."""
+    """A per-layer field of the Trace, stacked over layers: a thin call to ``Trace.site(name)``. As a dataclass
+    field's default it reads None (``__get__`` on the class), so ``Trace(…)`` takes it as an ordinary keyword."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
         self.slot = "_kept_" + name
 
-    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
-        if obj is None:
-            return None
-        kept = obj.__dict__.get(self.slot)
-        return kept if kept is not None else obj._derive(self.name)
+    def __get__(self, obj: Trace | None, objtype: type | None = None) -> np.ndarray | None:
+        return None if obj is None else obj.site(self.name)
 
-    def __set__(self, obj: Any, value: Any) -> None:
+    def __set__(self, obj: Trace, value: np.ndarray | None) -> None:
         obj.__dict__[self.slot] = value
 
 
-# deriver(trace, layer, mlp) → that layer's LayerDetail (with ``mlp``: its MLP_SITES too); set by core.backends
-# on every trace it makes
-Deriver = Callable[["Trace", int, bool], LayerDetail]
+# set by core.backends on every trace it makes: layer → that layer's LayerDetail; layer → its MLP sites by name
+Deriver = Callable[["Trace", int], LayerDetail]
+# a door to a trace's sites, (name, layer) → array: ``Trace.site``, or the web cache's memoised ``site``
+SiteReader = Callable[[str, int | None], np.ndarray]
+MlpDeriver = Callable[["Trace", int], dict[str, np.ndarray]]
+
+
+class TraceKey(NamedTuple):
+    """What a trace was made from (``Trace.key``): the model's spec, the prompt, the chat switch and the token limit."""
+
+    spec: str
+    prompt: str
+    chat: bool
+    max_tokens: int = MAX_TOKENS
 
 
 @dataclass(eq=False)  # a trace is one record: equal only to itself (comparing fields would derive them)
@@ -281,7 +257,10 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)  # model facts + source + settings
     truncated_from: int | None = None  # prompt length in tokens before truncation, if it was cut
     notes: list[str] = field(default_factory=list)
-    extras: dict[str, np.ndarray] = field(default_factory=dict)  # toy-only sites (raw scores, gate …)
+    kept_sites: dict[str, np.ndarray] = field(default_factory=dict)  # TOY and MLP rows the trace keeps (the toy): read by ``site``
+    # what it was made from (``key``): set by core.backends when it makes the trace
+    model_spec: str = ""
+    max_tokens: int = MAX_TOKENS
     # kept eagerly by the toy ([L, …], same meaning as LayerDetail's fields); None for HF, except k and v:
     # an HF trace of up to hf_trace.KV_KEEP_MAX tokens keeps them ([L, Hkv, T, dh], exactly the prefill's
     # KV cache, see core.backends.prompt_prefill)
@@ -297,6 +276,7 @@ class Trace:
 
     def __post_init__(self) -> None:
         self.__dict__["_deriver"] = None
+        self.__dict__["_mlp_deriver"] = None
         self.__dict__["_derived"] = {}
         for a in self._arrays():
             a.flags.writeable = False  # shared between sessions: nobody may edit it in place
@@ -307,7 +287,7 @@ class Trace:
 
     def _arrays(self) -> list[np.ndarray]:
         out = [v for f in fields(self) if isinstance(v := self._stored(f.name), np.ndarray)]
-        return out + list(self.extras.values()) + list(self.__dict__.get("_derived", {}).values())
+        return out + list(self.kept_sites.values()) + list(self.__dict__.get("_derived", {}).values())
 
     def __repr__(self) -> str:
         return (f"Trace({self.meta.get('model', '?')!s}, {self.n_tokens} tokens, {self.n_layers} layers, "
@@ -315,8 +295,13 @@ class Trace:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_deriver"] = None  # a reference to the model: it does not travel (re-trace, or use core.layer_detail)
+        state["_deriver"] = state["_mlp_deriver"] = None  # a reference to the model: it does not travel
         return state
+
+    @property
+    def key(self) -> TraceKey:
+        """What this trace was made from: the model's spec, the prompt, the chat switch, the token limit."""
+        return TraceKey(self.model_spec, self.prompt, self.chat, self.max_tokens)
 
     # -- the per-layer sites ---------------------------------------------------------------
     def keeps(self, site: str) -> bool:
@@ -325,9 +310,39 @@ class Trace:
             raise KeyError(f"{site!r} is not a per-layer site; they are {', '.join(LAYER_SITES)}")
         return self.__dict__.get("_kept_" + site) is not None
 
-    def derive_with(self, deriver: Deriver | None) -> None:
-        """Tell the trace how to derive a layer it does not keep (``core.backends`` does, for every trace)."""
+    def derive_with(self, deriver: Deriver | None, mlp: MlpDeriver | None = None) -> None:
+        """Tell the trace how to derive a layer (and its MLP sites) it does not keep (``core.backends`` does, for every trace)."""
         self.__dict__["_deriver"] = deriver
+        self.__dict__["_mlp_deriver"] = mlp
+
+    def site(self, name: str, layer: int | None = None) -> np.ndarray:
+        """The one door to every recorded site (``SITES``), TransformerLens' ``cache[name, layer]``: ``layer``
+        None gives every layer stacked ([L, …]; ``resid`` [L+1, …]), an int that layer's slice. A site the
+        trace does not keep is derived (per layer sites: by replaying that block; MLP sites: its MLP)."""
+        row = site_row(name)
+        if row.kind == KEPT or name in self.kept_sites:
+            a = getattr(self, name) if row.kind == KEPT else self.kept_sites[name]
+            return a if layer is None or not row.shape.startswith("L") else a[int(layer)]
+        if row.kind == LAYER:
+            kept = self.__dict__.get("_kept_" + name)
+            if kept is not None:
+                return kept if layer is None else kept[int(layer)]
+            return self._derive(name) if layer is None else getattr(self.layer(layer), name)
+        if row.kind == MLP:
+            if layer is None:
+                return self._derive(name)
+            parts = self._mlp(int(layer))
+            if name not in parts:
+                raise KeyError(f"this model's MLP has no part for {name!r} ({row.meaning})")
+            return parts[name]
+        raise KeyError(f"{name!r} ({row.kind}) is not kept by this trace: "
+                       + ("core.backends.full_logits derives it" if row.kind == DERIVED else "core.cause.patching records it"))
+
+    def _mlp(self, layer: int) -> dict[str, np.ndarray]:
+        deriver = self.__dict__.get("_mlp_deriver")
+        if deriver is None:
+            raise RuntimeError("this trace does not know the model it came from (it was made by hand, or unpickled)")
+        return deriver(self, layer)
 
     def site_bytes(self, site: str) -> int:
         """What ``site`` for every layer takes in memory (what reading it costs, when it is derived)."""
@@ -335,15 +350,14 @@ class Trace:
                 "d": self.d_model, "V": self.vocab_size, "L+1": self.n_layers + 1}
         return shape_bytes(site_row(site), dims)
 
-    def layer(self, layer: int, mlp: bool = False) -> LayerDetail:
+    def layer(self, layer: int) -> LayerDetail:
         """Everything layer ``layer`` computed (q, k, v, the attention weights, the two sub-layer outputs),
-        exactly: sliced from what the trace keeps, or derived by replaying that one block; with ``mlp``, the
-        MLP's internals too (``MLP_SITES``, by replaying that layer's MLP)."""
+        exactly: sliced from what the trace keeps, or derived by replaying that one block."""
         deriver = self.__dict__.get("_deriver")
         if deriver is None:
             raise RuntimeError("this trace does not know the model it came from (it was made by hand, or unpickled); "
                                "call core.layer_detail(model, trace, layer)")
-        return deriver(self, int(layer), bool(mlp))
+        return deriver(self, int(layer))
 
     def attention(self, layer: int) -> np.ndarray:
         """[H, T, T] float32: one layer's attention weights, after mask and softmax."""
@@ -362,7 +376,7 @@ class Trace:
                 f"attn_pattern of a {self.n_tokens:,}-token trace would take {self.site_bytes(site) / 1e9:.1f} GB "
                 f"({self.n_layers} layers × {self.n_heads} heads × {self.n_tokens:,}² weights × 2 bytes); it is given "
                 f"for up to {PATTERN_EXPORT_MAX:,} tokens. Read one layer at a time: tr.attention(layer) → [H, T, T].")
-        out = np.stack([getattr(self.layer(layer), site) for layer in range(self.n_layers)])
+        out = np.stack([self.site(site, layer) for layer in range(self.n_layers)])
         out.flags.writeable = False
         derived[site] = out
         return out

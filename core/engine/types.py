@@ -113,23 +113,13 @@ class ModelLoadError(CodedError):
     PREFIX = "load.err_"
 
 
-class _Sentenced(CodedError):
-    """A coded error that also takes a bare English sentence (a raise site not yet given its code): it is
-    kept as the code ``other``'s detail, so the page still frames it in its language."""
-
-    def __init__(self, code: str, **params: Any) -> None:
-        if not code.isidentifier():  # a sentence, not a code
-            code, params = "other", {"detail": code, **params}
-        super().__init__(code, **params)
-
-
-class EmptyPromptError(_Sentenced, ValueError):
+class EmptyPromptError(CodedError, ValueError):
     """The prompt has nothing to trace (i18n key ``prompt.err_<code>``: ``empty``, ``no_tokens``)."""
 
     PREFIX = "prompt.err_"
 
 
-class UnsupportedArchitectureError(_Sentenced, RuntimeError):
+class UnsupportedArchitectureError(CodedError, RuntimeError):
     """The tracer cannot follow this architecture (i18n key ``arch.err_<code>``); the sentence names what
     is unsupported, in the page's language."""
 

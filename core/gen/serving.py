@@ -325,6 +325,7 @@ class PaddedBatch:
     def lengths(self) -> list[int]:
         return [len(t) for t in self.token_ids]
 
+
 def _padded_inputs(ids: list[list[int]], pad: int, side: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The token rows and their 0/1 masks, each row ``side``-padded with ``pad`` to the longest."""
     n = max(map(len, ids))

@@ -17,7 +17,7 @@ import torch
 
 from core.common.i18n import t
 from core.engine import tokens
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Tokenizer
 
 # The token-vs-sentence (RAG) demo: two paraphrases and an unrelated sentence.
 RAG_SENTENCES = ("The cat sat on the mat.", "A kitten was resting on the rug.", "Stock prices fell sharply today.")
@@ -113,7 +113,7 @@ def id_distance_study(E: np.ndarray, n_pairs: int = 2000, seed: int = 0, example
     )
 
 
-def id_study_args(s: IdDistanceStudy, tokenizer: Any) -> dict[str, Any]:
+def id_study_args(s: IdDistanceStudy, tokenizer: Tokenizer) -> dict[str, Any]:
     """The fields of tokens.iddist_result: the correlations, the mean cosines and the example pair."""
     ta, tb = tokens.visible_tokens(tokenizer, [s.example[0], s.example[1]])
     return {"n": len(s.cosine), "r": s.pearson, "rho": s.spearman, "rand": s.mean_random, "adj": s.mean_adjacent,
@@ -192,7 +192,7 @@ def parse_words(text: str, limit: int = 40) -> list[str]:
     return seen[:limit]
 
 
-def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: bool) -> list[str]:
+def token_sources(tokenizer: Tokenizer, text: str, prompt: str, ids: list[int], chat: bool) -> list[str]:
     """For each token, who wrote it — the one rule the chips and their legend follow: "user" (its
     characters lie inside the user's prompt), "template" (added by the chat template), "special" (a
     control token the template or the tokenizer added, such as <|im_start|>) or "typed_special" (a
@@ -231,7 +231,7 @@ def token_sources(tokenizer: Any, text: str, prompt: str, ids: list[int], chat: 
     return out
 
 
-def _sources_by_parts(tokenizer: Any, ids: list[int], special: set[int]) -> list[str] | None:
+def _sources_by_parts(tokenizer: Tokenizer, ids: list[int], special: set[int]) -> list[str] | None:
     """Sources from the template's own ids before and after the message (None when ``ids`` does not
     start and end with them, e.g. a prompt cut without its tail)."""
     parts = tokens._template_parts(tokenizer)
@@ -247,7 +247,7 @@ def _sources_by_parts(tokenizer: Any, ids: list[int], special: set[int]) -> list
     return [*map(tpl, head), *(["user"] * (len(ids) - len(head) - len(tail))), *map(tpl, tail)]
 
 
-def _plain_sources(tokenizer: Any, text: str, ids: list[int], special: set[int]) -> list[str]:
+def _plain_sources(tokenizer: Tokenizer, text: str, ids: list[int], special: set[int]) -> list[str]:
     """The template off: every token is the user's; a control token among them is one the user typed
     (its characters lie in the text) or one the tokenizer added (a BOS: no characters)."""
     if not any(i in special for i in ids):
@@ -351,7 +351,7 @@ CONTEXT_PAIRS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def word_ids(tokenizer: Any, word: str) -> list[int]:
+def word_ids(tokenizer: Tokenizer, word: str) -> list[int]:
     """The word's token IDs; [] when this tokenizer cannot say (the caller then falls back)."""
     try:
         ids = tokenizer(word, add_special_tokens=False)["input_ids"]
@@ -467,7 +467,7 @@ PROBE_INPUTS = (  # (kind, text): what a test of the lookup should try, beside a
 REGRESSION_PAIR = ("Hello world", "Hello  world")  # one extra space
 
 
-def text_ids(tokenizer: Any, text: str) -> list[int]:
+def text_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     """The IDs of ``text`` alone (no special tokens added): what the embedding layer receives for it."""
     return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
@@ -477,7 +477,7 @@ def shown_text(text: str) -> str:
     return ascii(text) if any(not c.isprintable() for c in text) else repr(text)
 
 
-def probe_table(tokenizer: Any, E: np.ndarray, inputs: Sequence[tuple[str, str]] = PROBE_INPUTS, n_ids: int = 8) -> pd.DataFrame:
+def probe_table(tokenizer: Tokenizer, E: np.ndarray, inputs: Sequence[tuple[str, str]] = PROBE_INPUTS, n_ids: int = 8) -> pd.DataFrame:
     """One row per input: its IDs (the first ``n_ids``), how many, and E[id]'s first value and norm for
     the first ID (an empty input has no row at all: nothing to look up)."""
     rows = []

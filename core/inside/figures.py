@@ -20,20 +20,16 @@ from core.plot.attnview import MapView
 from core.plot.plotlabels import position_label, visible
 
 
-def _t(key: str, lang: str, **kw: Any) -> str:
-    return i18n.t(key, lang, **kw)
-
-
 def fig_id_distance(distance: np.ndarray, cosine: np.ndarray, example: tuple[int, int, float], lang: str) -> go.Figure:
     """|id_a − id_b| (log axis) vs the cosine similarity of the two embedding rows."""
     fig = go.Figure()
-    fig.add_trace(go.Scattergl(x=np.maximum(distance, 1), y=cosine, mode="markers", name=_t("tokens.pairs_random", lang),
+    fig.add_trace(go.Scattergl(x=np.maximum(distance, 1), y=cosine, mode="markers", name=i18n.t("tokens.pairs_random", lang),
                                marker=dict(size=4, opacity=0.45, color="#2563eb")))
     a, b, c = example
     fig.add_trace(go.Scatter(x=[max(abs(b - a), 1)], y=[c], mode="markers+text", text=[f"{a} vs {b}"], textposition="top center",
-                             name=_t("tokens.pair_example", lang), marker=dict(size=12, color="#dc2626", symbol="star")))
-    fig.update_layout(title=_t("tokens.fig_iddist_title", lang), xaxis_title=_t("tokens.fig_iddist_x", lang),
-                      yaxis_title=_t("tokens.fig_iddist_y", lang), height=380, margin=dict(t=50, b=40))
+                             name=i18n.t("tokens.pair_example", lang), marker=dict(size=12, color="#dc2626", symbol="star")))
+    fig.update_layout(title=i18n.t("tokens.fig_iddist_title", lang), xaxis_title=i18n.t("tokens.fig_iddist_x", lang),
+                      yaxis_title=i18n.t("tokens.fig_iddist_y", lang), height=380, margin=dict(t=50, b=40))
     fig.update_xaxes(type="log", dtick=1)  # a label at each power of ten only: never the minor "2 5 2 5 …"
     return fig
 
@@ -43,7 +39,7 @@ def fig_pca(words: Sequence[str], coords: np.ndarray, explained: np.ndarray, lan
     fig = go.Figure(go.Scatter(x=coords[:, 0], y=coords[:, 1], mode="markers+text", text=[visible(w) for w in words],
                                textposition=label_sides(coords), marker=dict(size=9, color="#7c3aed"),
                                hovertemplate="%{text}<br>(%{x:.3f}, %{y:.3f})<extra></extra>"))
-    fig.update_layout(title=_t("tokens.fig_pca_title", lang), height=480, margin=dict(t=50, b=40),
+    fig.update_layout(title=i18n.t("tokens.fig_pca_title", lang), height=480, margin=dict(t=50, b=40),
                       xaxis_title=f"PC1 ({explained[0]:.0%})", yaxis_title=f"PC2 ({explained[1]:.0%})")
     return fig
 
@@ -78,18 +74,18 @@ def fig_context(sims: Sequence[np.ndarray], names: Sequence[str], baseline: np.n
     n = len(sims)
     for k, (sim, name) in enumerate(zip(sims, names)):
         last = k == n - 1
-        fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=escape.plot(name) if n > 1 else _t("context.curve_same", lang),
+        fig.add_trace(go.Scatter(x=x, y=sim, mode="lines+markers", name=escape.plot(name) if n > 1 else i18n.t("context.curve_same", lang),
                                  line=dict(width=3 if last else 1.5), marker=dict(size=6 if last else 4), opacity=1.0 if last else 0.8))
-    fig.add_trace(go.Scatter(x=x, y=baseline, mode="lines", name=_t("context.curve_base", lang), line=dict(dash="dot", color="#94a3b8")))
-    fig.update_layout(title=_t("context.fig_title", lang), xaxis_title=_t("context.fig_x", lang),
-                      yaxis_title=_t("context.fig_y", lang), height=420, margin=dict(t=50, b=40),
+    fig.add_trace(go.Scatter(x=x, y=baseline, mode="lines", name=i18n.t("context.curve_base", lang), line=dict(dash="dot", color="#94a3b8")))
+    fig.update_layout(title=i18n.t("context.fig_title", lang), xaxis_title=i18n.t("context.fig_x", lang),
+                      yaxis_title=i18n.t("context.fig_y", lang), height=420, margin=dict(t=50, b=40),
                       legend=dict(orientation="h", y=-0.3, yanchor="top"))
     return fig
 
 
 def _hover(tokens: Sequence[str], n: int, lang: str, view: MapView | None = None) -> list[list[str]]:
     """Hover text per drawn cell: the query and key tokens, or the position ranges an averaged cell covers."""
-    q, k = _t("heads.query", lang), _t("heads.key", lang)
+    q, k = i18n.t("heads.query", lang), i18n.t("heads.key", lang)
     if view is None or view.exact:
         s = 0 if view is None else view.start
         labels = [position_label(tokens, s + i) for i in range(n)]
@@ -103,9 +99,9 @@ def map_note(view: MapView, lang: str, drawn: np.ndarray | None = None) -> str:
     scale ends: ``drawn``, every panel drawn, defaults to ``view.z``) or a window of exact weights."""
     if not view.exact:
         scale = colour_note(view.z if drawn is None else drawn, view, lang)
-        return f'{_t("attnview.averaged", lang, b=view.block, T=view.n_tokens, n=view.n)} {scale}'.rstrip()
+        return f'{i18n.t("attnview.averaged", lang, b=view.block, T=view.n_tokens, n=view.n)} {scale}'.rstrip()
     if not view.whole:
-        return _t("attnview.window", lang, a=view.start, b=view.start + view.n - 1, T=view.n_tokens)
+        return i18n.t("attnview.window", lang, a=view.start, b=view.start + view.n - 1, T=view.n_tokens)
     return ""
 
 
@@ -134,14 +130,14 @@ def _colour_top(z: np.ndarray, view: MapView | None, lang: str) -> tuple[float, 
     the largest cell drawn, so the map is not a blank white square on a projector."""
     if view is None or view.exact:
         return 1.0, "w"
-    return max(float(np.nanmax(z)), 1e-6), _t("attnview.mean_w", lang)
+    return max(float(np.nanmax(z)), 1e-6), i18n.t("attnview.mean_w", lang)
 
 
 def colour_note(z: np.ndarray, view: MapView | None, lang: str) -> str:
     """The sentence that says an overview's colours are stretched (empty for exact weights)."""
     if view is None or view.exact:
         return ""
-    return _t("heads.scale_stretched", lang, m=f"{_colour_top(z, view, lang)[0]:.3f}")
+    return i18n.t("heads.scale_stretched", lang, m=f"{_colour_top(z, view, lang)[0]:.3f}")
 
 
 def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang: str, start: int | None = None) -> go.Figure:
@@ -151,8 +147,8 @@ def fig_query_bars(weights: np.ndarray, tokens: Sequence[str], query: int, lang:
     rb = attnview.row_bars(weights[: query + 1], lambda p: position_label(tokens, p), start, lang=lang)
     fig = go.Figure(go.Bar(x=rb.x, y=rb.y, width=rb.width, customdata=rb.hover, marker_color=palette.colour("main"),
                            hovertemplate="%{customdata}<br>" + ("Σ w" if rb.view.summed else "w") + " = %{y:.4f}<extra></extra>"))
-    title = attnview.titled(_t("heads.fig_query_title", lang, q=position_label(tokens, query)), rb.note, width=110)
-    fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.weight", lang), height=360,
+    title = attnview.titled(i18n.t("heads.fig_query_title", lang, q=position_label(tokens, query)), rb.note, width=110)
+    fig.update_layout(title=title, xaxis_title=i18n.t("heads.key_pos", lang), yaxis_title=i18n.t("heads.weight", lang), height=360,
                       margin=dict(t=attnview.title_top(title), b=40))
     if rb.tickvals is not None:
         fig.update_xaxes(tickmode="array", tickvals=rb.tickvals, ticktext=rb.ticktext, tickangle=-45)
@@ -163,11 +159,11 @@ def fig_atlas(values: np.ndarray, title: str, colorbar: str, lang: str, mark: tu
     """A [L, H] map of one head metric: layers down, heads across."""
     L, H = values.shape
     fig = go.Figure(go.Heatmap(z=values, x=list(range(H)), y=list(range(L)), colorscale="Viridis", colorbar=dict(title=colorbar),
-                               hovertemplate=f"{_t('ui.layer', lang)} %{{y}} · {_t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
+                               hovertemplate=f"{i18n.t('ui.layer', lang)} %{{y}} · {i18n.t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
     if mark is not None:
         fig.add_trace(go.Scatter(x=[mark[1]], y=[mark[0]], mode="markers", showlegend=False, hoverinfo="skip",
                                  marker=dict(symbol="square-open", size=14, color=palette.colour("accent"), line=dict(width=3))))
-    fig.update_layout(title=title, xaxis_title=_t("ui.head", lang), yaxis_title=_t("ui.layer", lang), height=max(300, 16 * L + 120),
+    fig.update_layout(title=title, xaxis_title=i18n.t("ui.head", lang), yaxis_title=i18n.t("ui.layer", lang), height=max(300, 16 * L + 120),
                       margin=dict(t=50, b=40))
     fig.update_yaxes(autorange="reversed")
     return fig
@@ -180,7 +176,7 @@ def fig_single_map(weights: np.ndarray, tokens: Sequence[str], title: str, lang:
     top, cbar = _colour_top(weights, view, lang)
     fig = go.Figure(go.Heatmap(z=attnview.hide_future(weights, view), x=pos, y=pos, colorscale=palette.SEQUENTIAL, zmin=0, zmax=top, customdata=_hover(tokens, T, lang, view),
                                colorbar=dict(title=cbar), hovertemplate="%{customdata}<br>" + cbar + " = %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title=_t("heads.key_pos", lang), yaxis_title=_t("heads.query_pos", lang), height=420,
+    fig.update_layout(title=title, xaxis_title=i18n.t("heads.key_pos", lang), yaxis_title=i18n.t("heads.query_pos", lang), height=420,
                       margin=dict(t=50, b=40))
     fig.update_yaxes(autorange="reversed")
     return fig
@@ -191,8 +187,8 @@ def fig_sweep(sharpness: np.ndarray, kl: np.ndarray, names: Sequence[str], chose
     colors = [palette.colour("accent") if k == chosen else palette.colour("main") for k in range(len(names))]
     fig = go.Figure(go.Scatter(x=sharpness, y=kl, mode="markers+text" if len(names) <= 12 else "markers", text=escape.plot_all(names),
                                textposition="top center", marker=dict(size=10 if len(names) <= 12 else 7, color=colors), hovertemplate="%{text}<br>x = %{x:.3f}<br>KL = %{y:.4g}<extra></extra>"))
-    fig.update_layout(title=_t("ablation.fig_sweep_title", lang), xaxis_title=_t("ablation.fig_sweep_x", lang),
-                      yaxis_title=_t("ablation.fig_sweep_y", lang), height=400, margin=dict(t=50, b=40))
+    fig.update_layout(title=i18n.t("ablation.fig_sweep_title", lang), xaxis_title=i18n.t("ablation.fig_sweep_x", lang),
+                      yaxis_title=i18n.t("ablation.fig_sweep_y", lang), height=400, margin=dict(t=50, b=40))
     return fig
 
 
@@ -217,11 +213,11 @@ def fig_reader_map(z: np.ndarray, block: int, n_tokens: int, span: tuple[int, in
     x = [i * block for i in range(z.shape[1])]
     fig = go.Figure(go.Heatmap(z=z, x=x, y=list(range(z.shape[0])), colorscale=unclaimed_colorscale("Magma"), reversescale=True, zmin=0,
                                colorbar=dict(title="w"),
-                               hovertemplate=f"{_t('ui.layer', lang)} %{{y}}<br>{_t('longctx.keys_from', lang)} %{{x}}<br>w = %{{z:.4f}}<extra></extra>"))
+                               hovertemplate=f"{i18n.t('ui.layer', lang)} %{{y}}<br>{i18n.t('longctx.keys_from', lang)} %{{x}}<br>w = %{{z:.4f}}<extra></extra>"))
     if span is not None:
         fig.add_vrect(x0=span[0] - 0.5, x1=span[1] + 0.5, line=dict(color="#22c55e", width=2), fillcolor="rgba(0,0,0,0)")
-    fig.update_layout(title=_t("longctx.fig_reader", lang, T=n_tokens), xaxis_title=_t("heads.key_pos", lang),
-                      yaxis_title=_t("ui.layer", lang), height=max(320, 14 * z.shape[0] + 120), margin=dict(t=50, b=40))
+    fig.update_layout(title=i18n.t("longctx.fig_reader", lang, T=n_tokens), xaxis_title=i18n.t("heads.key_pos", lang),
+                      yaxis_title=i18n.t("ui.layer", lang), height=max(320, 14 * z.shape[0] + 120), margin=dict(t=50, b=40))
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -230,9 +226,9 @@ def fig_span_heads(mass: np.ndarray, uniform: float, lang: str) -> go.Figure:
     """[L, H] each head's attention share on the chosen span, from the last position."""
     L, H = mass.shape
     fig = go.Figure(go.Heatmap(z=mass, x=list(range(H)), y=list(range(L)), colorscale="Viridis", zmin=0, zmax=max(1e-9, float(mass.max())),
-                               colorbar=dict(title=_t("longctx.share", lang)),
-                               hovertemplate=f"{_t('ui.layer', lang)} %{{y}} · {_t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
-    fig.update_layout(title=_t("longctx.fig_span", lang, u=f"{uniform:.3f}"), xaxis_title=_t("ui.head", lang), yaxis_title=_t("ui.layer", lang),
+                               colorbar=dict(title=i18n.t("longctx.share", lang)),
+                               hovertemplate=f"{i18n.t('ui.layer', lang)} %{{y}} · {i18n.t('ui.head', lang)} %{{x}}<br>%{{z:.3f}}<extra></extra>"))
+    fig.update_layout(title=i18n.t("longctx.fig_span", lang, u=f"{uniform:.3f}"), xaxis_title=i18n.t("ui.head", lang), yaxis_title=i18n.t("ui.layer", lang),
                       height=max(300, 16 * L + 120), margin=dict(t=50, b=40))
     fig.update_yaxes(autorange="reversed")
     return fig
@@ -243,9 +239,9 @@ def fig_sink_curve(x: np.ndarray, y: np.ndarray, layer: int, lang: str) -> go.Fi
     fig = go.Figure()
     for h in range(y.shape[0]):
         fig.add_trace(go.Scatter(x=x, y=y[h], mode="lines", line=dict(width=1), opacity=0.55, name=f"h{h}"))
-    fig.add_trace(go.Scatter(x=x, y=y.mean(axis=0), mode="lines", line=dict(width=4, color="#111827"), name=_t("longctx.mean", lang)))
-    fig.update_layout(title=_t("longctx.fig_sink", lang, l=layer), xaxis_title=_t("heads.query_pos", lang),
-                      yaxis_title=_t("longctx.w_first", lang), yaxis_range=[0, 1], height=380, margin=dict(t=50, b=40))
+    fig.add_trace(go.Scatter(x=x, y=y.mean(axis=0), mode="lines", line=dict(width=4, color="#111827"), name=i18n.t("longctx.mean", lang)))
+    fig.update_layout(title=i18n.t("longctx.fig_sink", lang, l=layer), xaxis_title=i18n.t("heads.query_pos", lang),
+                      yaxis_title=i18n.t("longctx.w_first", lang), yaxis_range=[0, 1], height=380, margin=dict(t=50, b=40))
     return fig
 
 
@@ -258,17 +254,17 @@ def fig_toy_past(first: Sequence[int], all_tokens: Sequence[float | None], copie
     """The toy's measured loss per bin of positions (each bin at its first position), on every predicted
     token and on the predictable ones, with its trained length, its config's max_positions and chance marked."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=list(first), y=list(copies), mode="lines+markers", name=_t("pasttrain.toy_copies", lang),
+    fig.add_trace(go.Scatter(x=list(first), y=list(copies), mode="lines+markers", name=i18n.t("pasttrain.toy_copies", lang),
                              line=palette.line("main", width=3), marker=palette.marker("main", size=6)))
-    fig.add_trace(go.Scatter(x=list(first), y=list(all_tokens), mode="lines+markers", name=_t("pasttrain.toy_all", lang),
+    fig.add_trace(go.Scatter(x=list(first), y=list(all_tokens), mode="lines+markers", name=i18n.t("pasttrain.toy_all", lang),
                              line=palette.line("second", width=2), marker=palette.marker("second", size=5)))
     fig.add_hline(y=chance, line=dict(color=palette.OKABE_ITO["grey"], dash="dot"),
-                  annotation_text=_t("pasttrain.chance_line", lang, c=f"{chance:.2f}"), annotation_position="bottom right")
-    _limit_line(fig, trained, _t("pasttrain.trained_line", lang, n=f"{trained:,}"), "accent")
+                  annotation_text=i18n.t("pasttrain.chance_line", lang, c=f"{chance:.2f}"), annotation_position="bottom right")
+    _limit_line(fig, trained, i18n.t("pasttrain.trained_line", lang, n=f"{trained:,}"), "accent")
     if max_positions and max_positions <= max(first):
-        _limit_line(fig, max_positions, _t("pasttrain.maxpos_line", lang, n=f"{max_positions:,}"), "weights")
-    fig.update_layout(title=_t("pasttrain.fig_toy", lang), xaxis_title=_t("pasttrain.x_pos", lang),
-                      yaxis_title=_t("pasttrain.y_loss", lang), height=400, margin=dict(t=50, b=40),
+        _limit_line(fig, max_positions, i18n.t("pasttrain.maxpos_line", lang, n=f"{max_positions:,}"), "weights")
+    fig.update_layout(title=i18n.t("pasttrain.fig_toy", lang), xaxis_title=i18n.t("pasttrain.x_pos", lang),
+                      yaxis_title=i18n.t("pasttrain.y_loss", lang), height=400, margin=dict(t=50, b=40),
                       legend=dict(orientation="h", y=-0.2))
     return fig
 
@@ -277,16 +273,16 @@ def fig_real_past(rec: dict[str, Any], lang: str) -> go.Figure:
     """The shipped measurement (assets/past_training.json) exactly as written: the loss per bin of positions
     (at each bin's first position), the control where measured, the trained length and the trace cut marked."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=rec["first"], y=rec["loss"], mode="lines+markers", name=_t("pasttrain.real_full", lang),
+    fig.add_trace(go.Scatter(x=rec["first"], y=rec["loss"], mode="lines+markers", name=i18n.t("pasttrain.real_full", lang),
                              line=palette.line("main", width=3), marker=palette.marker("main", size=6)))
     if "control" in rec:
         xs = [a for a, c in zip(rec["first"], rec["control"], strict=True) if c is not None]
         ys = [c for c in rec["control"] if c is not None]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=_t("pasttrain.real_control", lang),
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=i18n.t("pasttrain.real_control", lang),
                                  line=palette.line("with", width=2), marker=palette.marker("with", size=6)))
-    _limit_line(fig, rec["trained"], _t("pasttrain.trained_line", lang, n=f"{rec['trained']:,}"), "accent")
-    _limit_line(fig, rec["trace_cut"], _t("pasttrain.cut_line", lang, n=f"{rec['trace_cut']:,}"), "weights", "top left")
-    fig.update_layout(title=_t("pasttrain.fig_real", lang, n=f"{rec['n_tokens']:,}"), xaxis_title=_t("pasttrain.x_pos", lang),
-                      yaxis_title=_t("pasttrain.y_loss", lang), height=400, margin=dict(t=50, b=40),
+    _limit_line(fig, rec["trained"], i18n.t("pasttrain.trained_line", lang, n=f"{rec['trained']:,}"), "accent")
+    _limit_line(fig, rec["trace_cut"], i18n.t("pasttrain.cut_line", lang, n=f"{rec['trace_cut']:,}"), "weights", "top left")
+    fig.update_layout(title=i18n.t("pasttrain.fig_real", lang, n=f"{rec['n_tokens']:,}"), xaxis_title=i18n.t("pasttrain.x_pos", lang),
+                      yaxis_title=i18n.t("pasttrain.y_loss", lang), height=400, margin=dict(t=50, b=40),
                       legend=dict(orientation="h", y=-0.2))
     return fig

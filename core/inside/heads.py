@@ -37,11 +37,6 @@ class HeadAtlas:
     max_weight: np.ndarray  # [L, H] mean of each row's largest weight ("sharpness")
 
 
-def head_atlas(pattern: np.ndarray) -> HeadAtlas:
-    """Entropy, previous-token score, first-token mass and sharpness for every head ([L, H, T, T])."""
-    return head_atlas_of(pattern[layer] for layer in range(pattern.shape[0]))
-
-
 def layer_metrics(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(entropy, prev_token, first_token, max_weight), each [H], of one layer's weights [H, T, T]."""
     H, T, _ = w.shape

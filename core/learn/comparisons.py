@@ -21,9 +21,3 @@ def table(name: str, lang: str) -> pd.DataFrame:
     rows, cols = TABLES[name]
     return pd.DataFrame([[i18n.t(f"arch.{name}.{r}.{c}", lang) for c in cols] for r in rows],
                         columns=[i18n.t(f"arch.{name}.col.{c}", lang) for c in cols])
-
-
-def all_keys() -> list[str]:
-    """Every key the tables name (the tests check each exists in both languages)."""
-    return [f"arch.{n}.{r}.{c}" for n, (rows, cols) in TABLES.items() for r in rows for c in cols] + \
-        [f"arch.{n}.col.{c}" for n, (_, cols) in TABLES.items() for c in cols]

@@ -31,8 +31,7 @@ from core.engine.types import LoadedModel
 MAX_NEW = 24  # new tokens the journey's loop shows at most
 # Above this many prompt tokens the loop waits for the reader's click (issue 28): the trace keeps no keys and
 # values there (``KV_KEEP_MAX``), so the loop forms them again, and each of its MAX_NEW steps reads the whole
-# prompt's KV cache — measured on the 3,184-token long document, the page then took 2.26x one trace, 1.5x is
-# the target. Up to it, the trace is the prefill and the steps are cheap: the loop runs at once.
+# prompt's KV cache. Up to it, the trace is the prefill and the steps are cheap: the loop runs at once.
 DEFER_ABOVE = KV_KEEP_MAX
 
 

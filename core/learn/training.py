@@ -79,9 +79,6 @@ class TeacherForcing:
         """Positions where the model's favourite is the real next token."""
         return int((self.rank == 0).sum())
 
-    def inputs_labels(self) -> tuple[np.ndarray, np.ndarray]:
-        return shift_labels(self.ids)
-
     @property
     def cut(self) -> bool:
         return self.n_total > self.ids.shape[0]

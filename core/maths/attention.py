@@ -27,7 +27,7 @@ from core.common import i18n, timing
 from core.common.numbers import max_abs_diff, softmax
 from core.engine.roles import find_sites
 from core.engine.tokens import position_label
-from core.engine.trace import LayerDetail
+from core.engine.trace import SiteReader, Trace
 from core.engine.types import VALUE_WIDTHS, HeadGeometry, LoadedModel
 
 STEP_NAMES = ("scores", "scaled", "masked", "weights", "output")
@@ -147,18 +147,19 @@ def seed42_example(seq_len: int = 4, head_dim: int = 8) -> dict[str, np.ndarray]
     return {"q": q.numpy(), "k": k.numpy(), "v": v.numpy(), "mask": causal_visibility(seq_len)}
 
 
-def real_row(tr: Any, d: LayerDetail, head: int, pos: int) -> dict[str, np.ndarray]:
-    """One query row of the traced model (``d``: its layer, from ``core.backends.layer_detail``): q of
-    (layer, head, pos) after RoPE, the keys and values of the KV head that query head reads
-    (h // group), the causal mask row, and the model's own weights for comparison."""
+def real_row(tr: Trace, layer: int, head: int, pos: int, site: SiteReader | None = None) -> dict[str, np.ndarray]:
+    """One query row of the traced model (read through ``site``, default ``tr.site``): q of (layer, head,
+    pos) after RoPE, the keys and values of the KV head that query head reads (h // group), the causal mask
+    row, and the model's own weights for comparison."""
+    at = site or tr.site
     kv = tr.kv_head_of(head)
     T = tr.n_tokens
     return {
-        "q": d.q[head, pos : pos + 1].astype(np.float64),  # [1, dh]
-        "k": d.k[kv].astype(np.float64),  # [T, dh]
-        "v": d.v[kv].astype(np.float64),  # [T, dh]
+        "q": at("q", layer)[head, pos : pos + 1].astype(np.float64),  # [1, dh]
+        "k": at("k", layer)[kv].astype(np.float64),  # [T, dh]
+        "v": at("v", layer)[kv].astype(np.float64),  # [T, dh]
         "mask": (np.arange(T) <= pos)[None, :],  # [1, T] causal: keys 0…pos
-        "reference": d.weights[head, pos].astype(np.float64),  # [T]
+        "reference": at("attn_pattern", layer)[head, pos].astype(np.float64),  # [T]
         "kv_head": np.array(kv),
     }
 
@@ -247,11 +248,6 @@ def sliding_window_visibility(T: int, window: int) -> np.ndarray:
 def pattern_support(pattern: np.ndarray, tol: float = 0.0) -> np.ndarray:
     """Where a real attention pattern is non-zero: the mask the model actually applied."""
     return np.asarray(pattern, dtype=np.float64) > tol
-
-
-def additive_text(visible: np.ndarray) -> np.ndarray:
-    """The additive mask as display strings, '0' and '−∞'."""
-    return np.where(np.asarray(visible, dtype=bool), "0", "−∞")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,17 +494,19 @@ def kv_table_view(df: pd.DataFrame):
     return df.style.format({cols[6]: "{:,}", cols[7]: "{:,.1f}", cols[8]: "{:,.1f}"})
 
 
-def recombine_layer(loaded: LoadedModel, d: LayerDetail) -> dict[str, np.ndarray]:
-    """``recombine_heads`` with the model's own W_O (and bias, where it has one) for layer ``d.layer``,
-    and the gap to the traced attn_out. Raises ValueError for an attention without ``o_proj``."""
-    attn = find_sites(loaded.model).attns[d.layer]
+def recombine_layer(loaded: LoadedModel, tr: Trace, layer: int, site: SiteReader | None = None) -> dict[str, np.ndarray]:
+    """``recombine_heads`` with the model's own W_O (and bias, where it has one) for layer ``layer``, and the
+    gap to the traced attn_out (read through ``site``, default ``tr.site``). Raises ValueError for an attention
+    without ``o_proj``."""
+    at = site or tr.site
+    attn = find_sites(loaded.model).attns[layer]
     o = getattr(attn, "o_proj", None)
     if o is None:
         raise ValueError(f"{type(attn).__name__} has no o_proj")
-    parts = recombine_heads(d.weights, d.v, o.weight.detach().float().numpy())
+    parts = recombine_heads(at("attn_pattern", layer), at("v", layer), o.weight.detach().float().numpy())
     if getattr(o, "bias", None) is not None:  # Llama/SmolLM2 have none; some models do
         parts["out"] = parts["out"] + o.bias.detach().float().numpy()
-    parts["max_diff"] = np.array(max_abs_diff(parts["out"], d.attn_out))
+    parts["max_diff"] = np.array(max_abs_diff(parts["out"], at("attn_out", layer)))
     return parts
 
 

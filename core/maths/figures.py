@@ -24,9 +24,6 @@ VISIBLE = "#5e9fd0"
 _MASK_COLOURS = [[0.0, palette.HIDDEN], [1.0, VISIBLE]]
 
 
-def _t(key: str, lang: str, **kw: object) -> str:
-    return i18n.t(key, lang, **kw)
-
 
 def _fmt(x: float) -> str:
     if np.isneginf(x):
@@ -77,8 +74,8 @@ def matrix_figure(
             lo, hi = zmid - half, zmid + half
         fig.add_trace(go.Scatter(**palette.text_layer(shown, np.array(text, dtype=object), cols, rows, lo, hi,
                                                      palette.DIVERGING if zmid is not None else palette.SEQUENTIAL, size=13)))
-    fig.update_xaxes(title=_t(xlabel_key, lang), side="bottom" if wide else "top", tickangle=-60 if wide else None, **_ticks(col_labels))
-    fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels))
+    fig.update_xaxes(title=i18n.t(xlabel_key, lang), side="bottom" if wide else "top", tickangle=-60 if wide else None, **_ticks(col_labels))
+    fig.update_yaxes(title=i18n.t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels))
     full = attnview.titled(title, note, width=110)
     extra = attnview.title_top(full) - attnview.title_top(title)  # room for the note's lines
     place = dict(y=0.995, yanchor="top") if not note else {}  # a title of several lines: plotly centres it in the margin
@@ -105,14 +102,14 @@ def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labe
                    colorbar=dict(title="w"), xgap=1, ygap=1, customdata=names, hovertemplate="%{customdata}: %{text}<extra></extra>"),
         go.Heatmap(z=np.where(hid, 1.0, np.nan), x=cols, y=rows, colorscale=[[0, _MASKED_GREY], [1, _MASKED_GREY]], showscale=False,
                    xgap=1, ygap=1, customdata=names,
-                   hovertemplate="%{customdata}: " + _t("attention_lab.masked", lang) + "<extra></extra>"),
+                   hovertemplate="%{customdata}: " + i18n.t("attention_lab.masked", lang) + "<extra></extra>"),
     ])
     if hid.any():
         fig.add_trace(go.Scatter(**palette.hatch(hid)))
     if small:  # each cell's number in the ink that reads on its own cell (palette.text_layer)
         fig.add_trace(go.Scatter(**palette.text_layer(np.where(hid, np.nan, w), np.array(text, dtype=object), cols, rows, 0.0, 1.0, size=14)))
-    fig.update_xaxes(title=_t("maths.key_pos", lang), side="top", **_ticks(col_labels))
-    fig.update_yaxes(title=_t("maths.query_pos", lang), autorange="reversed", **_ticks(row_labels))
+    fig.update_xaxes(title=i18n.t("maths.key_pos", lang), side="top", **_ticks(col_labels))
+    fig.update_yaxes(title=i18n.t("maths.query_pos", lang), autorange="reversed", **_ticks(row_labels))
     fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=min(720, max(260, 120 + 34 * w.shape[0])),
                       margin=dict(l=10, r=10, t=105, b=10), plot_bgcolor="#ffffff")
     return fig
@@ -159,14 +156,14 @@ def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence
     b = attnview.row_bars(model, label_of, start, lang=lang)
     tip = "%{customdata}<br>" + ("Σ w" if a.view.summed else "w") + " = %{y:.4f}<extra>%{fullData.name}</extra>"
     fig = go.Figure([
-        go.Bar(x=a.x, y=a.y, customdata=a.hover, name=_t("attention_lab.fig_mine", lang), hovertemplate=tip),
-        go.Bar(x=b.x, y=b.y, customdata=b.hover, name=_t("attention_lab.fig_model", lang), hovertemplate=tip),
+        go.Bar(x=a.x, y=a.y, customdata=a.hover, name=i18n.t("attention_lab.fig_mine", lang), hovertemplate=tip),
+        go.Bar(x=b.x, y=b.y, customdata=b.hover, name=i18n.t("attention_lab.fig_model", lang), hovertemplate=tip),
     ])
-    fig.update_xaxes(title=_t("maths.key_pos", lang))
+    fig.update_xaxes(title=i18n.t("maths.key_pos", lang))
     if a.tickvals is not None:
         fig.update_xaxes(tickmode="array", tickvals=a.tickvals, ticktext=a.ticktext, tickangle=-45 if len(a.x) > 8 else None)
-    fig.update_yaxes(title=_t("attention_lab.fig_weight", lang), range=[0, attnview.bar_top(a.y, b.y)])
-    title = attnview.titled(_t("attention_lab.fig_compare", lang), b.note, width=110)
+    fig.update_yaxes(title=i18n.t("attention_lab.fig_weight", lang), range=[0, attnview.bar_top(a.y, b.y)])
+    title = attnview.titled(i18n.t("attention_lab.fig_compare", lang), b.note, width=110)
     fig.update_layout(barmode="group", title=title, height=340, margin=dict(l=10, r=10, t=attnview.title_top(title), b=10),
                       legend=dict(orientation="h", yanchor="top", y=0.99, xanchor="right", x=0.99, bgcolor="rgba(255,255,255,0.8)"))
     return fig
@@ -175,11 +172,11 @@ def compare_row_figure(mine: np.ndarray, model: np.ndarray, col_labels: Sequence
 def scale_figure(res: dict[str, np.ndarray], lang: str) -> go.Figure:
     """Left: measured std of q·k against √d_k. Right: mean largest softmax weight, unscaled vs scaled."""
     d = res["d"]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("attention_lab.fig_std", lang), _t("attention_lab.fig_max", lang)))
-    fig.add_trace(go.Scatter(x=d, y=res["dot_std"], mode="markers+lines", name=_t("attention_lab.fig_std_meas", lang)), 1, 1)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(i18n.t("attention_lab.fig_std", lang), i18n.t("attention_lab.fig_max", lang)))
+    fig.add_trace(go.Scatter(x=d, y=res["dot_std"], mode="markers+lines", name=i18n.t("attention_lab.fig_std_meas", lang)), 1, 1)
     fig.add_trace(go.Scatter(x=d, y=np.sqrt(d), mode="lines", line=dict(dash="dot"), name="√d_k"), 1, 1)
-    fig.add_trace(go.Scatter(x=d, y=res["max_unscaled"], mode="markers+lines", name=_t("attention_lab.fig_unscaled", lang)), 1, 2)
-    fig.add_trace(go.Scatter(x=d, y=res["max_scaled"], mode="markers+lines", name=_t("attention_lab.fig_scaled", lang)), 1, 2)
+    fig.add_trace(go.Scatter(x=d, y=res["max_unscaled"], mode="markers+lines", name=i18n.t("attention_lab.fig_unscaled", lang)), 1, 2)
+    fig.add_trace(go.Scatter(x=d, y=res["max_scaled"], mode="markers+lines", name=i18n.t("attention_lab.fig_scaled", lang)), 1, 2)
     dv, dt = _log_ticks(d)
     for c in (1, 2):
         fig.update_xaxes(type="log", title="d_k", tickmode="array", tickvals=dv, ticktext=dt, row=1, col=c)
@@ -203,8 +200,8 @@ def mask_figure(visible: np.ndarray, title: str, lang: str, *, additive: bool = 
     ))
     if (~vis).any():  # the hidden cells by pattern too: above 900 cells the ✓/× are gone
         fig.add_trace(go.Scatter(**palette.hatch(~vis)))
-    fig.update_xaxes(title=_t(xlabel_key, lang), side="top", **_ticks(col_labels if col_labels is not None else cols))
-    fig.update_yaxes(title=_t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels if row_labels is not None else rows))
+    fig.update_xaxes(title=i18n.t(xlabel_key, lang), side="top", **_ticks(col_labels if col_labels is not None else cols))
+    fig.update_yaxes(title=i18n.t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels if row_labels is not None else rows))
     size = max(200, min(560, 90 + 36 * vis.shape[0]))
     fig.update_layout(title=dict(text=title, y=0.995, yanchor="top"), height=size + 20, margin=dict(l=10, r=10, t=110, b=10))
     return fig
@@ -230,11 +227,11 @@ def kv_sharing_figure(n_heads: int, n_kv_heads: int, lang: str) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(n_heads)), y=list(range(n_kv_heads)), colorscale=_group_colours(n_kv_heads), zmin=0.5,
         zmax=n_kv_heads + 0.5, showscale=False, xgap=2, ygap=2,
-        hovertemplate=_t("multihead.fig_hover", lang) + "<extra></extra>",
+        hovertemplate=i18n.t("multihead.fig_hover", lang) + "<extra></extra>",
     ))
-    fig.update_xaxes(title=_t("multihead.fig_qheads", lang), dtick=1)
-    fig.update_yaxes(title=_t("multihead.fig_kvheads", lang), dtick=1, autorange="reversed")
-    fig.update_layout(title=_t("multihead.fig_sharing", lang, h=n_heads, kv=n_kv_heads, g=n_heads // n_kv_heads),
+    fig.update_xaxes(title=i18n.t("multihead.fig_qheads", lang), dtick=1)
+    fig.update_yaxes(title=i18n.t("multihead.fig_kvheads", lang), dtick=1, autorange="reversed")
+    fig.update_layout(title=i18n.t("multihead.fig_sharing", lang, h=n_heads, kv=n_kv_heads, g=n_heads // n_kv_heads),
                       height=max(180, 110 + 28 * n_kv_heads), margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="#f4f4f4")
     return fig
 
@@ -247,11 +244,11 @@ def kv_bytes_figure(configs: Sequence[HeadGeometry], n_tokens: int, bytes_per_va
     real = [c.kv_bytes(n_tokens, bytes_per_value) / mib for c in configs]
     mha = [c.with_kv_heads(c.n_heads).kv_bytes(n_tokens, bytes_per_value) / mib for c in configs]
     fig = go.Figure([
-        go.Bar(x=names, y=real, name=_t("multihead.fig_actual", lang), text=[f"{x:,.1f}" for x in real], textposition="outside"),
-        go.Bar(x=names, y=mha, name=_t("multihead.fig_if_mha", lang), text=[f"{x:,.1f}" for x in mha], textposition="outside"),
+        go.Bar(x=names, y=real, name=i18n.t("multihead.fig_actual", lang), text=[f"{x:,.1f}" for x in real], textposition="outside"),
+        go.Bar(x=names, y=mha, name=i18n.t("multihead.fig_if_mha", lang), text=[f"{x:,.1f}" for x in mha], textposition="outside"),
     ])
     fig.update_yaxes(title="MiB", tickformat=",~f", range=[0, max(real + mha) * 1.15])  # room for the labels above the bars
-    fig.update_layout(barmode="group", title=_t("multihead.fig_bytes", lang, n=f"{n_tokens:,}"), height=400,
+    fig.update_layout(barmode="group", title=i18n.t("multihead.fig_bytes", lang, n=f"{n_tokens:,}"), height=400,
                       margin=dict(l=10, r=10, t=70, b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=1.04, xanchor="right", x=1))  # right of the title
     return fig
@@ -260,10 +257,10 @@ def kv_bytes_figure(configs: Sequence[HeadGeometry], n_tokens: int, bytes_per_va
 def sinusoidal_figure(pe: np.ndarray, lang: str) -> go.Figure:
     """The sinusoidal encoding as a position × dimension heatmap."""
     fig = go.Figure(go.Heatmap(z=pe, colorscale=palette.DIVERGING, zmid=0, zmin=-1, zmax=1,
-                               hovertemplate=_t("positions.fig_pe_hover", lang) + "<extra></extra>"))
-    fig.update_xaxes(title=_t("positions.fig_dim", lang))
-    fig.update_yaxes(title=_t("ui.position", lang), autorange="reversed")
-    fig.update_layout(title=_t("positions.fig_pe", lang, t=pe.shape[0], d=pe.shape[1]), height=420, margin=dict(l=10, r=10, t=50, b=10))
+                               hovertemplate=i18n.t("positions.fig_pe_hover", lang) + "<extra></extra>"))
+    fig.update_xaxes(title=i18n.t("positions.fig_dim", lang))
+    fig.update_yaxes(title=i18n.t("ui.position", lang), autorange="reversed")
+    fig.update_layout(title=i18n.t("positions.fig_pe", lang, t=pe.shape[0], d=pe.shape[1]), height=420, margin=dict(l=10, r=10, t=50, b=10))
     return fig
 
 
@@ -276,14 +273,14 @@ def rope_pair_figure(traj: np.ndarray, pos: int, theta_i: float, lang: str) -> g
         go.Scatter(x=traj[:, 0], y=traj[:, 1], mode="lines+markers+text", line=dict(color="#9ab", width=1), text=_path_labels(traj, pos),
                    textposition=_outward(traj), marker=dict(size=6, color=np.arange(len(traj)), colorscale="Viridis"),
                    customdata=np.arange(len(traj)), hovertemplate="m = %{customdata}<extra></extra>",
-                   name=_t("positions.fig_path", lang)),
+                   name=i18n.t("positions.fig_path", lang)),
         go.Scatter(x=[0, traj[pos, 0]], y=[0, traj[pos, 1]], mode="lines+markers", line=dict(width=4, color="crimson"),
-                   name=_t("positions.fig_at", lang, p=pos, a=f"{pos * theta_i:.4f}")),  # as many decimals as the caption under it
+                   name=i18n.t("positions.fig_at", lang, p=pos, a=f"{pos * theta_i:.4f}")),  # as many decimals as the caption under it
     ])
     lim = 1.25 * max(r, 1e-9)
     fig.update_xaxes(range=[-lim, lim], zeroline=True, title="x₁")
     fig.update_yaxes(range=[-lim, lim], zeroline=True, scaleanchor="x", title="x₂")
-    fig.update_layout(title=dict(text=_t("positions.fig_pair", lang, th=f"{theta_i:.4g}"), y=0.98, yanchor="top"), height=500,
+    fig.update_layout(title=dict(text=i18n.t("positions.fig_pair", lang, th=f"{theta_i:.4g}"), y=0.98, yanchor="top"), height=500,
                       margin=dict(l=10, r=10, t=110, b=10), legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
     return fig
 
@@ -316,9 +313,9 @@ def rope_offset_figure(table: np.ndarray, offsets: Sequence[int], shifts: Sequen
     fig = go.Figure([
         go.Scatter(x=list(shifts), y=row, mode="lines+markers", name=f"m − n = {o}") for o, row in zip(offsets, table)
     ])
-    fig.update_xaxes(title=_t("positions.fig_shift", lang))
+    fig.update_xaxes(title=i18n.t("positions.fig_shift", lang))
     fig.update_yaxes(title="q·k")
-    fig.update_layout(title=_t("positions.fig_offset", lang), height=360, margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_layout(title=i18n.t("positions.fig_offset", lang), height=360, margin=dict(l=10, r=10, t=50, b=10))
     return fig
 
 
@@ -327,7 +324,7 @@ def complexity_figure(n: np.ndarray, ms: np.ndarray, lang: str, q1: np.ndarray |
     """Score-matrix entries n² (formula, at ``n_formula``: the table's lengths; ``n`` without it) beside the
     measured attention time against n: the median of the timed runs, with their interquartile range
     (``q1`` … ``q3``) as error bars."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(_t("attention_lab.fig_elems", lang), _t("attention_lab.fig_time", lang)))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(i18n.t("attention_lab.fig_elems", lang), i18n.t("attention_lab.fig_time", lang)))
     nf = np.asarray(n if n_formula is None else n_formula, dtype=float)
     fig.add_trace(go.Scatter(x=nf, y=nf ** 2, mode="markers+lines", name="n²"), 1, 1)
     ms = np.asarray(ms, dtype=float)
@@ -335,13 +332,13 @@ def complexity_figure(n: np.ndarray, ms: np.ndarray, lang: str, q1: np.ndarray |
     if q1 is not None and q3 is not None:  # asymmetric bars: a median need not sit mid-way in its spread
         spread = dict(type="data", symmetric=False, array=np.asarray(q3, dtype=float) - ms, arrayminus=ms - np.asarray(q1, dtype=float),
                       thickness=1.5, width=6)
-    fig.add_trace(go.Scatter(x=n, y=ms, mode="markers+lines", name=_t("attention_lab.fig_ms", lang), error_y=spread,
+    fig.add_trace(go.Scatter(x=n, y=ms, mode="markers+lines", name=i18n.t("attention_lab.fig_ms", lang), error_y=spread,
                              hovertemplate="n = %{x}<br>%{y:.3g} ms<extra></extra>"), 1, 2)
     n2 = nf ** 2
     times = np.concatenate([ms, *(np.asarray(a, dtype=float) for a in (q1, q3) if a is not None)])  # the ticks cover the bars too
     for c, ys, xs in ((1, n2, nf), (2, times, np.asarray(n, dtype=float))):
         nv, nt = _log_ticks(xs)
-        fig.update_xaxes(type="log", title=_t("attention_lab.fig_n", lang), tickmode="array", tickvals=nv, ticktext=nt, row=1, col=c)
+        fig.update_xaxes(type="log", title=i18n.t("attention_lab.fig_n", lang), tickmode="array", tickvals=nv, ticktext=nt, row=1, col=c)
         yv, yt = _decades(float(np.min(ys[ys > 0])) if np.any(ys > 0) else 1.0, float(np.max(ys)) if len(ys) else 10.0)
         fig.update_yaxes(type="log", tickmode="array", tickvals=yv, ticktext=yt, row=1, col=c)
     # whole decades on the time axis: however narrow the measured range, two labelled ticks are on screen to read it by
@@ -370,13 +367,13 @@ def norm_vector_figure(x: np.ndarray, layer: np.ndarray, rms: np.ndarray, lang: 
     """Top: the vector the norms read, per dimension. Bottom: LayerNorm(x) and RMSNorm(x) on one axis."""
     dims = np.arange(len(x))
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=(_t("norms.fig_input", lang), _t("norms.fig_outputs", lang)))
+                        subplot_titles=(i18n.t("norms.fig_input", lang), i18n.t("norms.fig_outputs", lang)))
     fig.add_trace(go.Scatter(x=dims, y=x, mode="lines", line=palette.line("weights"), name="x",
                              hovertemplate="%{x}: %{y:.4g}<extra>x</extra>"), 1, 1)
     for role, y, name in (("main", layer, "LayerNorm(x)"), ("second", rms, "RMSNorm(x)")):
         fig.add_trace(go.Scatter(x=dims, y=y, mode="lines", line=palette.line(role, width=1.5), name=name,
                                  hovertemplate="%{x}: %{y:.4g}<extra>" + name + "</extra>"), 2, 1)
-    fig.update_xaxes(title=_t("positions.fig_dim", lang), row=2, col=1)
+    fig.update_xaxes(title=i18n.t("positions.fig_dim", lang), row=2, col=1)
     fig.update_layout(height=460, margin=dict(l=10, r=10, t=60, b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=-0.3, x=0))
     return fig
@@ -387,14 +384,14 @@ def growth_figure(g: dict[str, np.ndarray], sqrt_d: float, lang: str) -> go.Figu
     (the size a normalised vector has) as a dotted reference."""
     roles = {"pre": "main", "post": "second"}
     fig = go.Figure([go.Scatter(x=np.arange(len(v)), y=v, mode="lines+markers", line=palette.line(roles[p]),
-                                marker=palette.marker(roles[p]), name=_t(f"norms.{p}", lang),
-                                hovertemplate=_t("norms.fig_growth_hover", lang) + "<extra></extra>")
+                                marker=palette.marker(roles[p]), name=i18n.t(f"norms.{p}", lang),
+                                hovertemplate=i18n.t("norms.fig_growth_hover", lang) + "<extra></extra>")
                      for p, v in g.items()])
     fig.add_hline(y=sqrt_d, line=dict(color=palette.OKABE_ITO["grey"], dash="dot"),
                   annotation_text=f"√d = {sqrt_d:g}", annotation_position="bottom right")
-    fig.update_xaxes(title=_t("norms.fig_boundary", lang))
-    fig.update_yaxes(title=_t("norms.fig_norm", lang), rangemode="tozero")
-    fig.update_layout(title=_t("norms.fig_growth", lang, n=len(next(iter(g.values()))) - 1), height=380,
+    fig.update_xaxes(title=i18n.t("norms.fig_boundary", lang))
+    fig.update_yaxes(title=i18n.t("norms.fig_norm", lang), rangemode="tozero")
+    fig.update_layout(title=i18n.t("norms.fig_growth", lang, n=len(next(iter(g.values()))) - 1), height=380,
                       margin=dict(l=10, r=10, t=60, b=10), legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
     return fig
 
@@ -403,10 +400,10 @@ def stream_norm_figure(norms: np.ndarray, name: str, lang: str) -> go.Figure:
     """The traced model's mean ‖x‖ at each block boundary (before its final norm)."""
     fig = go.Figure(go.Scatter(x=np.arange(len(norms)), y=norms, mode="lines+markers", line=palette.line("main"),
                                marker=palette.marker("main"), name=escape.plot(name),
-                               hovertemplate=_t("norms.fig_growth_hover", lang) + "<extra></extra>"))
-    fig.update_xaxes(title=_t("norms.fig_boundary", lang))
-    fig.update_yaxes(title=_t("norms.fig_norm", lang), type="log")
-    fig.update_layout(title=_t("norms.fig_real", lang, name=escape.plot(name)), height=360, margin=dict(l=10, r=10, t=60, b=10))
+                               hovertemplate=i18n.t("norms.fig_growth_hover", lang) + "<extra></extra>"))
+    fig.update_xaxes(title=i18n.t("norms.fig_boundary", lang))
+    fig.update_yaxes(title=i18n.t("norms.fig_norm", lang), type="log")
+    fig.update_layout(title=i18n.t("norms.fig_real", lang, name=escape.plot(name)), height=360, margin=dict(l=10, r=10, t=60, b=10))
     return fig
 
 
@@ -415,9 +412,9 @@ def alibi_slopes_figure(slopes: np.ndarray, lang: str) -> go.Figure:
     fig = go.Figure(go.Bar(x=np.arange(len(slopes)), y=slopes, marker=dict(color=palette.colour("main")),
                            text=[f"{m:.3g}" for m in slopes], textposition="outside",
                            hovertemplate="h = %{x}: m = %{y:.6g}<extra></extra>"))
-    fig.update_xaxes(title=_t("ui.head", lang), dtick=1)
+    fig.update_xaxes(title=i18n.t("ui.head", lang), dtick=1)
     fig.update_yaxes(title="m_h", type="log")
-    fig.update_layout(title=_t("positions.fig_slopes", lang, h=len(slopes)), height=320, margin=dict(l=10, r=10, t=60, b=10))
+    fig.update_layout(title=i18n.t("positions.fig_slopes", lang, h=len(slopes)), height=320, margin=dict(l=10, r=10, t=60, b=10))
     return fig
 
 
@@ -425,12 +422,12 @@ def learned_table_figure(table: np.ndarray, lo: int, hi: int, lang: str) -> go.F
     """The learned position table [P, d] as a heatmap, with the rows ``lo`` … ``hi`` − 1 being read marked."""
     P = table.shape[0]
     fig = go.Figure(go.Heatmap(z=table, colorscale=palette.DIVERGING, zmid=0,
-                               hovertemplate=_t("positions.fig_pe_hover", lang) + "<extra></extra>"))
+                               hovertemplate=i18n.t("positions.fig_pe_hover", lang) + "<extra></extra>"))
     fig.add_shape(type="rect", x0=-0.5, x1=table.shape[1] - 0.5, y0=lo - 0.5, y1=min(hi, P) - 0.5,
                   line=dict(color=palette.INK, width=3))
-    fig.update_xaxes(title=_t("positions.fig_dim", lang))
-    fig.update_yaxes(title=_t("ui.position", lang), autorange="reversed", range=[P - 0.5, -0.5])
-    fig.update_layout(title=_t("positions.fig_learned", lang, p=P, d=table.shape[1]), height=380, margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_xaxes(title=i18n.t("positions.fig_dim", lang))
+    fig.update_yaxes(title=i18n.t("ui.position", lang), autorange="reversed", range=[P - 0.5, -0.5])
+    fig.update_layout(title=i18n.t("positions.fig_learned", lang, p=P, d=table.shape[1]), height=380, margin=dict(l=10, r=10, t=50, b=10))
     return fig
 
 
@@ -439,12 +436,12 @@ def reach_figure(rnn: np.ndarray, attention: np.ndarray, lang: str) -> go.Figure
     t = np.arange(len(rnn))
     fig = go.Figure([
         go.Scatter(x=t, y=rnn, mode="lines+markers", line=palette.line("second"), marker=palette.marker("second"),
-                   name=_t("arch.fig_rnn", lang), hovertemplate="t = %{x}: %{y:.3g}<extra></extra>"),
+                   name=i18n.t("arch.fig_rnn", lang), hovertemplate="t = %{x}: %{y:.3g}<extra></extra>"),
         go.Scatter(x=t, y=attention, mode="lines+markers", line=palette.line("main"), marker=palette.marker("main"),
-                   name=_t("arch.fig_attention", lang), hovertemplate="t = %{x}: %{y:.3g}<extra></extra>"),
+                   name=i18n.t("arch.fig_attention", lang), hovertemplate="t = %{x}: %{y:.3g}<extra></extra>"),
     ])
-    fig.update_xaxes(title=_t("arch.fig_t", lang, last=len(rnn) - 1))
-    fig.update_yaxes(title=_t("arch.fig_reach", lang), type="log", exponentformat="power")
-    fig.update_layout(title=_t("arch.fig_title", lang), height=380, margin=dict(l=10, r=10, t=60, b=10),
+    fig.update_xaxes(title=i18n.t("arch.fig_t", lang, last=len(rnn) - 1))
+    fig.update_yaxes(title=i18n.t("arch.fig_reach", lang), type="log", exponentformat="power")
+    fig.update_layout(title=i18n.t("arch.fig_title", lang), height=380, margin=dict(l=10, r=10, t=60, b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
     return fig

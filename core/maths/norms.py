@@ -114,8 +114,8 @@ def stream_of(model: ToyTransformer, ids: torch.Tensor) -> np.ndarray:
 
 def mean_norms(stream: np.ndarray) -> np.ndarray:
     """[L+1] the L2 norm ‖x‖ of every position's vector at each block boundary, averaged over positions."""
-    # one boundary at a time (the same float64 operations on each row as on the whole array, so the same bits):
-    # the whole stream of a 3,214-token trace in float64 is 458 MB, squared another 458 MB (2.8 s of the norms page)
+    # one boundary at a time (the same float64 operations on each row as on the whole array, so the same bits),
+    # never the whole stream in float64 (and its square) at once
     return np.array([np.sqrt((np.asarray(layer, dtype=np.float64) ** 2).sum(-1)).mean(-1) for layer in stream])
 
 

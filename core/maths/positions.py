@@ -23,7 +23,7 @@ import core.backends as backends
 from core.common import i18n
 from core.common.numbers import max_abs_diff
 from core.engine.roles import find_sites
-from core.engine.trace import LayerDetail, Trace
+from core.engine.trace import SiteReader, Trace
 from core.engine.types import LoadedModel, ModelFacts
 from core.toy.model import ToyConfig, ToyTransformer
 
@@ -194,12 +194,12 @@ def rope_check_readout(check: dict[str, np.ndarray], q_traced: np.ndarray) -> di
     return {"rotated": f"{float(check['max_diff']):.2e}", "raw": f"{max_abs_diff(check['raw'], q_traced):.3g}"}
 
 
-def rope_check(loaded: LoadedModel, tr: Trace, d: LayerDetail) -> dict[str, np.ndarray]:
-    """Pre-RoPE q of layer ``d.layer`` from the weights, rotated here, and the gap to the traced
-    (post-RoPE) q. Raises ValueError for models without Llama-style q_proj."""
-    raw = pre_rope_q(loaded, tr.resid[d.layer], d.layer)  # [H, T, dh]
+def rope_check(loaded: LoadedModel, tr: Trace, layer: int, site: SiteReader | None = None) -> dict[str, np.ndarray]:
+    """Pre-RoPE q of layer ``layer`` from the weights, rotated here, and the gap to the traced (post-RoPE) q
+    (read through ``site``, default ``tr.site``). Raises ValueError for models without Llama-style q_proj."""
+    raw = pre_rope_q(loaded, tr.resid[layer], layer)  # [H, T, dh]
     rotated = rope_rotate(raw, np.arange(raw.shape[1]), rope_params(loaded.facts)[0])  # [H, T, dh]
-    return {"raw": raw, "rotated": rotated, "max_diff": np.array(max_abs_diff(rotated, d.q))}
+    return {"raw": raw, "rotated": rotated, "max_diff": np.array(max_abs_diff(rotated, (site or tr.site)("q", layer)))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-import core.backends as backends
 from core.engine.roles import find_sites
 from core.engine.tokens import visible_tokens, window
-from core.engine.trace import LayerDetail, Trace
+from core.engine.trace import SiteReader, Trace
 from core.engine.types import LoadedModel, UnsupportedArchitectureError
 
 # ---------------------------------------------------------------------------------------------
@@ -227,15 +226,14 @@ def norm_steps(module: Any, x: np.ndarray) -> NormSteps:
 
 
 def block_norm_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, which: str = "attn",
-                     detail: LayerDetail | None = None) -> NormSteps:
+                     site: SiteReader | None = None) -> NormSteps:
     """The pre-attention norm reads resid[l, t]; the pre-MLP norm reads resid_mid = resid + attn_out
-    (``detail``: the layer's cached details; derived here when not given)."""
+    (read through ``site``, default ``tr.site``)."""
     _check_pre_norm(loaded)
     if which == "attn":
         x = tr.resid[layer, pos]
     else:
-        d = detail or backends.layer_detail(loaded, tr, layer)
-        x = tr.resid[layer, pos] + d.attn_out[pos]
+        x = tr.resid[layer, pos] + (site or tr.site)("attn_out", layer)[pos]
     return norm_steps(find_sites(loaded.model).block_norm(layer, which), x)
 
 
@@ -258,6 +256,12 @@ class MlpSteps:
     prod: np.ndarray  # [d_ff] SiLU(gate) · up: the neuron activations
     out: np.ndarray  # [d] down_proj(prod): what the MLP adds to the stream
     traced: np.ndarray  # [d] trace.mlp_out[l, t], for comparison
+    traced_act: np.ndarray | None = None  # [d_ff] the model's own gate activation (site gate_act), for comparison
+
+    @property
+    def act_diff(self) -> float | None:
+        """max |SiLU(gate) by hand − the model's own gate_act| (None: the model's MLP records no gate_act)."""
+        return None if self.traced_act is None else float(np.max(np.abs(self.act - self.traced_act)))
 
     @property
     def max_abs_diff(self) -> float:
@@ -284,16 +288,9 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
 
 
-def is_gated(loaded: LoadedModel) -> bool:
-    try:
-        mlp = find_sites(loaded.model).mlps[0]
-    except UnsupportedArchitectureError:
-        return False
-    return all(getattr(mlp, n, None) is not None for n in ("gate_proj", "up_proj", "down_proj"))
-
-
-def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, detail: LayerDetail | None = None) -> MlpSteps:
-    """down_proj(SiLU(gate_proj(h)) · up_proj(h)) for token ``pos`` of block ``layer``, from the weights.
+def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, site: SiteReader | None = None) -> MlpSteps:
+    """down_proj(SiLU(gate_proj(h)) · up_proj(h)) for token ``pos`` of block ``layer``, from the weights, beside
+    the model's own ``mlp_out`` and ``gate_act`` (read through ``site``, default ``tr.site``).
 
     h = post_attention_layernorm(resid[l, t] + attn_out[l, t]), recomputed by ``norm_steps``.
     """
@@ -302,8 +299,8 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, detail: Laye
         raise UnsupportedArchitectureError("mlp_not_gated", model=type(loaded.model).__name__)
     if str(loaded.facts.activation).lower() not in ("silu", "swish"):
         raise UnsupportedArchitectureError("gate_not_silu", act=loaded.facts.activation)
-    d = detail or backends.layer_detail(loaded, tr, layer)
-    h = block_norm_steps(loaded, tr, layer, pos, "mlp", d).out  # [d]
+    at = site or tr.site
+    h = block_norm_steps(loaded, tr, layer, pos, "mlp", at).out  # [d]
 
     def lin(m: Any, v: np.ndarray) -> np.ndarray:
         y = _w(m.weight).astype(np.float64) @ v  # weight [out, in] · [in]
@@ -314,7 +311,12 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, detail: Laye
     act = silu(gate)
     prod = act * up
     out = lin(mlp.down_proj, prod)  # [d]
-    return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=d.mlp_out[pos].astype(np.float64))
+    try:
+        traced_act = at("gate_act", layer)[pos].astype(np.float64)
+    except KeyError:  # an MLP without a part recorded as gate_act
+        traced_act = None
+    return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=at("mlp_out", layer)[pos].astype(np.float64),
+                    traced_act=traced_act)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,10 +21,10 @@ from core.plot.plotlabels import position_label
 
 TOY_TICKS = 16  # tick labels on a toy heatmap's axis at most (every cell's tokens are in the hover)
 
-# The sites of one attention layer, in the order they are computed.
-ATTN_STAGES = ("scores_raw", "scores_scaled", "mask", "scores_masked", "weights", "head_out", "concat", "o_proj")
-MLP_STAGES = ("gate", "up", "act", "down")
-SQUARE = {"scores_raw", "scores_scaled", "mask", "scores_masked", "weights"}
+# The sites of one attention layer and of one MLP (rows of core.engine.trace.SITES), in the order they are computed.
+ATTN_STAGES = ("scores_raw", "scores_scaled", "mask", "scores_masked", "attn_pattern", "head_out", "concat", "o_proj")
+MLP_STAGES = ("gate", "up", "act", "mlp_out")
+SQUARE = {"scores_raw", "scores_scaled", "mask", "scores_masked", "attn_pattern"}
 PER_HEAD = SQUARE | {"head_out"}
 
 
@@ -33,20 +33,15 @@ def _g3(x: float) -> str:
 
 
 def stage_array(tr: Trace, stage: str, layer: int, head: int) -> np.ndarray:
-    """The traced values of one site, as a 2-D array (rows = query positions)."""
-    if stage == "weights":
-        return tr.attn_pattern[layer, head].astype(np.float32)  # [T, T]
-    if stage == "mask":
-        return tr.extras["mask"]  # [T, T], the same in every layer and head
-    if stage == "down":
-        return tr.mlp_out[layer]  # [T, d]
-    arr = tr.extras[stage][layer]
-    return arr[head] if stage in PER_HEAD else arr  # [T, T] / [T, dh] / [T, H·dh] / [T, d] / [T, d_ff]
+    """The traced values of one site, as a 2-D float32 array (rows = query positions)."""
+    arr = tr.site(stage, layer)  # the mask: [T, T], the same in every layer and head
+    arr = arr[head] if stage in PER_HEAD and stage != "mask" else arr  # [T, T] / [T, dh] / [T, H·dh] / [T, d] / [T, d_ff]
+    return arr.astype(np.float32, copy=False)
 
 
 def mlp_stages(tr: Trace) -> list[str]:
-    """The MLP sites this trace holds (the down projection always: it is ``mlp_out``)."""
-    return [s for s in MLP_STAGES if s in tr.extras or s in ("down",)]
+    """The MLP sites this trace holds (the down projection's output always: ``mlp_out``)."""
+    return [s for s in MLP_STAGES if s in tr.kept_sites or s == "mlp_out"]
 
 
 def site_caption(tr: Trace, stage: str, layer: int, head: int, lang: str) -> str:

@@ -1,5 +1,5 @@
 """The toy as an app model: its facts, loading the trained weights, and one traced forward pass
-that fills the same ``Trace`` as the real tracer (plus toy-only sites in ``extras``)."""
+that fills the same ``Trace`` as the real tracer (plus the toy's own sites, read by ``tr.site``)."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
     # every site the registry gives the toy alone, and the MLP's internals: per layer stacked [L, …], the others
     # as probed (the mask: block 0's, the same in every block)
     found = {**probes, **lay[0]}
-    extras = {s.name: stack(s.name) if s.per_layer else _np(found[s.name])
-              for s in SITES if s.kind in (TOY, MLP) and s.name in found}
+    own = {s.name: stack(s.name) if s.per_layer else _np(found[s.name])
+           for s in SITES if s.kind in (TOY, MLP) and s.name in found}
     kept = {name: stack(name) for name in LAYER_SITES if name != "attn_pattern"}  # [L, T, d] / [L, H|Hkv, T, dh]
     q = kept["q"]
     meta = {"model": loaded.facts.name, "model_kind": "toy", "source": loaded.source, "facts": loaded.facts.to_dict(),
@@ -126,7 +126,8 @@ def trace_toy(loaded: LoadedModel, prompt: str, chat: bool = False, max_tokens: 
         attn_pattern=_np(torch.stack([p["attn_pattern"] for p in lay]), np.float16),
         head_shape=(int(q.shape[1]), int(model.cfg.n_kv_heads), int(q.shape[3])), kv_itemsize=4,
         final_hidden=_np(probes["final_hidden"]), last_logits=_np(logits[-1]),
-        meta=meta, truncated_from=enc.truncated_from, notes=notes, extras=extras,
+        meta=meta, truncated_from=enc.truncated_from, notes=notes, kept_sites=own,
+        model_spec=loaded.spec, max_tokens=max_tokens,
     )
 
 

@@ -174,10 +174,8 @@ def save(model: ToyTransformer, losses: list[float], seconds: float, folder: Pat
 # ---------------------------------------------------------------------------------------------
 # A live run for the page: a fresh toy, a time budget, and a snapshot for the figures now and then
 
-# The budget must hold the default run on a 2-core machine. The shipped toy (same config, batch and
-# sequence length) trained 2,000 steps in 76 s there: 38 ms a step. 300 steps are ≈ 11 s of training,
-# plus the page's redraws; a machine shared with a class's other sessions was measured 3× slower
-# (123 ms a step, median). 40 s holds 300 steps at up to 133 ms a step.
+# The budget must hold the default run on a 2-core machine shared with a class's other sessions (the
+# measurements behind it: CHANGELOG).
 LIVE_STEPS = 300  # the default: the previous-token head forms within it
 LIVE_SECONDS = 40.0  # a live run stops after this long, whatever the machine's speed (and says so)
 LIVE_EVERY = 10  # a snapshot (loss so far, the last layer's induction pattern) every this many steps

@@ -120,9 +120,9 @@ def answers(loaded: LoadedModel, text: pair.PairText) -> pair.Answers | None:
     return _or_warning(pair.answers, loaded.tokenizer, text.answer, text.foil)
 
 
-def baseline(pt: pair.PairTokens) -> patching.Baseline | None:
+def baseline(loaded: LoadedModel, pt: pair.PairTokens) -> patching.Baseline | None:
     try:
-        return cache.cause_baseline(ui.model_spec(), pt.ids_clean, pt.ids_corrupted)
+        return cache.cause_baseline(loaded, pt.ids_clean, pt.ids_corrupted)
     except UnsupportedArchitectureError as e:
         st.error(ui.t("cause.unsupported", msg=ui.error_md(e)))
         return None
@@ -138,7 +138,7 @@ def ready(loaded: LoadedModel, text: pair.PairText) -> Ready | None:
         nav.page_link("cause_pair", icon="⚖️")  # the sentence points at the alignment table: that page has it
         return None
     ans = answers(loaded, text)
-    base = baseline(pt) if ans is not None else None
+    base = baseline(loaded, pt) if ans is not None else None
     if base is None:
         return None
     return Ready(pt, ans, base, pair.logit_diff(base.clean_logits(), ans.answer, ans.foil),

@@ -38,9 +38,9 @@ def stepper(loaded: LoadedModel, ids: list[int], cfg: SamplingConfig, max_steps:
     A link that carries ``step`` (a shared run) is replayed once, on this page's first visit in the
     session: prefill and decode up to that pass, so the link opens where it was shared, not at
     "Press Prefill". Later, a fresh Stepper starts empty and the URL's ``step`` is dropped."""
-    sig = (ui.model_spec(), tuple(ids), astuple(cfg), max_steps)
+    sig = (loaded.spec, tuple(ids), astuple(cfg), max_steps)
     if st.session_state.get(KEY + "_sig") != sig or KEY not in st.session_state:
-        cache.warmed_up(ui.model_spec())  # so the first TTFT shown is not a cold start
+        cache.warmed_up(loaded)  # so the first TTFT shown is not a cold start
         st.session_state[KEY] = generate.Stepper(loaded, ids, cfg, max_steps)
         st.session_state[KEY + "_sig"] = sig
         st.session_state[KEY + "_n"] = st.session_state.get(KEY + "_n", 0) + 1  # this run's number (its TPOT is its own)
@@ -57,19 +57,18 @@ def stepper(loaded: LoadedModel, ids: list[int], cfg: SamplingConfig, max_steps:
     return stp
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def _warmed(spec: str, n_tokens: int, record: bool, _ids: tuple[int, ...]) -> bool:
+@st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=cache.BY_KEY)
+def _warmed(loaded: LoadedModel, n_tokens: int, record: bool, _ids: tuple[int, ...]) -> bool:
     """Once per process, model, prompt length and recording: ``generate.warm_prefill`` (untimed)."""
-    generate.warm_prefill(cache.get_model(spec), _ids, record)
+    generate.warm_prefill(loaded, _ids, record)
     return True
 
 
 def warm_for(stp: generate.Stepper) -> None:
     """Before a Stepper's first (timed) prefill: the one-off costs of its shape paid untimed, so "This run:
-    TTFT" is the prefill alone, in a fresh session too (issue 30: 1.11 s for a 37-token prompt whose prefill
-    takes 84 ms). A pass of the same length was run, untimed, once in this process; nothing else is."""
+    TTFT" is the prefill alone, in a fresh session too: a pass of the same length, run untimed once per process."""
     if not stp.started:
-        _warmed(ui.model_spec(), len(stp.prompt_ids), bool(stp.record_attention), tuple(stp.prompt_ids))
+        _warmed(stp.loaded, len(stp.prompt_ids), bool(stp.record_attention), tuple(stp.prompt_ids))
 
 
 def _replay(stp: generate.Stepper, step: int, prefix: str) -> None:
@@ -107,7 +106,7 @@ def pure_tpot(stp: generate.Stepper, prefix: str) -> generate.TpotMeasure | None
     run = (st.session_state.get(f"{prefix}_tpot_run", 0), st.session_state.get(KEY + "_n", 0), session)
     if st.session_state.get(f"{prefix}_tpot_asked") != run:
         return None
-    return measure.show(cache.tpot(ui.model_spec(), tuple(stp.prompt_ids), astuple(stp.cfg), run),
+    return measure.show(cache.tpot(stp.loaded, tuple(stp.prompt_ids), astuple(stp.cfg), run),
                         Phrase("generation.measuring_tpot"))
 
 

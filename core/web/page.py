@@ -17,8 +17,8 @@ early, with the reason already shown, when it cannot; then calls ``render``; and
 - ``needs="trace"``: ``render(tr)`` (``ui.current_trace``, the shared prompt's cached trace);
 - ``needs="pair"``: ``render(loaded, tr)`` (``ui.model_and_trace``).
 
-The trace carries its own cache key (``tr.key``, set by ``core.web.cache.get_trace``): pass ``tr`` on
-(``ui.layer_detail(tr, layer)``), never unpack it or read the prompt from session state again.
+The trace and the model cross into ``core.web.cache`` as objects (a trace knows what it was made from:
+``tr.key``): pass them on (``ui.site(tr, "attn_pattern", layer)``), never a spec or a prompt read again.
 A new page: write ``render``, add its ``Page`` row and its ``page.<stem>`` / intro keys in both languages.
 """
 

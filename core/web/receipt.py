@@ -99,7 +99,7 @@ def _job(key: tuple, make: Any) -> Any:
 
 def panel(loaded: LoadedModel, tr: Trace) -> None:
     """The receipt asked for on this trace (a press or the link), made and shown; nothing when none was asked."""
-    key = tuple(cache.key_of(tr))
+    key = tuple(tr.key)
     a = asked(key, tr.n_tokens, tr.vocab_size)
     if a is None:
         return
@@ -121,7 +121,7 @@ def panel_ids(loaded: LoadedModel, ids: Sequence[int], token: int, where: tuple)
         tr = backends.trace_ids(loaded, ids)
         return compute(loaded, tr, len(ids) - 1, token, model_name=name, progress=report)
 
-    _show_job(_job((ui.model_spec(), ids, len(ids) - 1, int(token)), make), loaded, link=None)
+    _show_job(_job((loaded.spec, ids, len(ids) - 1, int(token)), make), loaded, link=None)
 
 
 def _show_job(job: Any, loaded: LoadedModel, link: tuple | None) -> None:
@@ -155,7 +155,7 @@ def show(rc: receipt.Receipt, link: tuple | None = None) -> None:
         _downloads(rc)
         if link is not None:
             tr, a = link
-            k = cache.key_of(tr)
+            k = tr.key
             query = {"model": ui.model_id(), "prompt": k.prompt, "chat": "1" if k.chat else "0", QP_POS: str(a.pos)}
             if a.token is not None:
                 query[QP_TOK] = str(a.token)
@@ -181,22 +181,22 @@ def _downloads(rc: receipt.Receipt) -> None:
 def offer(loaded: LoadedModel, tr: Trace) -> None:
     """The logits page's entry: a position of the prompt (the link's ``why`` first, else the last) and the button
     for the model's choice there; then the receipt asked for, if any."""
-    key = tuple(cache.key_of(tr))
+    key = tuple(tr.key)
     T = tr.n_tokens
     a = asked(key, T, tr.vocab_size)
     first = T - 1 if a is None else a.pos
     pos = int(st.number_input(ui.t("receipt.pick_pos"), 0, T - 1, first, 1, key="receipt_pos"))
     logits = tr.last_logits if pos == T - 1 else backends.logits_row(loaded, tr, pos)
     token = int(np.argmax(logits))
-    button(key, pos, None, cache.token_texts(ui.model_spec(), (token,))[0], key="receipt_logits")
+    button(key, pos, None, cache.token_texts(loaded, (token,))[0], key="receipt_logits")
     panel(loaded, tr)
 
 
 def offer_next(loaded: LoadedModel, tr: Trace, place: Any = None) -> None:
     """The journey's entry: the button on the next token (the model's choice after the last position), in ``place``."""
-    key = tuple(cache.key_of(tr))
+    key = tuple(tr.key)
     token = int(np.argmax(tr.last_logits))
-    button(key, tr.n_tokens - 1, None, cache.token_texts(ui.model_spec(), (token,))[0], key="receipt_journey", place=place)
+    button(key, tr.n_tokens - 1, None, cache.token_texts(loaded, (token,))[0], key="receipt_journey", place=place)
     panel(loaded, tr)
 
 
@@ -204,6 +204,6 @@ def offer_step(loaded: LoadedModel, prompt_ids: Sequence[int], all_ids: Sequence
     """The stepper's entry: the button on the token chosen at ``step`` (0 = the prefill), whose context is the
     prompt and the tokens generated before it."""
     ctx = tuple(int(i) for i in all_ids[: len(prompt_ids) + step])
-    where = ("ids", ui.model_spec(), ctx, int(token))
+    where = ("ids", loaded.spec, ctx, int(token))
     button(where, len(ctx) - 1, int(token), token_text, key="receipt_step", link=False)
     panel_ids(loaded, ctx, token, where)

@@ -18,7 +18,7 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
-from core.common import fresh, memo, settings
+from core.common import memo, settings
 from core.common.settings import SettingsError
 from core.web import guards, offer
 
@@ -39,8 +39,8 @@ def give_back_freed_memory() -> bool:
 
     Smaller blocks (Python objects, page messages, torch's small tensors) come from malloc's arenas,
     and glibc gives each busy thread one of its own, up to 8 per core: after 20 sessions at once (each
-    a thread) the freed pieces lie spread over many arenas, held by malloc (issue 29: 1,030 → 3,750 MiB,
-    unchanged after every session closed; ``start_trimming`` hands free pages back). So the arenas are capped at ``ARENAS``
+    a thread) the freed pieces lie spread over many arenas, held by malloc after every session closed
+    (``start_trimming`` hands free pages back). So the arenas are capped at ``ARENAS``
     (``M_ARENA_MAX``, what ``MALLOC_ARENA_MAX=2`` sets; an operator's own ``MALLOC_ARENA_MAX`` wins),
     before any thread is started. Returns whether the C library took the settings (False where it is
     not glibc)."""
@@ -73,7 +73,6 @@ def start_trimming(every_s: float = TRIM_S, stop: threading.Event | None = None)
     def loop() -> None:
         while not stop.wait(every_s):
             memo.expire_idle(settings.get().cache_idle_s)  # traces and layers no session has read for a while
-            fresh.POOL.drop_if_idle()  # the pages kept for the next trace, once no trace has been made for a while
             trim()
 
     t = threading.Thread(target=loop, name="xray-malloc-trim", daemon=True)

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import streamlit as st
 
 from core.common import digits, escape, i18n, numbers
 from core.engine.hf import hide_paths
 from core.engine.tokens import Encoded, cut_notice, encode, has_chat_template, has_cjk, tokens_per_char
-from core.engine.trace import LayerDetail, Trace
+from core.engine.trace import Trace
 from core.engine.types import EMBEDDED_ID, TOY_ID, CodedError, EmptyPromptError, LoadedModel, ModelLoadError, UnsupportedArchitectureError
 from core.web import cache, download, guards
 from core.web.offer import LOCAL_ID, Offer, from_env
@@ -234,15 +235,15 @@ def model_and_trace() -> tuple[LoadedModel, Trace] | None:
     return None if loaded is None else (loaded, tr)
 
 
-def layer_detail(tr: Trace, layer: int) -> LayerDetail | None:
-    """Layer ``layer`` of the cached trace ``tr`` in full (q, k, v, weights, sub-layer outputs): the one
-    accessor pages use. Derived once per (trace, layer) and kept in the byte-bounded cache; a spinner
-    says so while it is derived; None, with the reason shown, if it cannot be."""
-    try:  # by the trace's own key (cache.TraceKey): never the session's model or prompt, read again
-        if cache.has_layer_of(tr, layer):
-            return cache.layer_of(tr, layer)
+def site(tr: Trace, name: str, layer: int) -> np.ndarray | None:
+    """Site ``name`` (``core.engine.trace.SITES``) of layer ``layer`` of the cached trace ``tr``: the pages' door
+    (``cache.site``). Derived once per (trace, layer) and kept in the byte-bounded cache; a spinner says so
+    while it is derived; None, with the reason shown, if it cannot be."""
+    try:  # by the trace's own key (Trace.key): never the session's model or prompt, read again
+        if cache.has_site(tr, name, layer):
+            return cache.site(tr, name, layer)
         with st.spinner(t("ui.deriving_layer", l=layer, T=tr.n_tokens)):
-            return cache.layer_of(tr, layer)
+            return cache.site(tr, name, layer)
     except UnsupportedArchitectureError as e:
         st.error(t("err.unsupported", msg=error_md(e)))
     except Exception as e:  # never a traceback in the page

@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--solo", type=int, default=0, help="also time this many patched runs one by one")
     ap.add_argument("--chunk", type=int, default=None, help="patched runs per pass (default: patching.chunk_size)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    ap.add_argument("--site", default="resid", choices=patching.ALL_SITES, help="the site swept (head: every head at the last position)")
+    ap.add_argument("--site", default="resid", choices=patching.PATCHED, help="the site swept (z: every head at the last position)")
     ap.add_argument("--long", type=int, default=0, help="repeat the pair's shared opening this many times (a longer pair)")
     ap.add_argument("--by-layer", action="store_true", help="also time the same runs by layer, every position fed (no cache)")
     a = ap.parse_args()

@@ -52,8 +52,8 @@ def check_page_real_row(at, smol) -> None:
     spec, prompt, chat = at.session_state["model_spec_ok"], at.session_state["prompt"], at.toggle(key="chat").value
     layer, head, pos = (at.slider(key=f"attention_lab_{n}").value for n in ("layer", "head", "pos"))
     tr = cache.get_trace(spec, prompt, chat)
-    assert cache.has_layer_of(tr, layer), "the page derived this layer: it is in the shared cache"
-    ex = A.real_row(tr, cache.layer_of(tr, layer), head, pos)
+    assert cache.has_site(tr, "attn_pattern", layer), "the page derived this layer: it is in the shared cache"
+    ex = A.real_row(tr, layer, head, pos, cache.door(tr))
     w = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"]).weights[0]
     diff = [m for m in at.metric if m.label.startswith(("max |", "本行"))]
     assert diff and diff[0].value == f"{max_abs_diff(w, ex['reference']):.2e}"

@@ -141,7 +141,7 @@ def _cells(L: int, T: int, H: int) -> list[patching.Patch]:
     mid = L // 2
     return [patching.Patch("resid", mid, 2), patching.Patch("resid", L - 1, T - 1), patching.Patch("attn_out", 0, T - 1),
             patching.Patch("attn_out", mid, 3), patching.Patch("mlp_out", L - 1, 2), patching.Patch("mlp_out", 0, 3),
-            patching.Patch("head", L - 1, T - 1, H - 1), patching.Patch("head", mid, T - 1, 0),
+            patching.Patch("z", L - 1, T - 1, H - 1), patching.Patch("z", mid, T - 1, 0),
             patching.Patch("resid", mid, None)]
 
 

@@ -28,10 +28,9 @@ def smol_trace(smol):
 
 @pytest.mark.parametrize("layer,head", [(0, 0), (7, 4), (29, 8)])
 def test_real_row_reproduces_model_weights(smol, smol_trace, layer, head):
-    smol_trace_model = smol
     tr = smol_trace
     for pos in (0, 3, tr.n_tokens - 1):
-        ex = A.real_row(tr, backends.layer_detail(smol_trace_model, tr, layer), head, pos)
+        ex = A.real_row(tr, layer, head, pos)
         assert int(ex["kv_head"]) == head // 3
         s = A.attention_steps(ex["q"], ex["k"], ex["v"], ex["mask"])
         # the model's weights: HF's float32 eager softmax, kept in float16; the calculator: float64
@@ -62,17 +61,17 @@ def test_recombine_heads_gives_attn_out(smol, smol_trace):
     layer = 3
     o = find_sites(smol.model).attns[layer].o_proj.weight.detach().numpy()
     d = backends.layer_detail(smol, smol_trace, layer)
-    parts = A.recombine_heads(d.weights, d.v, o)
+    parts = A.recombine_heads(d.attn_pattern, d.v, o)
     T = smol_trace.n_tokens
     assert parts["concat"].shape == (T, 576)
     # HF's eager attention: float32 weights (off by ``_weight_error`` from the exact ones) times v, then the
     # output projection; recombine_heads: the same weights kept in float16, in float64. Each head's output
     # moves by the weights' errors through |v| (+ the float32 sum's γ_T), then through |W_O| (+ its γ_{H·dh})
-    group = A.kv_group_map(d.weights.shape[0], d.v.shape[0])
+    group = A.kv_group_map(d.attn_pattern.shape[0], d.v.shape[0])
     v = d.v[group]
     w, dw32 = _weight_error(d.q, d.k[group], np.tril(np.ones((T, T), dtype=bool)), u=floats.U32)
     av = np.abs(v.astype(np.float64))
-    per_head = (floats.f16_rounding(d.weights) + 2 * dw32) @ av + floats.gamma(T) * (w @ av)  # [H, T, dh]
+    per_head = (floats.f16_rounding(d.attn_pattern) + 2 * dw32) @ av + floats.gamma(T) * (w @ av)  # [H, T, dh]
     concat = np.transpose(per_head, (1, 0, 2)).reshape(T, -1)
     ao = np.abs(o.astype(np.float64))
     bound = concat @ ao.T + floats.sum_bound(np.abs(parts["concat"]) @ ao.T, ao.shape[1], routes=1)
@@ -80,7 +79,7 @@ def test_recombine_heads_gives_attn_out(smol, smol_trace):
 
 
 def test_real_pattern_support_is_causal(smol, smol_trace):
-    s = A.support_summary(backends.layer_detail(smol, smol_trace, 5).weights[2])
+    s = A.support_summary(smol_trace.site("attn_pattern", 5)[2])
     assert s["above_nonzero"] == 0 and s["above_total"] == smol_trace.n_tokens * (smol_trace.n_tokens - 1) // 2
     assert s["below_nonzero"] > 0
 

@@ -120,7 +120,7 @@ def test_patched_runs_equal_a_hand_written_reference_tiny(tiny_loaded, eager_ref
     for p, g, allow in zip(cells, got, allowed):
         if p.layer == f.n_layers - 1 and p.pos is not None and p.pos < pt.n_tokens - 1 and p.site != "resid":
             np.testing.assert_array_equal(g, base.corrupted_logits())  # the last layer, an earlier position: no path to the answer
-        elif p.site != "head":
+        elif p.site != "z":
             # the patch did something, far beyond what a float32 route may err by: the reference tells it apart
             assert np.abs(g - base.corrupted_logits()).max() > 10 * allow, p
     assert _no_hooks(loaded.model) and all(_no_hooks(m) for m in twins)
@@ -144,15 +144,15 @@ def _check_prefix_reuse(loaded, pt, base, twins, toy: bool, answer: str = " Pari
     ans = pair.answers(loaded.tokenizer, answer, foil)
     a, b = ans.answer, ans.foil
     T = pt.n_tokens
-    heads = patching.sweep(loaded, base, "head", a, b)
+    heads = patching.sweep(loaded, base, "z", a, b)
     full = patching.logit_diffs(loaded, base, patching.head_patches(f.n_layers, f.n_heads, T - 1), a, b)
     bound = 4 * _pair_allowance(pt, *twins, toy=toy)  # two float32 routes of a logit difference (see _allowance)
     assert np.ptp(full) > 10 * bound  # the heads do differ, so the comparison below means something
     floats.assert_within(heads.ravel(), full, bound, what="head sweep after the cache vs full runs",
                          why="two float32 routes of a logit difference, each within twice assert_as_accurate's allowance")
-    np.testing.assert_array_equal(patching.sweep(loaded, base, "head", a, b), heads)
+    np.testing.assert_array_equal(patching.sweep(loaded, base, "z", a, b), heads)
     later = [patching.Patch("resid", f.n_layers // 2, T - 2), patching.Patch("attn_out", 0, T - 1),
-             patching.Patch("mlp_out", f.n_layers - 1, T - 1), patching.Patch("head", f.n_layers - 1, T - 1, 0)]
+             patching.Patch("mlp_out", f.n_layers - 1, T - 1), patching.Patch("z", f.n_layers - 1, T - 1, 0)]
     got = patching.run(loaded, base, later, reuse_prefix=True)
     _check_against_reference(got, twins, pt, later, toy, f.head_dim)
     assert _no_hooks(loaded.model)
@@ -207,7 +207,7 @@ def test_unchanged_runs_are_the_corrupted_run_by_the_reference(tiny_loaded, eage
     assert first > 0
     f = loaded.facts
     same = [patching.Patch("resid", 1, first - 1), patching.Patch("attn_out", f.n_layers - 1, 0),
-            patching.Patch("head", 0, first - 1, 1), patching.Patch("resid", 0, pt.n_tokens - 1)]
+            patching.Patch("z", 0, first - 1, 1), patching.Patch("resid", 0, pt.n_tokens - 1)]
     for p in same:
         assert patching.unchanged(base, p), p
         np.testing.assert_array_equal(patching.patched_logits(loaded, base, p), base.corrupted_logits())
@@ -235,7 +235,7 @@ def test_tiled_runs_equal_full_runs_smol_and_short_pairs_go_by_layer(smol, eager
     # position 0 ("The") is the same in both runs at every site and layer (30 runs); so is the stream
     # entering block 0 wherever the tokens are the same (8 more): 322 runs left, 42 a pass (512 // 12)
     assert (sp.runs, sp.unchanged, sp.passes, sp.cached) == (360, 38, 8, False)
-    assert patching.sweep_plan(short, "head").cached
+    assert patching.sweep_plan(short, "z").cached
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -260,7 +260,7 @@ def test_eight_threads_patching_at_once_each_get_their_solo_result(smol):
     _, base = _recorded(smol)
     L, T, H = base.n_layers, base.n_tokens, base.n_heads
     cells = [patching.Patch("resid", 3 * i, i % T) for i in range(4)] + [
-        patching.Patch("attn_out", 20, T - 1), patching.Patch("mlp_out", 5, 3), patching.Patch("head", 25, T - 1, H - 2),
+        patching.Patch("attn_out", 20, T - 1), patching.Patch("mlp_out", 5, 3), patching.Patch("z", 25, T - 1, H - 2),
         patching.Patch("resid", L - 1, None)]
     alone = [patching.patched_logits(smol, base, p) for p in cells]
     together: dict[int, np.ndarray] = {}
@@ -425,7 +425,7 @@ def test_ig_by_hand_on_an_untouched_model(tiny_loaded, eager_refs):
 
 def test_attention_row_and_chip_colours(smol):
     tr = backends.trace(smol, EIFFEL[0])
-    row = attribution.last_row_attention(smol, tr, 5)
+    row = attribution.last_row_attention(tr, 5)
     w = backends.attention(smol, tr, 5)
     floats.assert_same(row, w[:, -1].astype(np.float64).mean(0), "the heads' mean of the last row")
     # the weights are kept in float16: each of the T weights of a head's row moved by its float16 rounding;
@@ -510,9 +510,9 @@ def test_pages_say_why_on_bad_input(smol):
 
 
 def test_toy_pages_and_site_from_the_link():
-    at = _app("cause_patching", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="head")
+    at = _app("cause_patching", model="toy", clean=INDUCTION[0], corrupt=INDUCTION[1], answer="p", foil="r", site="z")
     assert not at.exception and not at.error, [e.value for e in at.exception]
-    assert at.radio(key="cpatch_site").value == "head"
+    assert at.radio(key="cpatch_site").value == "z"
     fig = _figs(at)[0]
     assert plotly_array(fig["data"][0]["z"]).shape == (2, 4)  # the toy's 2 layers × 4 heads
     # the caption says how the head runs were made: two heads of layer 0 give the same output at the last

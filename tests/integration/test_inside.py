@@ -168,8 +168,8 @@ def test_context_identical_prefix_stays_identical(smol, eager_refs):
 def test_head_atlas_on_real_trace(smol):
     tr = backends.trace(smol, "The cat sat on the mat because it was tired.")
     w = backends.stacked_layers(smol, tr, with_pattern=True)["attn_pattern"].astype(np.float64)
-    at = heads.head_atlas(w)
-    streamed = heads.head_atlas_of(backends.layer_detail(smol, tr, i).weights for i in range(tr.n_layers))
+    at = heads.head_atlas_of(iter(w))
+    streamed = heads.head_atlas_of(tr.site("attn_pattern", i) for i in range(tr.n_layers))
     for name in ("entropy", "prev_token", "first_token", "max_weight"):  # the same weights through the same per-layer code
         floats.assert_same(getattr(streamed, name), getattr(at, name), f"the streamed atlas's {name}")
     l, h, T = 5, 4, tr.n_tokens

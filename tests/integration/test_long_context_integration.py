@@ -143,7 +143,7 @@ def test_calculator_real_row_on_a_long_prompt_shows_a_key_window(smol):
     at = _long_app("attention_lab")
     at.radio(key="attention_lab_preset").set_value("real").run()
     assert not at.exception
-    from helpers.attention_lab import check_page_real_row
+    from test_attention_lab import check_page_real_row
 
     check_page_real_row(at, smol)  # the page's number is the softmax over every key, within float16's rounding of the model's
     k_editor = next(e for e in at.dataframe if "attention_lab_k_" in (e.proto.id or ""))
@@ -187,7 +187,7 @@ def test_residual_norms_and_toy_sites_stay_small_on_long_prompts(smol):
     assert len(over.to_json()) < 1_000_000
     toy = backends.trace(backends.load_model("toy"), LONG_PROMPT)
     assert toy.n_tokens > attnview.CELLS
-    fig = toy_fig.fig_site(toy, "weights", 0, 0, "en", start=30)
+    fig = toy_fig.fig_site(toy, "attn_pattern", 0, 0, "en", start=30)
     floats.assert_same(np.asarray(fig.data[0].z, dtype=float), toy.attn_pattern[0, 0, 30:94, 30:94], "the window's weights")
     assert "positions 30–93" in fig.layout.title.text and len(fig.to_json()) < 1_000_000
 

@@ -45,9 +45,10 @@ def _mlp_outputs(model, ids, layer: int) -> np.ndarray:
 def _check_gate_and_mlp(loaded, ref) -> None:
     tr = backends.trace(loaded, PROMPT)
     for layer in range(tr.n_layers):
-        d = backends.layer_detail(loaded, tr, layer, mlp=True)
-        assert d.mlp["gate_act"].shape == (tr.n_tokens, loaded.facts.d_ff)
-        floats.assert_same(d.mlp["gate_act"], _hf_gate_act(loaded, tr, layer), f"L{layer} gate_act")  # same route → exact
+        d = backends.layer_detail(loaded, tr, layer)
+        gate_act = tr.site("gate_act", layer)  # the door: derived when asked by name
+        assert gate_act.shape == (tr.n_tokens, loaded.facts.d_ff)
+        floats.assert_same(gate_act, _hf_gate_act(loaded, tr, layer), f"L{layer} gate_act")  # same route → exact
         # the MLP replayed vs the difference route (fl(fl(resid[l+1] − resid[l]) − attn_out)): two routes to what
         # the MLP adds, each as accurate as HF's own float32 eager route (ROUTE_FACTOR × its error against
         # float64), so within twice that of each other — plus the difference route's own roundings: the block's

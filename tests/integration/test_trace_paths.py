@@ -154,8 +154,8 @@ def test_banded_attention_equals_hf_eager(tiny_loaded, eager_refs, window_dir, m
         for layer in range(tr.n_layers):
             d = backends.layer_detail(loaded, tr, layer)
             a32, a64 = o32.attentions[layer][0].numpy(), o64.attentions[layer][0].numpy()
-            assert_f16_as_accurate(d.weights, a64, allowed_error(a32, a64), f"{name} L{layer}")
-            assert np.all(np.triu(d.weights.astype(np.float32), 1) == 0)
-            assert_rows_sum_to_one(d.weights, f"{name} L{layer} rows")
+            assert_f16_as_accurate(d.attn_pattern, a64, allowed_error(a32, a64), f"{name} L{layer}")
+            assert np.all(np.triu(d.attn_pattern.astype(np.float32), 1) == 0)
+            assert_rows_sum_to_one(d.attn_pattern, f"{name} L{layer} rows")
     if band_bytes == 1:  # the window really masks early columns: row 30 gives column 0 nothing
         assert float(d.weights[0, 30, 0]) == 0.0

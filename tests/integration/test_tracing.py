@@ -245,7 +245,7 @@ def test_eight_threads_each_get_their_own_trace(smol):
         a, b = alone[p], together[p]
         for key in ("token_ids", "resid", "attn_out_norm", "mlp_out_norm", "last_logits", "final_hidden"):
             np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=f"{p}: {key}")
-        for key in ("q", "k", "v", "weights", "attn_out", "mlp_out"):
+        for key in ("q", "k", "v", "attn_pattern", "attn_out", "mlp_out"):
             np.testing.assert_array_equal(getattr(alone_detail[p], key), getattr(together_detail[p], key), err_msg=f"{p}: {key}")
 
 
@@ -331,9 +331,9 @@ def test_long_trace_attention_equals_hf_eager_at_1024_tokens(smol, eager_refs):
     upper = np.triu_indices(T, 1)
     for layer in layers:
         d = backends.layer_detail(smol, tr, layer)
-        assert_f16_as_accurate(d.weights, a64[layer], allowed_error(a32[layer], a64[layer]), f"L{layer}")
-        assert_rows_sum_to_one(d.weights, f"L{layer} rows")
-        assert np.all(d.weights[:, upper[0], upper[1]] == 0)
+        assert_f16_as_accurate(d.attn_pattern, a64[layer], allowed_error(a32[layer], a64[layer]), f"L{layer}")
+        assert_rows_sum_to_one(d.attn_pattern, f"L{layer} rows")
+        assert np.all(d.attn_pattern[:, upper[0], upper[1]] == 0)
         k32, k64 = (_np(o.past_key_values.layers[layer].keys) for o in (o32, o64))
         if layer == 0:  # projected from the same embeddings by the same layer
             floats.assert_same(d.k, k32, "L0 keys")

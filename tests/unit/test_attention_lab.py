@@ -194,7 +194,6 @@ def test_mask_gallery_exact():
     assert A.bidirectional_visibility(3).all() and A.cross_visibility(2, 5).shape == (2, 5)
     np.testing.assert_array_equal(A.sliding_window_visibility(5, 2),
                                   [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]])
-    np.testing.assert_array_equal(A.additive_text(np.array([[True, False]])), [["0", "−∞"]])
     g = A.mask_gallery(4, (4, 2), 2)
     assert [p.key for p in g["padding"]] == ["padding_a", "padding_b"] and g["cross"][0].visible.shape == (4, 5)
     # the English gallery is labelled in English, the Chinese one in Chinese

@@ -76,18 +76,18 @@ def test_toy_patching_equals_reference_and_ends_are_exact(toy, toy_twins):
     assert pt.differing() == [6] and patching.best_cell(norm) == (0, 6)
     np.testing.assert_array_equal(patching.patched_logits(toy, base, patching.Patch("resid", 0, 6)), base.clean_logits())
     assert np.all(norm[:, :6] == 0.0)  # before the difference nothing differs: those runs are the corrupted run itself
-    heads = patching.sweep(toy, base, "head", ans.answer, ans.foil)
+    heads = patching.sweep(toy, base, "z", ans.answer, ans.foil)
     assert heads.shape == (f.n_layers, f.n_heads)
 
 
 def test_hooks_are_removed_on_error_and_bad_cells_refused(tiny_loaded, monkeypatch):
     loaded = tiny_loaded["llama"]
     _, base = _recorded(loaded)
-    for bad in (patching.Patch("resid", 99, 0), patching.Patch("mlp_out", 0, 99), patching.Patch("head", 0, 0, 99)):
+    for bad in (patching.Patch("resid", 99, 0), patching.Patch("mlp_out", 0, 99), patching.Patch("z", 0, 0, 99)):
         with pytest.raises(ValueError):
             patching.patched_logits(loaded, base, bad)
     with pytest.raises(ValueError):
-        patching.Patch("head", 0, 0)  # a head needs its index
+        patching.Patch("z", 0, 0)  # a head needs its index
     with pytest.raises(ValueError):
         patching.Patch("nowhere", 0, 0)
 

@@ -273,10 +273,10 @@ def test_patch_writes_the_grids_of_the_core(capsys, tmp_path):
         assert z["tokens_clean"].tolist() == list(pt.tokens_clean) and z["tokens_corrupted"][6] == "r"
         assert float(z["logit_diff_clean"]) == pair.logit_diff(base.clean_logits(), ans.answer, ans.foil)
         assert float(z["logit_diff_corrupted"]) == pair.logit_diff(base.corrupted_logits(), ans.answer, ans.foil)
-        for site in patching.SITES:
+        for site in patching.BY_POSITION:
             assert z[site].shape == (2, 12)
             np.testing.assert_array_equal(z[site], patching.sweep(toy, base, site, ans.answer, ans.foil))
-        assert z["head_out"].shape == (2, 4)
+        assert z["z"].shape == (2, 4)
         # raw logit differences: copying the one differing position at layer 0 restores the clean run, up to
         # float32 rounding (the sweep runs it in a batch): two float32 routes of a logit difference, each within
         # twice floats.assert_as_accurate's allowance A, measured on the toy's unpatched runs against its float64 twin

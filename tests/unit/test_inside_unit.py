@@ -62,7 +62,7 @@ def _hand_pattern() -> np.ndarray:
 
 
 def test_head_atlas_by_hand():
-    at = heads.head_atlas(_hand_pattern())
+    at = heads.head_atlas_of(iter(_hand_pattern()))
     # float64 arithmetic on a few fractions both ways: pytest.approx's rel 1e-6 is ~10⁹ × float64's error
     h2 = -(0.2 * np.log2(0.2) + 0.3 * np.log2(0.3) + 0.5 * np.log2(0.5))
     assert at.entropy[0, 0] == pytest.approx((1.0 + h2) / 2)

@@ -22,7 +22,7 @@ def test_the_npz_download_is_built_from_the_stores_layers_and_kept_under_the_bud
     assert not hasattr(cache.get_trace_npz, "clear")  # not an st.cache_data entry: nothing kept outside XRAY_CACHE_GB
     spec, prompt = str(tiny_dirs["llama"]), "kqzmwpkqzmw, a prompt for the npz"
     tr = cache.get_trace(spec, prompt, False)
-    kept = cache.layer_of(tr, 0)  # a page has derived layer 0 already
+    kept = cache._layer(tr, 0)  # a page has derived layer 0 already
     old = _old_npz(cache.get_model(spec), tr)  # the old route (same derivation: same route → equal bytes)
     real, asked = backends.layer_detail, []
 
@@ -35,9 +35,9 @@ def test_the_npz_download_is_built_from_the_stores_layers_and_kept_under_the_bud
     data = cache.get_trace_npz(tr)
     assert data == old
     assert asked == list(range(1, tr.n_layers))  # layer 0 came from the store, the others were derived once
-    assert all(cache.has_layer_of(tr, i) for i in range(tr.n_layers))  # and kept there, like a page's
-    derived = sum(cache.layer_of(tr, i).nbytes for i in range(1, tr.n_layers))
-    assert ("npz", *cache.key_of(tr)) in cache.store()
+    assert all(cache.has_site(tr, "q", i) for i in range(tr.n_layers))  # and kept there, like a page's
+    derived = sum(cache._layer(tr, i).nbytes for i in range(1, tr.n_layers))
+    assert ("npz", *tr.key) in cache.store()
     assert cache.store().stats()["bytes"] == before + derived + len(data)  # the file counts in the store's bytes
     assert cache.get_trace_npz(tr) is data and asked == list(range(1, tr.n_layers))  # a second click: the kept file
     with np.load(io.BytesIO(data)) as z:
@@ -59,19 +59,19 @@ def test_a_small_cache_budget_evicts_the_npz_file(tiny_dirs, monkeypatch):
     try:
         tr = cache.get_trace(spec, prompt, False)
         data = cache.get_trace_npz(tr)
-        assert len(data) == size and ("npz", *cache.key_of(tr)) in cache.store()  # kept: it fits
+        assert len(data) == size and ("npz", *tr.key) in cache.store()  # kept: it fits
         for i in range(100):  # other sessions' prompts, until the file is the least recently used
             cache.get_trace(spec, f"another prompt number {i}", False)
             st = cache.store().stats()
             assert st["bytes"] <= st["max_bytes"], st
-            if ("npz", *cache.key_of(tr)) not in cache.store():
+            if ("npz", *tr.key) not in cache.store():
                 break
-        assert ("npz", *cache.key_of(tr)) not in cache.store()  # evicted like the rest
+        assert ("npz", *tr.key) not in cache.store()  # evicted like the rest
         monkeypatch.setenv("XRAY_CACHE_GB", str(size / 2 / 1e9))
         cache.store.clear()
         tr = cache.get_trace(spec, prompt, False)
         assert cache.get_trace_npz(tr) == data  # bigger than the whole budget: handed out …
-        assert ("npz", *cache.key_of(tr)) not in cache.store() and cache.store().stats()["bytes"] <= size / 2  # … not kept
+        assert ("npz", *tr.key) not in cache.store() and cache.store().stats()["bytes"] <= size / 2  # … not kept
     finally:
         cache.store.clear()
 

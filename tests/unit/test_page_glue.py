@@ -88,7 +88,7 @@ def test_the_example_views_sentence_values():
 def test_view_of_reads_the_example_off_every_layer():
     toy = _toy()
     tr = backends.trace(toy, examples.SHE.prompt)
-    weights = [backends.layer_detail(toy, tr, i).weights for i in range(tr.n_layers)]
+    weights = [tr.site("attn_pattern", i) for i in range(tr.n_layers)]
     assert examples.view_of(tr, weights.__getitem__) == examples.best_view(tr.tokens, weights)
     assert examples.view_of(tr, lambda layer: None if layer == tr.n_layers - 1 else weights[layer]) is None  # a layer missing
     assert examples.view_of(backends.trace(toy, "another prompt"), weights.__getitem__) is None
@@ -107,13 +107,13 @@ def test_trace_keyed_helpers_memo_by_the_traces_key(monkeypatch):
     prompt = "a prompt for the trace-keyed memo"
     tr = cache.get_trace(TOY_ID, prompt, False)
     first = cache.atlas(tr)
-    np.testing.assert_array_equal(first.entropy, heads.head_atlas_of(cache.layer_of(tr, i).weights for i in range(tr.n_layers)).entropy)
+    np.testing.assert_array_equal(first.entropy, heads.head_atlas_of(cache.site(tr, "attn_pattern", i) for i in range(tr.n_layers)).entropy)
     calls = []
     real = heads.head_atlas_of
     monkeypatch.setattr(heads, "head_atlas_of", lambda layers: calls.append(1) or real(layers))
     cache.store.clear()  # the trace traced again: another object, the same key
     again = cache.get_trace(TOY_ID, prompt, False)
-    assert again is not tr and cache.key_of(again) == cache.key_of(tr)
+    assert again is not tr and again.key == tr.key
     np.testing.assert_array_equal(cache.atlas(again).entropy, first.entropy)
     assert calls == []  # the memo is the key's, not the object's
     cache.atlas(cache.get_trace(TOY_ID, prompt + " and more", False))

@@ -120,7 +120,7 @@ def toy_pair():
     return toy, pt, ans
 
 
-@pytest.mark.parametrize("site", patching.ALL_SITES)
+@pytest.mark.parametrize("site", patching.PATCHED)
 def test_a_sweeps_progress_counts_its_runs(toy_pair, site):
     toy, pt, ans = toy_pair
     base = patching.capture(toy, pt.ids_clean, pt.ids_corrupted)

@@ -186,7 +186,7 @@ def test_trace_fields_and_shapes(trained, tr):
     assert 1 + len("小明把书交给小红。The cat sat on the mat, the cat sat.".encode()) == T
     assert tr.q.shape == (L, H, T, dh) and tr.k.shape == (L, Hkv, T, dh) and tr.resid.shape == (L + 1, T, d)
     assert tr.attn_pattern.dtype == np.float16 and tr.meta["model_kind"] == "toy" and tr.meta["facts"]["n_heads"] == H
-    assert tr.extras["scores_raw"].shape == (L, H, T, T) and tr.extras["act"].shape == (L, T, 128) and tr.extras["mask"].shape == (T, T)
+    assert tr.site("scores_raw").shape == (L, H, T, T) and tr.site("act").shape == (L, T, 128) and tr.site("mask").shape == (T, T)
     emb = trained.model.embed_tokens.weight.detach().numpy()
     np.testing.assert_array_equal(tr.embeddings, emb[tr.token_ids])
     np.testing.assert_array_equal(tr.resid[0], tr.embeddings)  # RoPE adds nothing to the stream
@@ -205,8 +205,8 @@ def test_trace_invariants(trained, tr):
                              "float32 scores and softmax from these q, k + float16 storage")
 
 
-def test_extras_are_consistent(trained, tr):
-    ex, dh = tr.extras, tr.head_dim
+def test_toy_sites_are_consistent(trained, tr):
+    ex, dh = {name: tr.site(name) for name in tr.kept_sites}, tr.head_dim
     floats.assert_same(ex["scores_scaled"], ex["scores_raw"] * np.float32(dh ** -0.5), "scaled")  # one float32 product each
     np.testing.assert_array_equal(ex["mask"], np.triu(np.full(ex["mask"].shape, -np.inf, dtype=np.float32), 1))
     floats.assert_same(ex["scores_masked"], ex["scores_scaled"] + ex["mask"], "masked")
@@ -273,8 +273,8 @@ def test_post_norm_and_bidirectional_trace():
     gap = np.abs(t.resid[1:] - (t.resid[:-1] + t.attn_out + t.mlp_out)).max()
     assert gap > 1e-2  # the identity really fails for post-norm: the note is not decoration
     assert np.triu(t.attn_pattern[0, 0].astype(np.float32), 1).max() > 0.01  # future positions are seen
-    floats.assert_same(t.resid[0], t.embeddings + t.extras["pos"], "resid[0]")  # the model's one addition
-    np.testing.assert_array_equal(t.extras["mask"], 0.0)
+    floats.assert_same(t.resid[0], t.embeddings + t.site("pos"), "resid[0]")  # the model's one addition
+    np.testing.assert_array_equal(t.site("mask"), 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_site_figure_spec(tr):
     assert np.isnan(z[0, 1]) and z[1, 0] == 0.0 and fig.data[0].text[0][1] == "−∞"
     assert "因果" in fig.layout.title.text and fig.data[0].customdata[1][0][0] == "1·小‹E5›"  # the character its byte belongs to
     assert len(fig.layout.yaxis.ticktext) <= toy_fig.TOY_TICKS  # every k-th position labelled, every cell in the hover
-    fig = toy_fig.fig_site(tr, "weights", 1, 2, "en")
+    fig = toy_fig.fig_site(tr, "attn_pattern", 1, 2, "en")
     np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=float), tr.attn_pattern[1, 2].astype(np.float32))  # float16 → float: exact
     assert toy_fig.stage_array(tr, "act", 1, 0).shape == (tr.n_tokens, 128)
 

@@ -33,7 +33,7 @@ def test_an_hf_trace_keeps_the_stream_and_derives_the_layer_sites(llama):
         assert not got.flags.writeable  # shared like every array of a trace
         assert getattr(tr, site) is got  # derived once, then kept on the object
     np.testing.assert_array_equal(tr.attention(1), details[1].attn_pattern.astype(np.float32))
-    assert details[1].weights is details[1].attn_pattern  # the old name, kept as an alias
+    np.testing.assert_array_equal(tr.site("q", 1), details[1].q)  # the one door, one layer
     assert tr.layer(2).layer == 2
 
 

@@ -48,7 +48,7 @@ def test_a_sweep_stopped_by_a_rerun_resumes_where_it_was(monkeypatch):
 
     monkeypatch.setattr(patching, "sweep", counted_sweep)
     monkeypatch.setattr(patching, "_forward_rows", counted_forward)
-    args = (TOY_ID, tuple(pt.ids_clean), tuple(pt.ids_corrupted), ans.answer, ans.foil, site)
+    args = (loaded, tuple(pt.ids_clean), tuple(pt.ids_corrupted), ans.answer, ans.foil, site)
     at_stop: list[int] = []
 
     def stopped(done: int, total: int, words=None) -> None:  # the first run's bar: the language switched, Streamlit stops it here

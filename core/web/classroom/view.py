@@ -319,7 +319,7 @@ def _bar_figure(labels: list[str], counts: list[int], title: str, hi: int | None
 
 
 def _reveal_next(s: cs.ClassStore, cid: str, secret: str, q: cs.Question, votes: list[cs.Vote]) -> None:
-    loaded = cache.get_model(ui.model_spec())
+    loaded = ui.loaded_model()
     probs = np.frombuffer(s.blob(cid, secret, q.qid), dtype=np.float32)
     guesses = cq.tally_next(loaded.tokenizer, q, votes, probs)
     n = sum(g.n for g in guesses)
