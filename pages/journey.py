@@ -17,12 +17,12 @@ TEXT_SHOWN = 600  # characters of the exact text shown in stage 1
 def _stage(src: dict[int, tuple[journey.Source, ...]], idx: int, key: str, link: str | None = None, **kw):
     """One bordered box per stage: number, title, live sentence, a link to the deep page, and where in the
     installed code this stage was computed (``src``: ``journey.stage_sources``, read from the model's classes)."""
-    box = st.container(border=True)
+    box = st.container(border=True, key=f"journey_s{idx}")  # a link can open at a stage (?focus=journey_s5)
     box.markdown(f"**{idx}. {ui.t(f'journey.s{idx}.title')}** — {ui.t(key, **kw)}")
     if link:
         nav.see_page(link, where=box)
     if src.get(idx):
-        where = box.expander(ui.t("journey.src_title", n=len(src[idx])))
+        where = box.expander(journey.src_title(len(src[idx]), ui.lang()))
         where.markdown("\n".join(f"- `{s.label()}` — `{widgets.code(s.name)}`" for s in src[idx]))
         where.caption(ui.t("journey.src_how"))
     return box

@@ -33,7 +33,8 @@ def _filtering(tr, spec: str, lang: str, cfg: sampling.SamplingConfig, prev: lis
     st.caption(ui.t("logits.order"))
     steps = sampling.filter_steps(tr.last_logits, cfg, prev)
     order = top_k(steps["scaled"], candidates.N_BARS)
-    presenter.chart(ps.fig_candidates(steps, cache.token_texts(spec, tuple(order.tolist())), order, lang), width="stretch")
+    presenter.chart(ps.fig_candidates(steps, cache.token_texts(spec, tuple(order.tolist())), order, lang), width="stretch",
+                    key="logits_candidates")
     m = st.columns(3)
     m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
     m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.4f}")  # four decimals, as the table's probabilities

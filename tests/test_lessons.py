@@ -167,7 +167,7 @@ def _ranges(smol, route, step, q) -> dict[str, tuple[int, int]]:
     return {"layer": (0, top), "head": (0, f.n_heads - 1), "pos": (0, T - 1), "max": (1, 256)}
 
 
-CHOICES = {"tab": ("calc", "scale", "cost"), "pair": tuple(embeddings.CONTEXT_PAIRS), "show": ("layer", "head")}
+CHOICES = {"tab": ("calc", "scale", "cost", "relative"), "pair": tuple(embeddings.CONTEXT_PAIRS), "show": ("layer", "head")}
 FLOATS = {("logits", "temp"): (0.05, 3.0, 0.05)}  # pages/logits.py's slider_url
 
 
@@ -192,7 +192,7 @@ def test_every_value_is_taken_unchanged_by_the_pages_readers(smol, fake_url):
                 elif (step.page, name) in FLOATS:
                     assert ui.qp_float(name, -1.0, *FLOATS[(step.page, name)]) == float(raw)
                 else:
-                    assert name in ("lang", "prompt"), (step.key, name)
+                    assert name in ("lang", "prompt", "focus"), (step.key, name)
 
 
 def _she_layers(smol):

@@ -36,6 +36,11 @@ MAX_NEW = 24  # new tokens the journey's loop shows at most
 DEFER_ABOVE = KV_KEEP_MAX
 
 
+def src_title(n: int, lang: str) -> str:
+    """The heading of a stage's "where this was computed" list: "1 place", "{n} places"."""
+    return t("journey.src_title_one" if n == 1 else "journey.src_title", lang, n=n)
+
+
 def deferred(n_tokens: int) -> bool:
     """Whether the journey runs its loop only when the reader asks for it (a prompt of ``n_tokens``)."""
     return n_tokens > DEFER_ABOVE

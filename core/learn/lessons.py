@@ -30,6 +30,10 @@ EN_PROMPT = "What is the capital of France?"  # the English UI's first prompt; S
 # The Chinese UI's first prompt (core.web.ui.DEFAULT_PROMPTS["zh"]): of the Chinese questions tried, the one
 # SmolLM2 answers right, in digits ("2 + 3 = 5."), inside its chat template.
 ZH_PROMPT = "2加3等于几？"
+# The Chinese lesson's first step shows the whole loop (the journey's greedy answer, up to journey.MAX_NEW tokens):
+# on the bare question SmolLM2 writes "2 + 3 = 5." and runs on in English to the limit; asked for the sum only,
+# it writes "2 + 3 = 5." and ends its turn (<|im_end|>), so the step's answer is what the page shows.
+ZH_FLOW_PROMPT = ZH_PROMPT + "只回答算式。"
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,15 @@ class Step:
     prompt: str | None = None  # None: the route's prompt
     chat: bool | None = None  # None: the route's chat switch
     view: str | None = None  # "she": layer, head and pos read off the model (examples.best_view)
+    # the view the step talks about, which its link opens at the top of the window (core.web.focus): a header's
+    # anchor or an element's key on the step's page
+    focus: str = ""
 
     def __post_init__(self) -> None:
         if self.minutes < 1:
             raise ValueError(f"step {self.key}: minutes must be at least 1")
+        if not self.focus:
+            raise ValueError(f"step {self.key}: no view to open at (focus)")
         if self.view not in (None, "she"):
             raise ValueError(f"step {self.key}: unknown prepared view {self.view!r}")
 
@@ -74,31 +83,31 @@ def _q(**kw: Any) -> tuple[tuple[str, str], ...]:
 SHE_VIEW = ("layer", "head", "pos")  # the parameters a "she" step takes from examples.best_view
 
 EN = Route("en", EN_PROMPT, True, (
-    Step("flow", "journey", 4, _q(layer=15)),
-    Step("ids", "tokens", 4),
-    Step("context", "context", 5, _q(pair="en")),
-    Step("formula", "attention_lab", 6, _q(tab="calc")),
-    Step("mask", "masks", 3, _q(layer=0, head=0)),
-    Step("sink", "heads", 5, _q(layer=15, head=0, show="layer", hide="0")),
-    Step("gqa", "multihead", 4, _q(layer=15)),
-    Step("block", "residual", 4, _q(layer=15)),
-    Step("sampling", "logits", 4, _q(temp="0.5")),
-    Step("training", "training", 3),
-    Step("decode", "generation", 3, _q(greedy="1", max=16)),
+    Step("flow", "journey", 4, _q(layer=15), focus="journey_s2"),
+    Step("ids", "tokens", 4, focus="iddist"),
+    Step("context", "context", 5, _q(pair="en"), focus="context_fig"),
+    Step("formula", "attention_lab", 6, _q(tab="calc"), focus="attention_lab_tab"),
+    Step("mask", "masks", 3, _q(layer=0, head=0), focus="masks_fig_causal_grid"),
+    Step("sink", "heads", 5, _q(layer=15, head=0, show="layer", hide="0"), focus="heads_grid"),
+    Step("gqa", "multihead", 4, _q(layer=15), focus="sharing"),
+    Step("block", "residual", 4, _q(layer=15), focus="block"),
+    Step("sampling", "logits", 4, _q(temp="0.5"), focus="logits_candidates"),
+    Step("training", "training", 3, focus="shift"),
+    Step("decode", "generation", 3, _q(greedy="1", max=16), focus="generation_prefill"),
 ))
 
 ZH = Route("zh", ZH_PROMPT, True, (
-    Step("flow", "journey", 4, _q(layer=15)),
-    Step("cost", "tokens", 5, chat=False),
-    Step("apple", "context", 5, _q(pair="zh_ctx")),
-    Step("order", "positions", 4),
-    Step("worked", "attention_lab", 6, _q(tab="calc")),
-    Step("mask", "masks", 3, _q(layer=0, head=0)),
-    Step("she", "heads", 6, _q(show="layer", hide="0"), prompt=examples.SHE.prompt, chat=False, view="she"),
-    Step("gqa", "multihead", 4, _q(layer=15)),
-    Step("block", "residual", 3, _q(layer=15)),
-    Step("temperature", "logits", 3, _q(temp="0.5")),
-    Step("prefill", "kv_cache", 2),
+    Step("flow", "journey", 4, _q(layer=15), prompt=ZH_FLOW_PROMPT, focus="journey_s7"),
+    Step("cost", "tokens", 5, chat=False, focus="chips"),
+    Step("apple", "context", 5, _q(pair="zh_ctx"), focus="context_fig"),
+    Step("order", "positions", 4, _q(tab="relative"), focus="positions_tab"),
+    Step("worked", "attention_lab", 6, _q(tab="calc"), focus="attention_lab_tab"),
+    Step("mask", "masks", 3, _q(layer=0, head=0), focus="masks_fig_causal_grid"),
+    Step("she", "heads", 6, _q(show="layer", hide="0"), prompt=examples.SHE.prompt, chat=False, view="she", focus="query"),
+    Step("gqa", "multihead", 4, _q(layer=15), focus="sharing"),
+    Step("block", "residual", 3, _q(layer=15), focus="block"),
+    Step("temperature", "logits", 3, _q(temp="0.5"), focus="logits_candidates"),
+    Step("prefill", "kv_cache", 2, focus="compare"),
 ))
 
 ROUTES: dict[str, Route] = {r.key: r for r in (EN, ZH)}
@@ -107,8 +116,10 @@ ROUTES: dict[str, Route] = {r.key: r for r in (EN, ZH)}
 def params(route: Route, step: Step, view: examples.View | None = None, present: bool = False) -> dict[str, str]:
     """The URL parameters that open ``step`` exactly: the lesson's language, the prompt, the chat switch,
     the view's own parameters, for a "she" step the layer, head and position of ``view`` (left out when
-    the view is unknown: the heads page then offers its example button), and presenter mode if on."""
+    the view is unknown: the heads page then offers its example button), the view to open at (``focus``),
+    and presenter mode if on."""
     out = {"lang": route.key, "prompt": route.prompt_of(step), "chat": "1" if route.chat_of(step) else "0", **dict(step.query)}
+    out["focus"] = step.focus
     if step.view == "she" and view is not None:
         out.update(layer=str(view.layer), head=str(view.head), pos=str(view.query_pos))
     if present:
