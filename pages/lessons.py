@@ -61,7 +61,7 @@ def _route() -> None:
 
 
 def _self_study() -> None:
-    st.header(ui.t("lessons.self_title"))
+    st.header(ui.t("lessons.self_title"), anchor="self_study")  # the home page links here (?focus=self_study)
     st.markdown(ui.t("lessons.self_intro"))
     opened = set(visits.opened())
     done = lessons.covered(opened)
@@ -76,6 +76,9 @@ def _self_study() -> None:
         nav.page_link(stem, label=f"{i}. {ui.t(f'page.{stem}')}", icon=mark, where=c1)  # same session: opening it ticks it
         secs = lessons.sections_at(stem)
         c2.caption(" · ".join(f"§{s.id} {ui.t(s.key)}" for s in secs) + (f" — {ui.t('lessons.next')}" if stem == nxt else ""))
+        for tab, ids in lessons.tabs_at(stem):  # the page's tabs that cover sections (the architecture tabs): opened at the tab
+            nav.page_link(stem, label=ui.t("lessons.tab_link", tab=ui.t(f"{stem}.tab_{tab}"), ids=", ".join(f"§{i}" for i in ids)),
+                          icon="📑", where=c2, query={"tab": tab})
 
 
 def render() -> None:

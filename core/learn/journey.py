@@ -69,6 +69,33 @@ def last_token_norms(tr: Trace) -> np.ndarray:
     return np.linalg.norm(tr.resid[:, -1, :].astype(np.float64), axis=-1)
 
 
+@dataclass(frozen=True)
+class Part:
+    """One part of the whole-model overview (the home page's first figure): its i18n name
+    (``journey.ov_<key>``), the page that shows it, and its live value on this prompt."""
+
+    key: str
+    page: str
+    value: str
+
+
+def overview(tr: Trace, tokenizer: Any, n_heads: int) -> tuple[Part, ...]:
+    """The whole model on this trace, left to right: text → tokens → embeddings → blocks (attention, MLP) →
+    final norm → logits → the next token, each with its size or value read off the trace."""
+    T, L, d = tr.n_tokens, tr.n_layers, tr.resid.shape[-1]
+    txt, _, _, prob = top_next_tokens(tr, tokenizer, k=1)[0]
+    return (
+        Part("text", "tokens", f"{len(tr.text):,}"),
+        Part("tokens", "tokens", f"T = {T}"),
+        Part("embed", "context", f"[{T}, {d}]"),
+        Part("attn", "heads", f"{L} × {n_heads}"),
+        Part("mlp", "residual", f"{L} × [{T}, {d}]"),
+        Part("norm", "norms", f"[{T}, {d}]"),
+        Part("logits", "logits", f"[{tr.last_logits.shape[-1]:,}]"),
+        Part("next", "generation", f"{visible(txt)} · {prob:.0%}"),
+    )
+
+
 def top_next_tokens(tr: Trace, tokenizer: Any, k: int = 8) -> list[tuple[str, int, float, float]]:
     """(token text, id, logit, probability) of the k best next tokens at the last position."""
     p = tr.last_probs()

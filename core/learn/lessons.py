@@ -151,6 +151,11 @@ def href(route: Route, step: Step, view: examples.View | None = None, present: b
 class Section:
     id: str  # "A4" (seed 000, the 4th heading) / "B3.2" (seed 003's own numbering); i18n lessons.sec.<id with _ for .>
     pages: tuple[str, ...]  # the pages that cover it
+    tabs: tuple[tuple[str, str], ...] = ()  # (page, tab): the tab of one of those pages that covers it (?tab=)
+
+    def __post_init__(self) -> None:
+        if any(p not in self.pages for p, _ in self.tabs):
+            raise ValueError(f"section {self.id}: a tab of a page it does not list")
 
     @property
     def key(self) -> str:
@@ -160,13 +165,13 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("A1", ("journey", "tour")),  # 先看完整数据流
     Section("A2", ("context",)),  # Transformer 解决了什么问题？(two 苹果)
-    Section("A3", ("references",)),  # Transformer 出现之前 (RNN, LSTM, GRU)
+    Section("A3", ("references", "norms"), (("norms", "rnn"),)),  # Transformer 出现之前 (RNN, LSTM, GRU)
     Section("A4", ("tokens",)),  # 从 Token ID 到 Token Embedding
     Section("A5", ("tokens", "context")),  # Embedding 是上下文无关的起点
     Section("A6", ("positions",)),  # 为什么需要位置信息？
     Section("A7", ("residual", "anatomy")),  # 一个 Transformer Block 里有什么？
     Section("A8", ("heads",)),  # Self-Attention 是什么？(她 → 小红)
-    Section("A9", ("attention_lab",)),  # Q、K、V 分别是什么？
+    Section("A9", ("attention_lab", "norms"), (("norms", "qkv"),)),  # Q、K、V 分别是什么？
     Section("A10", ("attention_lab",)),  # Scaled Dot-Product Attention
     Section("A11", ("masks",)),  # 什么是 Causal Mask？
     Section("A12", ("masks",)),  # Padding Mask 与 Causal Mask 不相同
@@ -174,11 +179,11 @@ SECTIONS: tuple[Section, ...] = (
     Section("A14", ("multihead", "kv_cache")),  # MHA、MQA 与 GQA
     Section("A15", ("residual", "anatomy")),  # Attention 之后为什么还需要 FFN？
     Section("A16", ("residual",)),  # Residual Connection 有什么作用？
-    Section("A17", ("norms", "anatomy")),  # LayerNorm 与 RMSNorm
-    Section("A18", ("norms", "residual")),  # Pre-Norm 与 Post-Norm
+    Section("A17", ("norms", "anatomy"), (("norms", "vector"),)),  # LayerNorm 与 RMSNorm
+    Section("A18", ("norms", "residual"), (("norms", "placement"),)),  # Pre-Norm 与 Post-Norm
     Section("A19", ("residual", "journey")),  # 为什么要堆叠很多层？
     Section("A20", ("logits",)),  # 从 Hidden State 到 Logits
-    Section("A21", ("masks", "references")),  # 为什么现代文本 LLM 常用 Decoder-only？
+    Section("A21", ("masks", "references", "norms"), (("norms", "families"),)),  # 为什么现代文本 LLM 常用 Decoder-only？
     Section("A22", ("masks",)),  # Self-Attention 与 Cross-Attention
     Section("A23", ("generation", "kv_cache")),  # Transformer 与 KV Cache 的关系
     Section("A24", ("training",)),  # 训练与推理时有什么不同？
@@ -195,7 +200,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("B1", ("journey", "tour")),  # 一、先看全局：一句话是怎样穿过模型的？
     Section("B2.1", ("tokens",)),  # 2.1 Token ID 本身没有语义距离
     Section("B2.2", ("positions", "long_context")),  # 2.2 只有词向量，模型分不清顺序
-    Section("B3.1", ("attention_lab",)),  # 3.1 Q、K、V 不是三份输入文本
+    Section("B3.1", ("attention_lab", "norms"), (("norms", "qkv"),)),  # 3.1 Q、K、V 不是三份输入文本
     Section("B3.2", ("attention_lab",)),  # 3.2 缩放点积注意力分四步
     Section("B3.3", ("attention_lab",)),  # 3.3 用一个小例子看懂权重
     Section("B3.4", ("attention_lab",)),  # 3.4 用 Python 验证手算结果
@@ -229,6 +234,16 @@ ORDER: tuple[str, ...] = (
 def sections_at(page: str) -> tuple[Section, ...]:
     """The sections ``page`` covers (part of), in the tutorials' order."""
     return tuple(s for s in SECTIONS if page in s.pages)
+
+
+def tabs_at(page: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The tabs of ``page`` that sections name, each with those sections' ids, in the tutorials' order."""
+    out: dict[str, list[str]] = {}
+    for s in SECTIONS:
+        for p, tab in s.tabs:
+            if p == page:
+                out.setdefault(tab, []).append(s.id)
+    return tuple((tab, tuple(ids)) for tab, ids in out.items())
 
 
 def covered(opened: set[str] | frozenset[str]) -> tuple[Section, ...]:

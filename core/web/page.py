@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.web import focus, nav, presenter, ui
+from core.web import focus, nav, pager, presenter, ui
 
 
 def row_of(render: Callable[..., Any]) -> nav.Page:
@@ -50,6 +50,7 @@ def run(render: Callable[..., Any]) -> None:
         render(*args)
     if row.sources:  # drawn also when the page could not load: where to read on stays on the page
         presenter.sources(row.sources)
+    pager.prev_next(row.stem)  # drawn either way too: the way on
 
 
 def _needs(needs: str) -> tuple[Any, ...] | None:

@@ -52,3 +52,32 @@ def test_links_keep_presenter_mode_whatever_the_pages_mode(smol):
     assert not at.exception
     text = all_text(at)
     assert text.count("present=1") >= len(lessons.EN.steps) and "focus=" in text
+
+
+def test_home_overview_is_the_traces_numbers_and_links_each_page(smol):
+    """The journey's first figure: one box per part of the model, each value read off the trace, each name a link
+    to a registered page; the line inside the blocks is the last token's ‖residual‖ after each block."""
+    import numpy as np
+
+    from core import trace
+    from core.learn import figures as learn_fig
+    from core.web import nav
+
+    tr = trace(smol, lessons.EN_PROMPT, chat=True)
+    parts = journey.overview(tr, smol.tokenizer, smol.facts.n_heads)
+    assert [p.page for p in parts] == ["tokens", "tokens", "context", "heads", "residual", "norms", "logits", "generation"]
+    v = {p.key: p.value for p in parts}
+    assert v["tokens"] == f"T = {tr.n_tokens}" == "T = 37" and v["embed"] == f"[37, {smol.facts.d_model}]"
+    assert v["attn"] == f"{smol.facts.n_layers} × {smol.facts.n_heads}" and v["logits"] == f"[{smol.facts.vocab_size:,}]"
+    assert v["next"].startswith("The ")  # SmolLM2 answers "The capital of France is Paris."
+    norms = journey.last_token_norms(tr)
+    fig = learn_fig.overview_figure([p.key for p in parts], [p.value for p in parts], [f"{p.page}?lang=en" for p in parts],
+                                    norms, "t", "n")
+    links = [a.text for a in fig.layout.annotations if "href" in (a.text or "")]
+    assert len(links) == len(parts) and all(any(f'href="{p.page}?' in a for a in links) for p in parts)
+    assert all(p.page in nav.STEMS for p in parts)
+    assert np.allclose(fig.data[0].customdata[:, 1], norms)
+    at = app_run(None, lang="en")
+    assert not at.exception
+    text = all_text(at)
+    assert "lessons?lang=en" in text and "focus=self_study" in text

@@ -223,3 +223,32 @@ def test_zh_first_step_asks_for_the_sum_only():
     assert step.key == "flow" and lessons.ZH.prompt_of(step) == lessons.ZH_FLOW_PROMPT
     assert "<|im_end|>" in i18n.t("lessons.zh.flow.answer", "zh") and "2 + 3 = 5." in i18n.t("lessons.zh.flow.answer", "en")
     assert palette.SEQUENTIAL  # the palette the caption test reads is the one the figures use
+
+
+# ---------------------------------------------------------------------------------------------
+# a student gets lost: previous / next, the architecture tabs in the self-study map
+
+
+def test_prev_next_follow_the_sidebars_order():
+    from core.web import nav, pager
+
+    assert pager.neighbours(nav.STEMS[0]) == (None, nav.STEMS[1])
+    assert pager.neighbours(nav.STEMS[-1]) == (nav.STEMS[-2], None)
+    walked = [nav.STEMS[0]]
+    while (nxt := pager.neighbours(walked[-1])[1]) is not None:
+        walked.append(nxt)
+    assert tuple(walked) == nav.STEMS
+
+
+def test_self_study_map_opens_the_architecture_tabs():
+    """The norms page's architecture tabs (RNN → Transformer, encoder/decoder, Q/K/V in words, the two norm
+    tabs) are each named by the sections they cover, and the tab names are ones the page opens (?tab=)."""
+    tabs = dict(lessons.tabs_at("norms"))
+    assert set(tabs) == {"vector", "placement", "families", "rnn", "qkv"}
+    assert tabs["rnn"] == ("A3",) and tabs["families"] == ("A21",) and tabs["qkv"] == ("A9", "B3.1")
+    src = (ROOT / "pages" / "norms.py").read_text(encoding="utf-8")
+    assert 'widgets.tabs_url(TABS' in src and all(f'"{t}"' in src for t in tabs)
+    for s in lessons.SECTIONS:
+        assert all(p in s.pages for p, _ in s.tabs)
+    with pytest.raises(ValueError):
+        lessons.Section("X1", ("masks",), (("norms", "rnn"),))
