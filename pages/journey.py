@@ -45,7 +45,7 @@ def _overview(tok, tr, f) -> None:
     presenter.chart(learn_fig.overview_figure([ui.t(f"journey.ov_{p.key}") for p in parts], [p.value for p in parts],
                                               [_link(p.page) for p in parts], norms, ui.t("journey.ov_title"), ui.t("journey.ov_norms")),
                     key="journey_overview")
-    st.caption(ui.t("journey.ov_caption", T=tr.n_tokens, d=f.d_model, L=f.n_layers, V=f.vocab_size, lo=float(norms.min()),
+    st.caption(ui.t("journey.ov_caption", T=tr.n_tokens, d=f.d_model, L=f.n_layers, H=f.n_heads, V=f.vocab_size, lo=float(norms.min()),
                     hi=float(norms.max())))
     c1, c2 = st.columns(2)
     c1.markdown(f"🗺️ [{ui.t('journey.go_lessons')}]({_link('lessons')})")

@@ -117,9 +117,9 @@ def overview_figure(names: list[str], values: list[str], links: list[str], norms
     fig = go.Figure()
     for i, (name, value, link) in enumerate(zip(names, values, links)):
         fig.add_shape(type="rect", x0=i + 0.06, x1=i + 0.94, y0=0.0, y1=1.0, line=dict(color=palette.INK_SOFT, width=1),
-                      fillcolor="#eef3fa" if i not in (3, 4) else "#fdf3dc", layer="below")
+                      fillcolor=palette.BOX_WARM if i in (3, 4) else palette.BOX, layer="below")
         fig.add_annotation(x=i + 0.5, y=0.8, text=f'<a href="{escape.plot(link)}" target="_self"><b>{escape.plot(name)}</b></a>',
-                           showarrow=False, font=dict(size=14, color=palette.INK))
+                           showarrow=False, font=dict(size=14, color=palette.INK))  # a link, in the text's ink
         fig.add_annotation(x=i + 0.5, y=0.58, text=escape.plot(value), showarrow=False, font=dict(size=13, color=palette.INK))
         if i:
             fig.add_annotation(x=i + 0.06, y=0.5, ax=i - 0.06, ay=0.5, xref="x", yref="y", axref="x", ayref="y", text="",

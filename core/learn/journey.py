@@ -89,7 +89,7 @@ def overview(tr: Trace, tokenizer: Any, n_heads: int) -> tuple[Part, ...]:
         Part("tokens", "tokens", f"T = {T}"),
         Part("embed", "context", f"[{T}, {d}]"),
         Part("attn", "heads", f"{L} × {n_heads}"),
-        Part("mlp", "residual", f"{L} × [{T}, {d}]"),
+        Part("mlp", "residual", f"[{T}, {d}]"),  # each block's MLP rewrites every position: in and out [T, d]
         Part("norm", "norms", f"[{T}, {d}]"),
         Part("logits", "logits", f"[{tr.last_logits.shape[-1]:,}]"),
         Part("next", "generation", f"{visible(txt)} · {prob:.0%}"),
