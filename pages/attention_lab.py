@@ -191,10 +191,7 @@ def _calc_tab(lang: str) -> None:
 def render() -> None:
     lang, keys = ui.lang(), ("calc", "scale", "cost")
     names = [ui.t(f"attention_lab.tab_{k}") for k in keys]
-    first = ui.qp_choice("tab", keys, "calc")  # a link opens the tab it names (?tab=cost)
-    tabs = st.tabs(names, default=names[keys.index(first)], key="attention_lab_tab", on_change="rerun")
-    shown = st.session_state.get("attention_lab_tab")
-    ui.set_qp(tab=keys[names.index(shown)] if shown in names else first)
+    tabs = widgets.tabs_url(keys, names, key="attention_lab_tab")  # a link opens the tab it names (?tab=cost)
     with tabs[1]:
         _scale_tab(lang)
     with tabs[2]:

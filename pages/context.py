@@ -61,6 +61,7 @@ def render() -> None:
     preset = widgets.selectbox_url(ui.t("context.preset"), list(embeddings.CONTEXT_PAIRS), next(iter(embeddings.CONTEXT_PAIRS)),
                                    format_func=ui.fmt("context.preset_{}"), key="context_preset", param="pair")  # a link keeps the pair
     a0, b0, word = embeddings.CONTEXT_PAIRS[preset]
+    picture = st.container()  # the result first, on the first screen; the prompts and positions that set it under it
     c1, c2 = st.columns(2)
     pa = c1.text_input(ui.t("context.prompt_a"), a0, key=f"context_a_{preset}", max_chars=2000)
     pb = c2.text_input(ui.t("context.prompt_b"), b0, key=f"context_b_{preset}", max_chars=2000)
@@ -87,10 +88,11 @@ def render() -> None:
     labels_a = [position_label(ta.tokens, i) for i, _ in pairs]
     labels_b = [position_label(tb.tokens, j) for _, j in pairs]
     c = comps[-1]
-    _notes(c, ia)
-    if n > 1:
-        st.caption(ui.t("context.word_note", n=n, a=widgets.md(" ".join(labels_a)), b=widgets.md(" ".join(labels_b))))
-    _result(comps, labels_a, labels_b, ui.lang(), loaded.facts.position_type)
+    with picture:
+        _notes(c, ia)
+        if n > 1:
+            st.caption(ui.t("context.word_note", n=n, a=widgets.md(" ".join(labels_a)), b=widgets.md(" ".join(labels_b))))
+        _result(comps, labels_a, labels_b, ui.lang(), loaded.facts.position_type)
 
 
 page.run(render)

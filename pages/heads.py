@@ -33,7 +33,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
     else:
         with st.spinner(ui.t("heads.deriving_all", h=head, L=tr.n_layers)):
             g = cache.head_across_layers(tr, head, hide, start)
-    presenter.chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols, g.view), width="stretch")
+    presenter.chart(inside_fig.fig_head_grid(g.maps, g.titles, tr.tokens, lang, g.cols, g.view), width="stretch", key="heads_grid")
     if note := inside_fig.map_note(g.view, lang, g.maps):
         st.caption(note)
     key, args = heads.sharing_note(tr.n_heads, tr.n_kv_heads)  # worded from this model's own counts
@@ -44,7 +44,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
 
 def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     T = tr.n_tokens
-    st.header(ui.t("heads.query_title", l=layer, h=head))
+    st.header(ui.t("heads.query_title", l=layer, h=head), anchor="query")
     q = widgets.int_slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
     ui.set_qp(pos=q)
     w = ui.site(tr, "attn_pattern", layer)

@@ -2,6 +2,7 @@
 next token → the loop, with the real shapes and values of the current prompt."""
 
 import functools
+from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -18,21 +19,45 @@ TEXT_SHOWN = 600  # characters of the exact text shown in stage 1
 def _stage(src: dict[int, tuple[journey.Source, ...]], idx: int, key: str, link: str | None = None, **kw):
     """One bordered box per stage: number, title, live sentence, a link to the deep page, and where in the
     installed code this stage was computed (``src``: ``journey.stage_sources``, read from the model's classes)."""
-    box = st.container(border=True)
+    box = st.container(border=True, key=f"journey_s{idx}")  # a link can open at a stage (?focus=journey_s5)
     box.markdown(f"**{idx}. {ui.t(f'journey.s{idx}.title')}** — {ui.t(key, **kw)}")
     if link:
         nav.see_page(link, where=box)
     if src.get(idx):
-        where = box.expander(ui.t("journey.src_title", n=len(src[idx])))
+        where = box.expander(journey.src_title(len(src[idx]), ui.lang()))
         where.markdown("\n".join(f"- `{s.label()}` — `{widgets.code(s.name)}`" for s in src[idx]))
         where.caption(ui.t("journey.src_how"))
     return box
+
+
+def _link(stem: str, **query: str) -> str:
+    """A relative link to a registered page in this language (and presenter mode, if on)."""
+    if stem not in nav.STEMS:
+        raise KeyError(f"no page '{stem}' is registered in core.web.nav.PAGES")
+    q = {"lang": ui.lang(), **query, **({"present": "1"} if presenter.is_on() else {})}
+    return f"{stem}?" + urlencode(q)
+
+
+def _overview(tok, tr, f) -> None:
+    """The whole model first (tokens → blocks → logits), on this trace's numbers, each part a link to its page;
+    then where to go: the lessons for a class, the self-study order for a student alone."""
+    parts = journey.overview(tr, tok, f.n_heads)
+    norms = journey.last_token_norms(tr)
+    presenter.chart(learn_fig.overview_figure([ui.t(f"journey.ov_{p.key}") for p in parts], [p.value for p in parts],
+                                              [_link(p.page) for p in parts], norms, ui.t("journey.ov_title"), ui.t("journey.ov_norms")),
+                    key="journey_overview")
+    st.caption(ui.t("journey.ov_caption", T=tr.n_tokens, d=f.d_model, L=f.n_layers, H=f.n_heads, V=f.vocab_size, lo=float(norms.min()),
+                    hi=float(norms.max())))
+    c1, c2 = st.columns(2)
+    c1.markdown(f"🗺️ [{ui.t('journey.go_lessons')}]({_link('lessons')})")
+    c2.markdown(f"🧭 [{ui.t('journey.go_self')}]({_link('lessons', focus='self_study')})")
 
 
 def render(loaded, tr) -> None:
     f, tok = loaded.facts, loaded.tokenizer
     stage = functools.partial(_stage, journey.stage_sources(loaded))  # every box names the code that computed it
     T, d, V, L = tr.n_tokens, f.d_model, f.vocab_size, f.n_layers
+    _overview(tok, tr, f)
     box = stage(1, "journey.s1.body", chars=len(tr.text))
     box.code(tr.text[:TEXT_SHOWN] + ("…" if len(tr.text) > TEXT_SHOWN else ""), language=None, wrap_lines=True)
     if len(tr.text) > TEXT_SHOWN:  # never let a cut text pass for the whole prompt

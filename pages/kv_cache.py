@@ -67,7 +67,7 @@ def _measure(want: tuple) -> None:
 
 def _with_and_without(loaded: LoadedModel, prompt: str, chat: bool) -> None:
     """Section 1: the same tokens with and without the cache, timed (repeated runs), once the button asks."""
-    st.header(ui.t("kv_cache.s1"))
+    st.header(ui.t("kv_cache.s1"), anchor="compare")
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
     min_len = c2.select_slider(ui.t("kv_cache.min_len"), [0, 32, 64, 128, 256], 128, key=f"{P}_len", help=ui.t("kv_cache.min_len_help"))

@@ -34,7 +34,8 @@ def _filtering(tr, loaded, lang: str, cfg: sampling.SamplingConfig, prev: list[i
     st.caption(ui.t("logits.order"))
     steps = sampling.filter_steps(tr.last_logits, cfg, prev)
     order = top_k(steps["scaled"], candidates.N_BARS)
-    presenter.chart(ps.fig_candidates(steps, cache.token_texts(loaded, tuple(order.tolist())), order, lang), width="stretch")
+    presenter.chart(ps.fig_candidates(steps, cache.token_texts(loaded, tuple(order.tolist())), order, lang), width="stretch",
+                    key="logits_candidates")
     m = st.columns(3)
     m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
     m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.4f}")  # four decimals, as the table's probabilities

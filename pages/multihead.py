@@ -25,7 +25,7 @@ def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
 
 
 def _sharing_section(cfg: HeadGeometry, lang: str) -> None:
-    st.header(ui.t("multihead.sharing_title"))
+    st.header(ui.t("multihead.sharing_title"), anchor="sharing")
     st.markdown(ui.t("multihead.sharing_intro"))
     hkv = st.select_slider(ui.t("multihead.hkv"), A.divisors(cfg.n_heads), value=cfg.n_kv_heads,
                            key=f"multihead_hkv_{cfg.n_heads}")

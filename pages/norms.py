@@ -90,7 +90,7 @@ def _qkv_tab() -> None:
 
 def render() -> None:
     lang = ui.lang()
-    tabs = st.tabs([ui.t(f"norms.tab_{k}") for k in TABS])
+    tabs = widgets.tabs_url(TABS, [ui.t(f"norms.tab_{k}") for k in TABS], key="norms_tab")  # a link opens one (?tab=rnn)
     with tabs[0]:
         _vector_tab(lang)
     with tabs[1]:

@@ -83,9 +83,10 @@ def _alibi_tab(lang: str) -> None:
     presenter.chart(P.matrix_figure(demo.bias[head], ui.t("positions.fig_bias", h=head, m=f"{demo.slopes[head]:.4g}"), labels,
                                     labels, lang), width="stretch", key="positions_fig_bias")
     a, b = st.columns(2)
-    presenter.chart_in(a, P.weights_figure(demo.plain, hidden, ui.t("positions.fig_plain"), labels, labels, lang),
+    presenter.chart_in(a, P.weights_figure(demo.plain, hidden, ui.t("positions.fig_plain"), labels, labels, lang, across=2),
                        width="stretch", key="positions_fig_plain")
-    presenter.chart_in(b, P.weights_figure(demo.weights[head], hidden, ui.t("positions.fig_alibi", h=head), labels, labels, lang),
+    presenter.chart_in(b, P.weights_figure(demo.weights[head], hidden, ui.t("positions.fig_alibi", h=head), labels, labels, lang,
+                                           across=2),
                        width="stretch", key="positions_fig_alibi")
     st.caption(ui.t("positions.alibi_readout", **R.alibi_readout(demo, head)))
     st.markdown(ui.t("positions.alibi_after"))
@@ -118,7 +119,8 @@ def _real_tab(loaded) -> None:
 def render() -> None:
     lang, loaded = ui.lang(), ui.loaded_model()
     theta, dh = R.rope_params(loaded.facts if loaded is not None else None)
-    tabs = st.tabs([ui.t(f"positions.tab_{k}") for k in ("sin", "learned", "rope", "relative", "alibi", "kinds", "real")])
+    keys = ("sin", "learned", "rope", "relative", "alibi", "kinds", "real")
+    tabs = widgets.tabs_url(keys, [ui.t(f"positions.tab_{k}") for k in keys], key="positions_tab")  # a link opens one (?tab=rope)
     with tabs[0]:
         _sin_tab(lang)
     with tabs[1]:

@@ -80,7 +80,7 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
 
 
 def _block(tr, lang: str, facts: dict) -> None:
-    st.header(ui.t("residual.h_block"))
+    st.header(ui.t("residual.h_block"), anchor="block")
     g, note = st.columns([3, 2])
     g.graphviz_chart(ps.block_dot(facts, tr.n_tokens, lang))
     note.caption(ui.t("residual.block_note", T=tr.n_tokens, L=tr.n_layers))

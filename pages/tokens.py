@@ -13,7 +13,7 @@ from core.web import cache, chips, page, presenter, ui, widgets
 
 
 def _chips(tr) -> None:
-    st.header(ui.t("tokens.chips_title"))
+    st.header(ui.t("tokens.chips_title"), anchor="chips")
     src = cache.sources(tr)[: tr.n_tokens]
     names = {k: ui.t(f"tokens.src_{k}") for k in set(src)}
     chips.show_page(tr.tokens, tr.token_ids, key="tokens", kinds=src, titles=[names[s] for s in src], positions=True)
@@ -43,7 +43,7 @@ def _lookup(tr, loaded) -> bool:
 
 
 def _id_distance(loaded, lang: str) -> None:
-    st.header(ui.t("tokens.iddist_title"))
+    st.header(ui.t("tokens.iddist_title"), anchor="iddist")
     s = cache.id_study(loaded)
     presenter.chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
     st.markdown(ui.t("tokens.iddist_result", **embeddings.id_study_args(s, loaded.tokenizer)))

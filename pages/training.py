@@ -14,7 +14,7 @@ SHOWN_SHIFT = 8  # pairs written out in the "inputs / labels" lines
 
 
 def _shift(tf: training.TeacherForcing) -> None:
-    st.header(ui.t("training.h_shift"))
+    st.header(ui.t("training.h_shift"), anchor="shift")
     st.markdown(ui.t("training.shift_note"))
     k = min(SHOWN_SHIFT, tf.n)
     more = " …" if tf.n > k else ""

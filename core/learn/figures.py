@@ -107,3 +107,31 @@ def same_logits_figure(z_parallel: np.ndarray, z_prefix: np.ndarray, pieces: lis
                       margin={"l": 40, "r": 10, "t": 50, "b": 40},
                       legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"})
     return fig
+
+
+def overview_figure(names: list[str], values: list[str], links: list[str], norms: np.ndarray, title: str, norms_label: str) -> go.Figure:
+    """The whole model in one row of boxes (``names``, each with its live ``values`` and a link to its page,
+    ``links``: relative URLs), arrows between them, and inside the blocks the last position's ‖residual‖ after
+    each block (``norms``, L + 1 values) as a small line: the picture a student starts from."""
+    n = len(names)
+    fig = go.Figure()
+    for i, (name, value, link) in enumerate(zip(names, values, links)):
+        fig.add_shape(type="rect", x0=i + 0.06, x1=i + 0.94, y0=0.0, y1=1.0, line=dict(color=palette.INK_SOFT, width=1),
+                      fillcolor=palette.BOX_WARM if i in (3, 4) else palette.BOX, layer="below")
+        fig.add_annotation(x=i + 0.5, y=0.8, text=f'<a href="{escape.plot(link)}" target="_self"><b>{escape.plot(name)}</b></a>',
+                           showarrow=False, font=dict(size=14, color=palette.INK))  # a link, in the text's ink
+        fig.add_annotation(x=i + 0.5, y=0.58, text=escape.plot(value), showarrow=False, font=dict(size=13, color=palette.INK))
+        if i:
+            fig.add_annotation(x=i + 0.06, y=0.5, ax=i - 0.06, ay=0.5, xref="x", yref="y", axref="x", ayref="y", text="",
+                               showarrow=True, arrowhead=2, arrowwidth=1.5, arrowcolor=palette.INK_SOFT)
+    nr = np.asarray(norms, dtype=np.float64)
+    if nr.size > 1:  # inside the two block boxes (attention, MLP): ‖h‖ after each block
+        x = 3.12 + 1.76 * np.arange(nr.size) / (nr.size - 1)
+        y = 0.1 + 0.3 * (nr - nr.min()) / ((nr.max() - nr.min()) or 1.0)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line=dict(color=palette.colour("accent"), width=2), name=norms_label,
+                                 customdata=np.stack([np.arange(nr.size), nr], axis=-1),
+                                 hovertemplate="%{customdata[0]:.0f}: %{customdata[1]:.1f}<extra></extra>", showlegend=False))
+    fig.update_xaxes(visible=False, range=[0, n], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[-0.05, 1.05], fixedrange=True)
+    fig.update_layout(title=title, height=200, margin=dict(l=4, r=4, t=40, b=4), plot_bgcolor="#ffffff", hovermode="closest")
+    return fig

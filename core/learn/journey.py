@@ -35,6 +35,11 @@ MAX_NEW = 24  # new tokens the journey's loop shows at most
 DEFER_ABOVE = KV_KEEP_MAX
 
 
+def src_title(n: int, lang: str) -> str:
+    """The heading of a stage's "where this was computed" list: "1 place", "{n} places"."""
+    return t("journey.src_title_one" if n == 1 else "journey.src_title", lang, n=n)
+
+
 def deferred(n_tokens: int) -> bool:
     """Whether the journey runs its loop only when the reader asks for it (a prompt of ``n_tokens``)."""
     return n_tokens > DEFER_ABOVE
@@ -61,6 +66,33 @@ def position_note(position_type: str) -> tuple[str, dict[str, str]]:
 def last_token_norms(tr: Trace) -> np.ndarray:
     """‖resid[l, −1]‖ for l = 0 … L: how the last position's vector grows through the blocks."""
     return np.linalg.norm(tr.resid[:, -1, :].astype(np.float64), axis=-1)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the whole-model overview (the home page's first figure): its i18n name
+    (``journey.ov_<key>``), the page that shows it, and its live value on this prompt."""
+
+    key: str
+    page: str
+    value: str
+
+
+def overview(tr: Trace, tokenizer: Any, n_heads: int) -> tuple[Part, ...]:
+    """The whole model on this trace, left to right: text → tokens → embeddings → blocks (attention, MLP) →
+    final norm → logits → the next token, each with its size or value read off the trace."""
+    T, L, d = tr.n_tokens, tr.n_layers, tr.resid.shape[-1]
+    txt, _, _, prob = top_next_tokens(tr, tokenizer, k=1)[0]
+    return (
+        Part("text", "tokens", f"{len(tr.text):,}"),
+        Part("tokens", "tokens", f"T = {T}"),
+        Part("embed", "context", f"[{T}, {d}]"),
+        Part("attn", "heads", f"{L} × {n_heads}"),
+        Part("mlp", "residual", f"[{T}, {d}]"),  # each block's MLP rewrites every position: in and out [T, d]
+        Part("norm", "norms", f"[{T}, {d}]"),
+        Part("logits", "logits", f"[{tr.last_logits.shape[-1]:,}]"),
+        Part("next", "generation", f"{visible(txt)} · {prob:.0%}"),
+    )
 
 
 def top_next_tokens(tr: Trace, tokenizer: Any, k: int = 8) -> list[tuple[str, int, float, float]]:

@@ -30,6 +30,10 @@ EN_PROMPT = "What is the capital of France?"  # the English UI's first prompt; S
 # The Chinese UI's first prompt (core.web.ui.DEFAULT_PROMPTS["zh"]): of the Chinese questions tried, the one
 # SmolLM2 answers right, in digits ("2 + 3 = 5."), inside its chat template.
 ZH_PROMPT = "2加3等于几？"
+# The Chinese lesson's first step shows the whole loop (the journey's greedy answer, up to journey.MAX_NEW tokens):
+# on the bare question SmolLM2 writes "2 + 3 = 5." and runs on in English to the limit; asked for the sum only,
+# it writes "2 + 3 = 5." and ends its turn (<|im_end|>), so the step's answer is what the page shows.
+ZH_FLOW_PROMPT = ZH_PROMPT + "只回答算式。"
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,15 @@ class Step:
     prompt: str | None = None  # None: the route's prompt
     chat: bool | None = None  # None: the route's chat switch
     view: str | None = None  # "she": layer, head and pos read off the model (examples.best_view)
+    # the view the step talks about, which its link opens at the top of the window (core.web.focus): a header's
+    # anchor or an element's key on the step's page
+    focus: str = ""
 
     def __post_init__(self) -> None:
         if self.minutes < 1:
             raise ValueError(f"step {self.key}: minutes must be at least 1")
+        if not self.focus:
+            raise ValueError(f"step {self.key}: no view to open at (focus)")
         if self.view not in (None, "she"):
             raise ValueError(f"step {self.key}: unknown prepared view {self.view!r}")
 
@@ -74,31 +83,31 @@ def _q(**kw: Any) -> tuple[tuple[str, str], ...]:
 SHE_VIEW = ("layer", "head", "pos")  # the parameters a "she" step takes from examples.best_view
 
 EN = Route("en", EN_PROMPT, True, (
-    Step("flow", "journey", 4, _q(layer=15)),
-    Step("ids", "tokens", 4),
-    Step("context", "context", 5, _q(pair="en")),
-    Step("formula", "attention_lab", 6, _q(tab="calc")),
-    Step("mask", "masks", 3, _q(layer=0, head=0)),
-    Step("sink", "heads", 5, _q(layer=15, head=0, show="layer", hide="0")),
-    Step("gqa", "multihead", 4, _q(layer=15)),
-    Step("block", "residual", 4, _q(layer=15)),
-    Step("sampling", "logits", 4, _q(temp="0.5")),
-    Step("training", "training", 3),
-    Step("decode", "generation", 3, _q(greedy="1", max=16)),
+    Step("flow", "journey", 4, _q(layer=15), focus="journey_s2"),
+    Step("ids", "tokens", 4, focus="iddist"),
+    Step("context", "context", 5, _q(pair="en"), focus="context_fig"),
+    Step("formula", "attention_lab", 6, _q(tab="calc"), focus="attention_lab_tab"),
+    Step("mask", "masks", 3, _q(layer=0, head=0), focus="masks_fig_causal_grid"),
+    Step("sink", "heads", 5, _q(layer=15, head=0, show="layer", hide="0"), focus="heads_grid"),
+    Step("gqa", "multihead", 4, _q(layer=15), focus="sharing"),
+    Step("block", "residual", 4, _q(layer=15), focus="block"),
+    Step("sampling", "logits", 4, _q(temp="0.5"), focus="logits_candidates"),
+    Step("training", "training", 3, focus="shift"),
+    Step("decode", "generation", 3, _q(greedy="1", max=16), focus="generation_prefill"),
 ))
 
 ZH = Route("zh", ZH_PROMPT, True, (
-    Step("flow", "journey", 4, _q(layer=15)),
-    Step("cost", "tokens", 5, chat=False),
-    Step("apple", "context", 5, _q(pair="zh_ctx")),
-    Step("order", "positions", 4),
-    Step("worked", "attention_lab", 6, _q(tab="calc")),
-    Step("mask", "masks", 3, _q(layer=0, head=0)),
-    Step("she", "heads", 6, _q(show="layer", hide="0"), prompt=examples.SHE.prompt, chat=False, view="she"),
-    Step("gqa", "multihead", 4, _q(layer=15)),
-    Step("block", "residual", 3, _q(layer=15)),
-    Step("temperature", "logits", 3, _q(temp="0.5")),
-    Step("prefill", "kv_cache", 2),
+    Step("flow", "journey", 4, _q(layer=15), prompt=ZH_FLOW_PROMPT, focus="journey_s7"),
+    Step("cost", "tokens", 5, chat=False, focus="chips"),
+    Step("apple", "context", 5, _q(pair="zh_ctx"), focus="context_fig"),
+    Step("order", "positions", 4, _q(tab="relative"), focus="positions_tab"),
+    Step("worked", "attention_lab", 6, _q(tab="calc"), focus="attention_lab_tab"),
+    Step("mask", "masks", 3, _q(layer=0, head=0), focus="masks_fig_causal_grid"),
+    Step("she", "heads", 6, _q(show="layer", hide="0"), prompt=examples.SHE.prompt, chat=False, view="she", focus="query"),
+    Step("gqa", "multihead", 4, _q(layer=15), focus="sharing"),
+    Step("block", "residual", 3, _q(layer=15), focus="block"),
+    Step("temperature", "logits", 3, _q(temp="0.5"), focus="logits_candidates"),
+    Step("prefill", "kv_cache", 2, focus="compare"),
 ))
 
 ROUTES: dict[str, Route] = {r.key: r for r in (EN, ZH)}
@@ -107,8 +116,10 @@ ROUTES: dict[str, Route] = {r.key: r for r in (EN, ZH)}
 def params(route: Route, step: Step, view: examples.View | None = None, present: bool = False) -> dict[str, str]:
     """The URL parameters that open ``step`` exactly: the lesson's language, the prompt, the chat switch,
     the view's own parameters, for a "she" step the layer, head and position of ``view`` (left out when
-    the view is unknown: the heads page then offers its example button), and presenter mode if on."""
+    the view is unknown: the heads page then offers its example button), the view to open at (``focus``),
+    and presenter mode if on."""
     out = {"lang": route.key, "prompt": route.prompt_of(step), "chat": "1" if route.chat_of(step) else "0", **dict(step.query)}
+    out["focus"] = step.focus
     if step.view == "she" and view is not None:
         out.update(layer=str(view.layer), head=str(view.head), pos=str(view.query_pos))
     if present:
@@ -140,6 +151,11 @@ def href(route: Route, step: Step, view: examples.View | None = None, present: b
 class Section:
     id: str  # "A4" (seed 000, the 4th heading) / "B3.2" (seed 003's own numbering); i18n lessons.sec.<id with _ for .>
     pages: tuple[str, ...]  # the pages that cover it
+    tabs: tuple[tuple[str, str], ...] = ()  # (page, tab): the tab of one of those pages that covers it (?tab=)
+
+    def __post_init__(self) -> None:
+        if any(p not in self.pages for p, _ in self.tabs):
+            raise ValueError(f"section {self.id}: a tab of a page it does not list")
 
     @property
     def key(self) -> str:
@@ -149,13 +165,13 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("A1", ("journey", "tour")),  # 先看完整数据流
     Section("A2", ("context",)),  # Transformer 解决了什么问题？(two 苹果)
-    Section("A3", ("references",)),  # Transformer 出现之前 (RNN, LSTM, GRU)
+    Section("A3", ("references", "norms"), (("norms", "rnn"),)),  # Transformer 出现之前 (RNN, LSTM, GRU)
     Section("A4", ("tokens",)),  # 从 Token ID 到 Token Embedding
     Section("A5", ("tokens", "context")),  # Embedding 是上下文无关的起点
     Section("A6", ("positions",)),  # 为什么需要位置信息？
     Section("A7", ("residual", "anatomy")),  # 一个 Transformer Block 里有什么？
     Section("A8", ("heads",)),  # Self-Attention 是什么？(她 → 小红)
-    Section("A9", ("attention_lab",)),  # Q、K、V 分别是什么？
+    Section("A9", ("attention_lab", "norms"), (("norms", "qkv"),)),  # Q、K、V 分别是什么？
     Section("A10", ("attention_lab",)),  # Scaled Dot-Product Attention
     Section("A11", ("masks",)),  # 什么是 Causal Mask？
     Section("A12", ("masks",)),  # Padding Mask 与 Causal Mask 不相同
@@ -163,11 +179,11 @@ SECTIONS: tuple[Section, ...] = (
     Section("A14", ("multihead", "kv_cache")),  # MHA、MQA 与 GQA
     Section("A15", ("residual", "anatomy")),  # Attention 之后为什么还需要 FFN？
     Section("A16", ("residual",)),  # Residual Connection 有什么作用？
-    Section("A17", ("norms", "anatomy")),  # LayerNorm 与 RMSNorm
-    Section("A18", ("norms", "residual")),  # Pre-Norm 与 Post-Norm
+    Section("A17", ("norms", "anatomy"), (("norms", "vector"),)),  # LayerNorm 与 RMSNorm
+    Section("A18", ("norms", "residual"), (("norms", "placement"),)),  # Pre-Norm 与 Post-Norm
     Section("A19", ("residual", "journey")),  # 为什么要堆叠很多层？
     Section("A20", ("logits",)),  # 从 Hidden State 到 Logits
-    Section("A21", ("masks", "references")),  # 为什么现代文本 LLM 常用 Decoder-only？
+    Section("A21", ("masks", "references", "norms"), (("norms", "families"),)),  # 为什么现代文本 LLM 常用 Decoder-only？
     Section("A22", ("masks",)),  # Self-Attention 与 Cross-Attention
     Section("A23", ("generation", "kv_cache")),  # Transformer 与 KV Cache 的关系
     Section("A24", ("training",)),  # 训练与推理时有什么不同？
@@ -184,7 +200,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("B1", ("journey", "tour")),  # 一、先看全局：一句话是怎样穿过模型的？
     Section("B2.1", ("tokens",)),  # 2.1 Token ID 本身没有语义距离
     Section("B2.2", ("positions", "long_context")),  # 2.2 只有词向量，模型分不清顺序
-    Section("B3.1", ("attention_lab",)),  # 3.1 Q、K、V 不是三份输入文本
+    Section("B3.1", ("attention_lab", "norms"), (("norms", "qkv"),)),  # 3.1 Q、K、V 不是三份输入文本
     Section("B3.2", ("attention_lab",)),  # 3.2 缩放点积注意力分四步
     Section("B3.3", ("attention_lab",)),  # 3.3 用一个小例子看懂权重
     Section("B3.4", ("attention_lab",)),  # 3.4 用 Python 验证手算结果
@@ -218,6 +234,16 @@ ORDER: tuple[str, ...] = (
 def sections_at(page: str) -> tuple[Section, ...]:
     """The sections ``page`` covers (part of), in the tutorials' order."""
     return tuple(s for s in SECTIONS if page in s.pages)
+
+
+def tabs_at(page: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The tabs of ``page`` that sections name, each with those sections' ids, in the tutorials' order."""
+    out: dict[str, list[str]] = {}
+    for s in SECTIONS:
+        for p, tab in s.tabs:
+            if p == page:
+                out.setdefault(tab, []).append(s.id)
+    return tuple((tab, tuple(ids)) for tab, ids in out.items())
 
 
 def covered(opened: set[str] | frozenset[str]) -> tuple[Section, ...]:

@@ -33,6 +33,20 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
 
 
+# A figure's plot area, in px, when it spans the page's main column (``across`` figures side by side share
+# it): the narrowest it gets on a 1280-px screen with the sidebar open (the projector's is wider). A number
+# is written in its cell only if it fits there at the projector's smallest text (presenter.MIN_FONT, 18 px,
+# about 0.6 em a character): the ALiBi tab's 16 × 16 weights overflowed their cells (issue 40).
+PLOT_PX = 640
+CELL_FONT = 18
+
+
+def numbers_fit(texts: object, n_cols: int, across: int = 1) -> bool:
+    """Whether the longest of ``texts`` fits a cell of a figure ``n_cols`` cells wide (``across``: figures in a row)."""
+    longest = max((len(str(x)) for x in np.asarray(texts, dtype=object).ravel()), default=0)
+    return longest * 0.6 * CELL_FONT + 6 <= (PLOT_PX / across - 90) / max(n_cols, 1)
+
+
 def _ticks(labels: Sequence[object], most: int = attnview.TICKS) -> dict:
     """An array axis labelled on every k-th cell only (at most ``most`` labels): the rest are in the hover."""
     idx = attnview.tick_index(len(labels), most)
@@ -47,10 +61,12 @@ def _cell_names(row_labels: Sequence[object], col_labels: Sequence[object]) -> l
 def matrix_figure(
     values: np.ndarray, title: str, row_labels: Sequence[str], col_labels: Sequence[str], lang: str,
     *, xlabel_key: str = "maths.key_pos", ylabel_key: str = "maths.query_pos", zmid: float | None = None, note: str = "",
+    across: int = 1,
 ) -> go.Figure:
     """A heatmap with every value written in its cell; −∞ cells are grey and say −∞. Many columns (or
     rows): a label on every k-th only (``attnview.tick_index``), every cell's labels in the hover.
-    ``note``: the line under the title saying what the cells are (an overview, a window)."""
+    ``note``: the line under the title saying what the cells are (an overview, a window); ``across``: figures
+    side by side in the page's row (a number is written only where it fits its cell, ``numbers_fit``)."""
     z = np.asarray(values, dtype=np.float64)
     z = np.atleast_2d(z)
     shown = np.where(np.isfinite(z), z, np.nan)  # −∞ has no colour: left blank (grey background)
@@ -66,7 +82,7 @@ def matrix_figure(
     )
     if (~np.isfinite(z)).any():
         fig.add_trace(go.Scatter(**palette.hatch(~np.isfinite(z))))
-    if z.size <= 400 and not wide:  # each number in the ink that reads on its cell
+    if z.size <= 400 and not wide and numbers_fit(text, z.shape[1], across):  # each number in the ink that reads on its cell
         fin = shown[np.isfinite(shown)]
         lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 1.0)
         if zmid is not None:
@@ -88,14 +104,15 @@ _MASKED_GREY = palette.HIDDEN
 
 
 def weights_figure(weights: np.ndarray, masked: np.ndarray, title: str, row_labels: Sequence[str], col_labels: Sequence[str],
-                   lang: str) -> go.Figure:
-    """The softmax weights on a fixed colour range 0 … 1 (so 0.198 is visibly blue on every example,
-    never rescaled to white), with the masked cells — exactly 0 — drawn apart: dark grey, marked ×."""
+                   lang: str, across: int = 1) -> go.Figure:
+    """The softmax weights on a fixed colour range 0 … 1 (cividis: dark blue … yellow, so 0.198 is visibly
+    coloured on every example, never rescaled away), with the masked cells — exactly 0 — drawn apart: light
+    grey, hatched, marked ×. ``across``: figures side by side (numbers only where they fit, ``numbers_fit``)."""
     w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
     hid = np.atleast_2d(np.asarray(masked, dtype=bool))
     rows, cols = list(range(w.shape[0])), list(range(w.shape[1]))
     text = [["×" if hid[i, j] else _fmt(w[i, j]) for j in cols] for i in rows]
-    small = w.size <= 400 and w.shape[1] <= 20  # a number per cell only where it fits (a long row: in the hover)
+    small = w.size <= 400 and numbers_fit(text, w.shape[1], across)  # a number per cell only where it fits (else: the hover)
     names = _cell_names(row_labels, col_labels)
     fig = go.Figure([
         go.Heatmap(z=np.where(hid, np.nan, w), x=cols, y=rows, text=text, colorscale=palette.SEQUENTIAL, zmin=0.0, zmax=1.0,
@@ -193,13 +210,15 @@ def mask_figure(visible: np.ndarray, title: str, lang: str, *, additive: bool = 
     rows, cols = list(range(vis.shape[0])), list(range(vis.shape[1]))
     text = np.where(vis, "0", "−∞") if additive else np.where(vis, "✓", "×")
     fig = go.Figure(go.Heatmap(
-        z=vis.astype(float), x=cols, y=rows, text=text, texttemplate="%{text}" if vis.size <= 900 else None,
-        colorscale=_MASK_COLOURS, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1, textfont=dict(color="#000000"),  # 7.4:1 / 13:1
+        z=vis.astype(float), x=cols, y=rows, text=text, colorscale=_MASK_COLOURS, zmin=0, zmax=1, showscale=False, xgap=1, ygap=1,
         customdata=_cell_names(row_labels if row_labels is not None else rows, col_labels if col_labels is not None else cols),
         hovertemplate="%{customdata}: %{text}<extra></extra>",
     ))
     if (~vis).any():  # the hidden cells by pattern too: above 900 cells the ✓/× are gone
         fig.add_trace(go.Scatter(**palette.hatch(~vis)))
+    if vis.size <= 900:  # the symbols on top of the pattern (under it, a hidden cell's × or −∞ was covered)
+        fig.add_trace(go.Scatter(**palette.text_layer(np.where(vis, 1.0, np.nan), text.astype(object), cols, rows, 0.0, 1.0,
+                                                     _MASK_COLOURS, size=14)))
     fig.update_xaxes(title=i18n.t(xlabel_key, lang), side="top", **_ticks(col_labels if col_labels is not None else cols))
     fig.update_yaxes(title=i18n.t(ylabel_key, lang), autorange="reversed", **_ticks(row_labels if row_labels is not None else rows))
     size = max(200, min(560, 90 + 36 * vis.shape[0]))

@@ -54,6 +54,8 @@ HATCH_INK = "#6b6b6b"  # the × pattern over hidden cells: 4.3:1 against HIDDEN'
 INK = "#1f2129"  # body text on white: 16.1:1
 INK_SOFT = "#4d505a"  # secondary text (captions, tick labels, axis titles) on white: 8.0:1
 GRID = "#d9d9d9"
+BOX = "#eef3fa"  # a part of a diagram (the home page's overview): INK on it 14.4:1
+BOX_WARM = "#fdf3dc"  # the diagram's repeated part (the blocks): INK on it 14.6:1
 
 
 def colour(role: str) -> str:

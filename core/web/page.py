@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.web import nav, presenter, ui
+from core.web import focus, nav, pager, presenter, ui
 
 
 def row_of(render: Callable[..., Any]) -> nav.Page:
@@ -43,12 +43,14 @@ def row_of(render: Callable[..., Any]) -> nav.Page:
 def run(render: Callable[..., Any]) -> None:
     """Frame the page: header, what it needs (or the reason it cannot load, and stop), ``render``, sources."""
     row = row_of(render)
+    focus.apply()  # a link's ?focus= opens the page at that view (a lesson step's)
     ui.header(f"page.{row.stem}", row.intro if row.projector_intro or not presenter.is_on() else None)
     args = _needs(row.needs)
     if args is not None:
         render(*args)
     if row.sources:  # drawn also when the page could not load: where to read on stays on the page
         presenter.sources(row.sources)
+    pager.prev_next(row.stem)  # drawn either way too: the way on
 
 
 def _needs(needs: str) -> tuple[Any, ...] | None:

@@ -71,6 +71,21 @@ def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, par
     return v
 
 
+def tabs_url(keys: Sequence[str], names: Sequence[str], *, key: str, param: str = "tab") -> Sequence[Any]:
+    """``st.tabs`` (``names``, one per ``keys``) whose open tab a link carries (``?param=``, one of ``keys``)
+    and the URL follows. The tab a visit opens on is read from the URL once, while the widget is new: it is
+    part of the widget's identity, so reading it again after a click (the URL then names the clicked tab)
+    made a new widget, back on that tab, and the next click was lost (issue 40: every second click)."""
+    opened = f"{key}__opened_on"
+    if key not in st.session_state or opened not in st.session_state:
+        st.session_state[opened] = ui.qp_choice(param, keys, keys[0])
+    first = st.session_state[opened]
+    tabs = st.tabs(list(names), default=names[list(keys).index(first)], key=key, on_change="rerun")
+    shown = st.session_state.get(key)
+    ui.set_qp(**{param: keys[list(names).index(shown)] if shown in names else first})
+    return tabs
+
+
 def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
                   format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
     """A selectbox whose choice a link carries (``?param=``), kept across relabelling."""

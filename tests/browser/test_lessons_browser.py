@@ -29,7 +29,8 @@ PROJECTOR = {"width": 1280, "height": 720}
 # show the step's value. (pos is the heads page's query slider; elsewhere a selectbox, checked in the URL.)
 SLIDER = {"layer": "{page}_layer", "head": "{page}_head", "temp": "{page}_temp", "max": "{page}_max"}
 SLIDER_AT = {("heads", "pos"): "heads_q"}
-TABS = {"tab": {"calc": "attention_lab.tab_calc", "scale": "attention_lab.tab_scale", "cost": "attention_lab.tab_cost"}}
+TABS = {"tab": {"calc": "attention_lab.tab_calc", "scale": "attention_lab.tab_scale", "cost": "attention_lab.tab_cost",
+                "relative": "positions.tab_relative"}}
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def test_every_value_is_taken_unchanged_by_the_pages_readers(smol, fake_url):
                 elif (step.page, name) in FLOATS:
                     assert ui.qp_float(name, -1.0, *FLOATS[(step.page, name)]) == float(raw)
                 else:
-                    assert name in ("lang", "prompt"), (step.key, name)
+                    assert name in ("lang", "prompt", "focus"), (step.key, name)
 
 
 def _she_layers(smol):
