@@ -186,15 +186,18 @@ def kernels(loaded: LoadedModel, ids: Sequence[int], n_new: int = DEFAULT_NEW, r
     secs: dict[str, list[float]] = {}
     for i, k in enumerate(KERNELS):
         progress(i, len(KERNELS), Phrase("decoding.progress_kernel", {"kernel": k}))
-        with _kernel_model(loaded, k) as m, loaded.lock:
-            with torch.no_grad():
+        with _kernel_model(loaded, k) as m:
+            with loaded.lock, torch.no_grad():  # the lock per pass or generation: a class is never held for a whole part
                 logits[k] = m(x).logits[0].to(torch.float64)
-            toks[k] = _generate(m, ids, n_new, greedy)
+            with loaded.lock:
+                toks[k] = _generate(m, ids, n_new, greedy)
             secs[k] = []
             for _ in range(reps):
-                t0 = time.perf_counter()
-                got = _generate(m, ids, n_new, greedy)
-                secs[k].append((time.perf_counter() - t0) / max(1, len(got)))
+                with loaded.lock:
+                    t0 = time.perf_counter()
+                    got = _generate(m, ids, n_new, greedy)
+                    secs[k].append((time.perf_counter() - t0) / max(1, len(got)))
+        del m  # the copy goes before the next is made (one in memory at a time)
     progress(len(KERNELS), len(KERNELS), Phrase("decoding.progress_done"))
 
     def gap(a: str, b: str) -> float:
@@ -408,6 +411,8 @@ def quant_round_trip(w: np.ndarray, qtype: str) -> tuple[np.ndarray, int]:
     t = GGMLQuantizationType[qtype]
     block = GGML_QUANT_SIZES[t][0]
     a = np.ascontiguousarray(w, dtype=np.float32)
+    if a.size % block:
+        raise ValueError(f"{qtype} quantises blocks of {block} weights; this tensor has {a.size}")
     flat = a.reshape(-1, a.shape[-1]) if a.shape[-1] % block == 0 else a.reshape(-1, block)
     q = quants.quantize(flat, t)
     return quants.dequantize(q, t).reshape(a.shape).astype(np.float32, copy=False), int(q.nbytes)
@@ -559,6 +564,7 @@ def precision(loaded: LoadedModel, ids: Sequence[int], names: Sequence[str] = VA
                         t0 = time.perf_counter()
                         got = _generate(mm, ids, n_new, greedy)
                         out.append((time.perf_counter() - t0) / max(1, len(got)))
+        del m  # the copy goes before the next is made (one in memory at a time)
         variants.append(Variant(name, _bits(name), int(sum(counted)), kl_rows(base_logits, logits).tolist(),
                                 top1_agree(base_logits, logits).tolist(), drift(base_hidden, hidden).tolist(), toks,
                                 first_fork(base_tokens, toks), secs))
