@@ -13,7 +13,7 @@ import streamlit as st
 from core import backends
 from core.common import timing
 from core.engine.tokens import decoded_text, readable_tokens
-from core.engine.types import EMBEDDED_ID
+from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.gen import figures as gen_fig
 from core.gen import speedups as S
 from core.web import cache, measure, page, presenter, ui, widgets
@@ -28,10 +28,11 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f} %"
 
 
-def _pick(name: str, options: tuple, label: str, fmt: str) -> str:
-    """A choice kept in the URL (``?name=``), so a shared link opens the same view."""
+def _pick(name: str, options: tuple, label: str, fmt: str | None) -> str:
+    """A choice kept in the URL (``?name=``), so a shared link opens the same view (``fmt``: the options' i18n
+    pattern; None: shown as they are)."""
     return widgets.radio_url(label, options, options[0], key=f"{P}_{name}", param=name, horizontal=True,
-                             format_func=ui.fmt(fmt))
+                             format_func=str if fmt is None else ui.fmt(fmt))
 
 
 def _labels(loaded, ids: list[int]) -> list[str]:
@@ -151,7 +152,7 @@ def _precision(loaded, pr: S.PrecisionResult) -> None:
                                           ui.t("decoding.drift_axis"), ui.t("decoding.fig_drift")), width="stretch")
     ui.badge("model")
     names = tuple(v.name for v in pr.variants)
-    pick = names[0] if len(names) == 1 else _pick("variant", names, ui.t("decoding.pick_variant"), "{}")
+    pick = names[0] if len(names) == 1 else _pick("variant", names, ui.t("decoding.pick_variant"), None)
     v = next(x for x in pr.variants if x.name == pick)
     base_txt, var_txt = decoded_text(loaded.tokenizer, pr.base_tokens), decoded_text(loaded.tokenizer, v.tokens)
     if v.fork is None:
@@ -166,6 +167,23 @@ def _precision(loaded, pr: S.PrecisionResult) -> None:
     c2.markdown(ui.t("decoding.text_variant", name=v.name))
     c2.code(var_txt or "…", language=None, wrap_lines=True)
     st.markdown(ui.t("decoding.precision_lesson"))
+    _toy()
+
+
+@st.cache_data(show_spinner=False)
+def _toy_rows() -> list[S.ToyRow]:
+    """The toy's float32 → 8 → 4-bit rows (instant: the toy is ~100 kB), once per server process."""
+    return S.toy_precision(cache.get_model(TOY_ID))
+
+
+def _toy() -> None:
+    st.subheader(ui.t("decoding.toy_head"))
+    st.markdown(ui.t("decoding.toy_intro"))
+    rows = [{ui.t("decoding.col_variant"): r.name, ui.t("decoding.col_bits"): f"{r.bits:.1f}",
+             ui.t("decoding.col_kl"): f"{r.kl_mean:.3g}", ui.t("decoding.col_top1"): _pct(r.top1),
+             ui.t("decoding.col_toy_loss"): f"{r.loss_second_copy:.3f}"} for r in _toy_rows()]
+    presenter.frame(rows, hide_index=True, width="stretch")
+    ui.badge("toy")
 
 
 def _mb(n: int | None) -> str:

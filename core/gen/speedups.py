@@ -52,6 +52,7 @@ from core.common.paths import asset
 from core.common.progress import Progress, noop
 from core.common.timing import Timing
 from core.engine.types import LoadedModel, Phrase
+from core.toy.train import repeated_sequence
 
 # Bounded sizes (a live run on the page; the benchmark may ask for more)
 MAX_NEW = 64  # new tokens a live run may ask for
@@ -621,3 +622,42 @@ def load_reference() -> Reference | None:
         return Reference.from_dict(json.loads(asset(REFERENCE_FILE).read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The toy's clean story: trained in float32, then 8 and 4 bits
+
+TOY_TYPES = ("Q8_0", "Q4_0")
+
+
+@dataclass(frozen=True)
+class ToyRow:
+    """The toy transformer at one precision, on its induction test (a random letter sequence, then the same again)."""
+
+    name: str  # "F32" (as trained), "Q8_0", "Q4_0"
+    bits: float
+    kl_mean: float  # KL(float32 ‖ this) per position, averaged
+    top1: float  # share of positions whose top-1 token is float32's
+    loss_second_copy: float  # nats per token predicting the repeated copy (the induction heads' work)
+
+
+def toy_precision(toy: LoadedModel, seg_len: int = 24) -> list[ToyRow]:
+    """The toy (``core.toy``, trained in float32) with every weight matrix through gguf's Q8_0 and Q4_0 round
+    trips: how far its predictions move on the induction test, and whether it still copies."""
+    ids = repeated_sequence(seg_len, 2, 1)
+    x = torch.tensor([ids])
+
+    def run(m: Any) -> tuple[np.ndarray, float]:
+        with torch.no_grad():
+            logits = m(x)[0][0]
+        nll = torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:], reduction="none")
+        return logits.double().numpy(), float(nll[seg_len + 1:].mean())
+
+    base, base_loss = run(toy.model)
+    rows = [ToyRow("F32", 32.0, 0.0, 1.0, base_loss)]
+    for name in TOY_TYPES:
+        with variant(toy, _quantised(name, [])) as m:
+            logits, loss = run(m)
+        del m
+        rows.append(ToyRow(name, _bits(name), float(kl_rows(base, logits).mean()), float(top1_agree(base, logits).mean()), loss))
+    return rows

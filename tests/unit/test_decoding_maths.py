@@ -104,3 +104,16 @@ def test_shipped_reference_reads_and_holds_together():
         assert len(v.kl) == len(ref.precision.prompt_ids) + len(ref.precision.base_tokens) == len(v.agree)
         assert v.fork == S.first_fork(ref.precision.base_tokens, v.tokens)
     assert ref.precision.base_bytes > max(v.weight_bytes for v in ref.precision.variants if v.name != "bf16")
+
+
+def test_toy_precision_story():
+    from core.toy.run import load_trained
+    from core.toy.train import induction_report
+
+    toy = load_trained()
+    rows = S.toy_precision(toy)
+    assert [r.name for r in rows] == ["F32", "Q8_0", "Q4_0"]
+    assert rows[0].loss_second_copy == pytest.approx(induction_report(toy.model)["loss_second_copy"], rel=1e-6)
+    assert 0 < rows[1].kl_mean < rows[2].kl_mean  # 8 bits move the predictions less than 4
+    assert rows[1].top1 >= rows[2].top1 and rows[0].top1 == 1.0
+    assert len(S.LIVE) == 0
