@@ -16,7 +16,7 @@ from core.engine.tokens import decoded_text, readable_tokens
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.gen import figures as gen_fig
 from core.gen import speedups as S
-from core.web import cache, measure, page, presenter, ui, widgets
+from core.web import cache, jobs, measure, page, presenter, ui, widgets
 
 P = "decoding"
 PARTS = ("kernels", "speculation", "precision")
@@ -200,16 +200,16 @@ def _ask(want: tuple) -> None:
     st.session_state[f"{P}_live"] = (*want, time.time_ns())
 
 
-def _live(loaded, part: str, prompt_key: str, method: str) -> object | None:
-    """The live run of this part, when this session asked for one: measured in a server thread, its progress in words."""
-    st.subheader(ui.t("decoding.live_head"))
-    c1, c2 = st.columns([2, 1])
-    n_new = c1.slider(ui.t("decoding.n_new"), 8, S.MAX_NEW, S.DEFAULT_NEW, step=8, key=f"{P}_n_new")
-    variant = c2.selectbox(ui.t("decoding.live_variant"), S.VARIANTS, key=f"{P}_live_variant") if part == "precision" else None
-    spec = ui.model_spec()
-    want = (spec, part, prompt_key, method, variant, n_new)
-    st.button(ui.t("decoding.live_button"), key=f"{P}_go", type="primary", on_click=_ask, args=(want,),
-              help=ui.t("decoding.live_help"))
+def _live(loaded, part: str, prompt_key: str) -> jobs.Job | jobs.Refused | None:
+    """The controls of a live run of this part and, when this session asked for one, its job (measured in a server
+    thread: started here, never waited on here)."""
+    with st.expander(ui.t("decoding.live_head"), expanded=False):
+        c1, c2 = st.columns([2, 1])
+        n_new = c1.slider(ui.t("decoding.n_new"), 8, S.MAX_NEW, S.DEFAULT_NEW, step=8, key=f"{P}_n_new")
+        variant = c2.selectbox(ui.t("decoding.live_variant"), S.VARIANTS, key=f"{P}_live_variant") if part == "precision" else None
+        want = (ui.model_spec(), part, prompt_key, variant, n_new)
+        st.button(ui.t("decoding.live_button"), key=f"{P}_go", type="primary", on_click=_ask, args=(want,),
+                  help=ui.t("decoding.live_help"))
     got = st.session_state.get(f"{P}_live")
     if not got or got[:-1] != want:
         return None
@@ -219,10 +219,14 @@ def _live(loaded, part: str, prompt_key: str, method: str) -> object | None:
         if part == "kernels":
             return S.kernels(loaded, ids, n_new, reps=3, progress=job.report)
         if part == "speculation":
-            return {m: S.speculate(loaded, ids, m, n_new, reps=3, progress=job.report) for m in S.METHODS}
+            return {m: S.speculate(loaded, ids, m, n_new, reps=2, progress=job.report) for m in S.METHODS}
         return S.precision(loaded, ids, [variant], n_new, reps=2, progress=job.report)
 
-    return measure.show(cache.measurement(("decoding", *got), compute))
+    return cache.measurement(("decoding", *got), compute)
+
+
+def _finished(job) -> object | None:
+    return job.value if isinstance(job, jobs.Job) and not job.running and job.error is None else None
 
 
 def render(loaded) -> None:
@@ -235,21 +239,28 @@ def render(loaded) -> None:
     prompt_key = _pick("prompt", PROMPTS, ui.t("decoding.pick_prompt"), "decoding.prompt_{}") if part == "speculation" else "free"
     st.caption(ui.t("decoding.prompt_is", text=TEXT[prompt_key]))
     method = _pick("method", S.METHODS, ui.t("decoding.pick_method"), "decoding.method_{}") if part == "speculation" else ""
-    if ref is None:
-        st.info(ui.t("decoding.no_reference"))
-    live = _live(loaded, part, prompt_key, method)
-    st.divider()
+    job = _live(loaded, part, prompt_key)
+    live = _finished(job)
     result = live if live is not None else None if ref is None else (
         ref.kernels if part == "kernels" else ref.speculation.get(prompt_key, {}) if part == "speculation" else ref.precision)
     if result is None:
-        return
-    _source(live is not None, ref)
-    if part == "kernels":
-        _kernels(loaded, result)
-    elif part == "speculation":
-        _speculation(loaded, result, method)
-    else:
-        _precision(loaded, result)
+        st.info(ui.t("decoding.no_reference"))
+    else:  # the shipped run first, while a live one is measured below: a class never waits for the page
+        _source(live is not None, ref)
+        if part == "kernels":
+            _kernels(loaded, result)
+        elif part == "speculation":
+            _speculation(loaded, result, method)
+        else:
+            _precision(loaded, result)
+    if job is not None and live is None:
+        try:
+            done = measure.show(job)
+        except Exception as e:  # a live run that failed is said, never drawn as a result
+            st.error(ui.t("decoding.live_failed", error=type(e).__name__))
+            return
+        if done is not None:
+            st.rerun()  # the finished live run takes the shipped run's place above
 
 
 page.run(render)
