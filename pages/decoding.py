@@ -97,7 +97,7 @@ def _spec_text(r: S.SpecResult) -> None:
                      n=len(r.tokens), saved=r.passes_saved, cost=f"{r.draft_cost:.1f}"))
     if sp is not None:
         st.caption(ui.t("decoding.spec_speed", med=f"{sp.median:.2f}", lo=f"{sp.lo:.2f}", hi=f"{sp.hi:.2f}", n=sp.n))
-        why = "faster" if sp.median > 1 else "nothing_drafted" if r.drafted == 0 else "slower"
+        why = "nothing_drafted" if r.drafted == 0 else "faster" if sp.median > 1 else "slower"
         getattr(st, "success" if why == "faster" else "warning")(
             ui.t(f"decoding.why_{why}", method=ui.t(f"decoding.method_{r.method}"), acc=_pct(r.acceptance),
                  cost=f"{r.draft_cost:.1f}", n=len(r.tokens)))

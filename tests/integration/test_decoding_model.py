@@ -84,7 +84,7 @@ def test_one_variant_in_memory_at_a_time(smol, monkeypatch):
     kl = {v.name: v.kl_mean for v in pr.variants}
     assert 0 < kl["Q8_0"] < kl["TQ1_0"]  # eight bits stay closer than ternary weights
     assert all(len(v.drift) == smol.facts.n_layers + 1 for v in pr.variants)
-    assert pr.variants[0].drift[0] > 0  # the embeddings themselves are quantised
+    assert pr.variants[1].drift[0] > 0  # the embeddings themselves are quantised (ternary: they move)
 
 
 def test_kernels_differ_by_rounding_only(smol):
@@ -94,3 +94,18 @@ def test_kernels_differ_by_rounding_only(smol):
     assert k.max_abs["eager_vs_float64"] <= ROUTE_FACTOR * k.max_abs["sdpa_vs_float64"]
     assert 0 < k.max_abs["eager_vs_sdpa"] < 1e-2
     assert k.fork["float64"] is None and len(k.tokens["sdpa"]) == 6
+
+
+def test_the_shipped_gguf_is_what_the_page_says(smol):
+    """decoding.q41_note: every block matrix Q4_1, the token embedding Q8_0, the rest (norms) F32; and the
+    embedding's Q8_0 round trip gives back the very values the baseline holds."""
+    from gguf import GGUFReader
+
+    from core.engine.hf import embedded_gguf_path
+
+    types = {t.name: t.tensor_type.name for t in GGUFReader(str(embedded_gguf_path())).tensors}
+    assert types.pop("token_embd.weight") == "Q8_0"
+    assert {v for k, v in types.items() if k.startswith("blk.") and k.endswith(".weight") and "norm" not in k} == {"Q4_1"}
+    assert {v for k, v in types.items() if "norm" in k} == {"F32"}
+    emb = smol.model.model.embed_tokens.weight.detach().numpy()
+    np.testing.assert_array_equal(S.quant_round_trip(emb[:64], "Q8_0")[0], emb[:64])
