@@ -97,10 +97,11 @@ def _spec_text(r: S.SpecResult) -> None:
                      n=len(r.tokens), saved=r.passes_saved, cost=f"{r.draft_cost:.1f}"))
     if sp is not None:
         st.caption(ui.t("decoding.spec_speed", med=f"{sp.median:.2f}", lo=f"{sp.lo:.2f}", hi=f"{sp.hi:.2f}", n=sp.n))
-        why = "nothing_drafted" if r.drafted == 0 else "faster" if sp.median > 1 else "slower"
+        why = ("nothing_drafted" if r.drafted == 0 else "none_accepted" if r.accepted == 0
+               else "faster" if sp.median > 1 else "slower")
         getattr(st, "success" if why == "faster" else "warning")(
             ui.t(f"decoding.why_{why}", method=ui.t(f"decoding.method_{r.method}"), acc=_pct(r.acceptance),
-                 cost=f"{r.draft_cost:.1f}", n=len(r.tokens)))
+                 cost=f"{r.draft_cost:.1f}", n=len(r.tokens), drafted=r.drafted, med=f"{sp.median:.2f}"))
     if r.same:
         st.success(ui.t("decoding.spec_same", n=len(r.tokens)))
     else:  # the test holds this never to happen; a page that hid it would lie
