@@ -236,7 +236,7 @@ def render(loaded) -> None:
         return
     ref = S.load_reference() if loaded.spec == EMBEDDED_ID else None
     part = _pick("part", PARTS, ui.t("decoding.pick_part"), "decoding.part_{}")
-    st.markdown(ui.t(f"decoding.{part}_intro"))
+    st.markdown(ui.t(f"decoding.{part}_intro", layer=S.EXIT_LAYER))
     prompt_key = _pick("prompt", PROMPTS, ui.t("decoding.pick_prompt"), "decoding.prompt_{}") if part == "speculation" else "free"
     st.caption(ui.t("decoding.prompt_is", text=TEXT[prompt_key]))
     method = _pick("method", S.METHODS, ui.t("decoding.pick_method"), "decoding.method_{}") if part == "speculation" else ""
