@@ -9,7 +9,7 @@ import streamlit as st
 from core.engine.types import CodedError, Phrase
 from core.gen import figures as gen_fig
 from core.gen import report, serving, workloads
-from core.web import cache, measure, page, presenter, ui, widgets
+from core.web import cache, measure, nav, page, presenter, ui, widgets
 
 P = "serving"
 PARTS = ("padded", "batching", "prefix", "blocks")
@@ -99,6 +99,7 @@ def render(loaded) -> None:
     part = widgets.radio_url(ui.t("serving.part"), PARTS, "batching", key=f"{P}_part", param="part", horizontal=True,
                              format_func=ui.fmt("serving.part_{}"))
     st.markdown(ui.t(f"serving.part_{part}_intro"))
+    nav.see_page("decoding")  # one request's decode made cheaper: speculation, kernels, precision
     try:
         if part == "padded":
             _padded(spec, lang)

@@ -56,7 +56,7 @@ ASSUMPTIONS: tuple[str, ...] = ("same_machine", "shape_holds", "alone", "memory"
 # The tutorial's symptoms, in the page's order (i18n ``diagnose.sym_<key>``, ``diagnose.<key>.cause|check|fix``),
 # and the pages that explain each one in depth.
 SYMPTOMS: tuple[str, ...] = ("slow_first", "slow_answer", "oom", "temperature", "attention")
-SEE_ALSO: dict[str, tuple[str, ...]] = {"slow_first": ("long_context", "kv_cache"), "slow_answer": ("generation",), "oom": ("kv_cache",),
+SEE_ALSO: dict[str, tuple[str, ...]] = {"slow_first": ("long_context", "kv_cache"), "slow_answer": ("generation", "decoding"), "oom": ("kv_cache",),
                                         "temperature": ("logits",), "attention": ("ablation", "cause_patching")}
 BASE_TEXT = "The quick brown fox jumps over the lazy dog. 小明把书交给小红。"
 

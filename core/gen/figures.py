@@ -8,6 +8,7 @@ plotly merges repeated category labels.
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -453,3 +454,69 @@ def serving_memory(memory: dict[str, Any], lang: str) -> go.Figure:
         fig.update_yaxes(type="log", dtick=1, tickformat=",~g")
     fig.update_yaxes(title="MiB")
     return _layout(fig, t("serving.memory_fig", lang), height=340)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding speed-ups (pages/decoding.py, core/gen/speedups.py)
+
+DRAFT_MARKS = {"accepted": ("with", "✓"), "rejected": ("without", "✗"), "model": ("decode", "+")}
+
+
+def spec_rounds(rows: Sequence[Sequence[tuple[str, str]]], lang: str) -> go.Figure:
+    """Speculation round by round: ``rows[r]`` is round r's (token label, kind) in order, kind "accepted" /
+    "rejected" (drafts) or "model" (the token the verifying pass added itself). Kinds differ by colour,
+    marker shape and a mark before the token (✓ ✗ +), so none is told by colour alone."""
+    fig = go.Figure()
+    for kind, (role, mark) in DRAFT_MARKS.items():
+        xs, ys, texts = [], [], []
+        for r, row in enumerate(rows):
+            for i, (tok, k) in enumerate(row):
+                if k == kind:
+                    xs.append(i)
+                    ys.append(r + 1)
+                    texts.append(f"{mark} {escape.plot(tok)}")
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, textposition="middle right",
+                                 marker=palette.marker(role, size=12), name=f"{mark} {t('decoding.kind_' + kind, lang)}",
+                                 hovertemplate="%{text}<extra></extra>"))
+    n = max(1, len(rows))
+    fig.update_yaxes(title=t("decoding.round", lang), autorange="reversed", dtick=1, range=[n + 0.5, 0.5])
+    fig.update_xaxes(title=t("decoding.slot", lang), dtick=1, range=[-0.5, max((len(r) for r in rows), default=1) + 1.5])
+    fig.update_layout(legend=dict(orientation="h", y=-0.2, yanchor="top"))
+    return _layout(fig, t("decoding.fig_rounds", lang), height=max(260, 40 + 34 * n))
+
+
+def ratio_bars(labels: Sequence[str], medians: Sequence[float], lo: Sequence[float], hi: Sequence[float], title: str,
+               axis: str, lang: str) -> go.Figure:
+    """Ratios (median, with the min–max of the runs as error bars) beside the line at 1 (no change)."""
+    fig = go.Figure(go.Bar(x=list(labels), y=list(medians), marker_color=PALETTE["with"],
+                           error_y=dict(type="data", symmetric=False, array=[h - m for h, m in zip(hi, medians, strict=True)],
+                                        arrayminus=[m - lo_ for m, lo_ in zip(medians, lo, strict=True)]),
+                           hovertemplate="%{x}: %{y:.2f}×<extra></extra>"))
+    fig.add_hline(y=1.0, line=palette.line("weights"), annotation_text=t("decoding.no_change", lang))
+    fig.update_yaxes(title=axis, rangemode="tozero")
+    return _layout(fig, title)
+
+
+def variant_lines(series: dict[str, Sequence[float]], x_title: str, y_title: str, title: str, log: bool = False) -> go.Figure:
+    """One line per precision variant (colour, dash and marker of its own), e.g. KL per position or drift per layer."""
+    roles = ("main", "second", "third", "accent", "kv", "weights")
+    fig = go.Figure()
+    for (name, ys), role in zip(series.items(), itertools.cycle(roles)):
+        fig.add_trace(go.Scatter(y=list(ys), mode="lines+markers", name=name, line=palette.line(role),
+                                 marker=palette.marker(role, size=6), hovertemplate=f"{name}: %{{y:.3g}}<extra></extra>"))
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title=y_title, type="log" if log else "linear")
+    fig.update_layout(legend=dict(orientation="h", y=-0.25, yanchor="top"))
+    return _layout(fig, title)
+
+
+def timing_bars(labels: Sequence[str], medians: Sequence[float], q1: Sequence[float], q3: Sequence[float], title: str,
+                lang: str) -> go.Figure:
+    """Milliseconds per token per kernel: the median, its interquartile range as error bars."""
+    ms = [m * 1e3 for m in medians]
+    fig = go.Figure(go.Bar(x=list(labels), y=ms, marker_color=PALETTE["decode"],
+                           error_y=dict(type="data", symmetric=False, array=[(b - m) * 1e3 for b, m in zip(q3, medians, strict=True)],
+                                        arrayminus=[(m - a) * 1e3 for m, a in zip(medians, q1, strict=True)]),
+                           hovertemplate="%{x}: %{y:.1f} ms<extra></extra>"))
+    fig.update_yaxes(title=t("decoding.ms_per_token", lang), rangemode="tozero")
+    return _layout(fig, title)

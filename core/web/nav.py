@@ -60,6 +60,7 @@ PAGES: tuple[Page, ...] = (
     Page("nav.generation", "serving", "🚦", "serving.intro", needs="model", sources="kv_cache"),
     Page("nav.generation", "chat", "💬", "chat.intro", needs="model", sources="decoder_only"),
     Page("nav.generation", "diagnose", "🩺", "diagnose.intro", sources="kv_cache"),
+    Page("nav.generation", "decoding", "🏎️", "decoding.intro", needs="model", sources="kv_cache"),
     Page("nav.learn", "quiz", "✅", None),
     Page("nav.learn", "lessons", "🗺️", "lessons.intro", projector_intro=False),
     Page("nav.learn", "references", "📚", "references.intro"),
