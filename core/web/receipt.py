@@ -140,7 +140,7 @@ def show(rc: receipt.Receipt, link: tuple | None = None) -> None:
     lang = ui.lang()
     said = receipt.lines(rc, receipt.md_token)
     with st.container(border=True):
-        st.subheader(ui.t("receipt.title", tok=receipt.md_token(rc.token)))
+        st.header(ui.t("receipt.title", tok=receipt.md_token(rc.token)))
         st.caption(ui.t("receipt.context", model=escape.md(rc.model), pos=rc.pos, n=rc.n_tokens,
                         prompt=receipt.md_token("".join(rc.tokens[-24:]))))
         for sec in receipt.SECTIONS:
