@@ -42,7 +42,7 @@ from core.common.numbers import softmax, top_k
 from core.common.progress import Progress, noop
 from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
-from core.engine.types import LoadedModel, Phrase, UnsupportedArchitectureError, say
+from core.engine.types import LoadedModel, Phrase, Tokenizer, UnsupportedArchitectureError, say
 
 BUDGET_TOKENS = pair.MAX_TOKENS  # attribution and patching run on prefixes up to this many tokens (~3 s at 64 here)
 N_SOURCES = 3  # prompt tokens confirmed by patching
@@ -229,7 +229,7 @@ def rival_of(logits: np.ndarray, token: int) -> int:
     return best[1] if best[0] == token else best[0]
 
 
-def against(tokenizer: Any, logits: np.ndarray, token: int) -> Rival:
+def against(tokenizer: Tokenizer, logits: np.ndarray, token: int) -> Rival:
     z = np.asarray(logits, dtype=np.float64)
     r = rival_of(z, token)
     p = softmax(z)
@@ -242,7 +242,7 @@ def against(tokenizer: Any, logits: np.ndarray, token: int) -> Rival:
 # the instruments, on the prefix 0 … pos
 
 
-def formed(tokenizer: Any, lens: Lens, pos: int, token: int) -> Formed:
+def formed(tokenizer: Tokenizer, lens: Lens, pos: int, token: int) -> Formed:
     ids, probs, curve = lens(pos, token)
     top1 = [i for i in range(ids.shape[0]) if int(ids[i, 0]) == token]
     top5 = [i for i in range(ids.shape[0]) if token in ids[i, :TOP5].tolist()]

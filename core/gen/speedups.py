@@ -80,7 +80,7 @@ def _greedy_kwargs(loaded: LoadedModel) -> dict[str, Any]:
             "top_k": None}
 
 
-def _generate(model: Any, ids: Sequence[int], max_new: int, greedy: dict[str, Any], **kw: Any) -> list[int]:
+def _generate(model: torch.nn.Module, ids: Sequence[int], max_new: int, greedy: dict[str, Any], **kw: Any) -> list[int]:
     """``model.generate`` on one prompt: the new token ids (greedy unless ``kw`` says otherwise)."""
     x = torch.tensor([list(ids)], dtype=torch.long)
     with torch.no_grad():
@@ -310,7 +310,7 @@ class SpecResult:
 
 
 @contextlib.contextmanager
-def _watching(model: Any, rounds: list[Round]) -> Iterator[None]:
+def _watching(model: torch.nn.Module, rounds: list[Round]) -> Iterator[None]:
     """Record every round of ``model.generate``'s assisted decoding into ``rounds``: the candidate generator
     transformers builds is kept as it is, with its ``get_candidates`` and ``update_candidate_strategy``
     wrapped to note the drafts and the number accepted. Call with ``loaded.lock`` held (the wrapper is set on
@@ -385,7 +385,7 @@ def speculate(loaded: LoadedModel, ids: Sequence[int], method: str, max_new: int
 
 
 @contextlib.contextmanager
-def _restored(model: Any) -> Iterator[None]:
+def _restored(model: torch.nn.Module) -> Iterator[None]:
     """Whatever assisted generation leaves on the shared model (its generation config's draft length, the
     early exit's layer count) is put back as it was."""
     gen_cfg = copy.deepcopy(model.generation_config)
@@ -513,7 +513,7 @@ class PrecisionResult:
         return cls(**d)
 
 
-def _logits_and_stream(m: Any, seq: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def _logits_and_stream(m: torch.nn.Module, seq: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     x = torch.tensor([list(seq)], dtype=torch.long)
     with torch.no_grad():
         out = m(x, output_hidden_states=True)
@@ -647,7 +647,7 @@ def toy_precision(toy: LoadedModel, seg_len: int = 24) -> list[ToyRow]:
     ids = repeated_sequence(seg_len, 2, 1)
     x = torch.tensor([ids])
 
-    def run(m: Any) -> tuple[np.ndarray, float]:
+    def run(m: torch.nn.Module) -> tuple[np.ndarray, float]:
         with torch.no_grad():
             logits = m(x)[0][0]
         nll = torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:], reduction="none")

@@ -26,7 +26,7 @@ from core.engine import roles
 from core.engine.hf_trace import KV_KEEP_MAX
 from core.engine.tokens import readable_tokens, visible
 from core.engine.trace import Trace
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Tokenizer
 
 MAX_NEW = 24  # new tokens the journey's loop shows at most
 # Above this many prompt tokens the loop waits for the reader's click (issue 28): the trace keeps no keys and
@@ -78,7 +78,7 @@ class Part:
     value: str
 
 
-def overview(tr: Trace, tokenizer: Any, n_heads: int) -> tuple[Part, ...]:
+def overview(tr: Trace, tokenizer: Tokenizer, n_heads: int) -> tuple[Part, ...]:
     """The whole model on this trace, left to right: text → tokens → embeddings → blocks (attention, MLP) →
     final norm → logits → the next token, each with its size or value read off the trace."""
     T, L, d = tr.n_tokens, tr.n_layers, tr.resid.shape[-1]
@@ -95,7 +95,7 @@ def overview(tr: Trace, tokenizer: Any, n_heads: int) -> tuple[Part, ...]:
     )
 
 
-def top_next_tokens(tr: Trace, tokenizer: Any, k: int = 8) -> list[tuple[str, int, float, float]]:
+def top_next_tokens(tr: Trace, tokenizer: Tokenizer, k: int = 8) -> list[tuple[str, int, float, float]]:
     """(token text, id, logit, probability) of the k best next tokens at the last position."""
     p = tr.last_probs()
     order = top_k(tr.last_logits, k)

@@ -115,7 +115,7 @@ def data_dir() -> Path:
     return settings.get().data_dir
 
 
-def clean_text(text: Any, cap: int, *, allow_empty: bool = False) -> str:
+def clean_text(text: object, cap: int, *, allow_empty: bool = False) -> str:
     """Text from a stranger, made storable: a string, NFC, control characters (line breaks too) dropped,
     spaces trimmed; ``ClassError('too_long')`` past ``cap`` characters, ``'empty'`` when nothing is left.
     Markup is kept as characters: it is escaped where it is shown (``core.common.escape``), never stripped."""
@@ -130,7 +130,7 @@ def clean_text(text: Any, cap: int, *, allow_empty: bool = False) -> str:
     return s
 
 
-def normal_code(text: Any) -> str | None:
+def normal_code(text: object) -> str | None:
     """A typed join code in canonical form ("ab cd-2345" → "ABCD2345"), or None if it cannot be one."""
     if not isinstance(text, str) or len(text) > 3 * CODE_LEN:
         return None
@@ -148,14 +148,14 @@ def new_device() -> str:
     return secrets.token_urlsafe(24)
 
 
-def _check_device(device: Any) -> str:
+def _check_device(device: object) -> str:
     lo, hi = DEVICE_CHARS
     if not isinstance(device, str) or not lo <= len(device) <= hi or not set(device) <= _DEVICE_OK:
         raise ClassError("bad_device")
     return device
 
 
-def _digest(secret: Any) -> str:
+def _digest(secret: object) -> str:
     return hashlib.sha256(secret.encode("utf-8") if isinstance(secret, str) else b"").hexdigest()
 
 
@@ -245,7 +245,7 @@ class ClassStore:
         self._delete(cid)
 
     # --- student --------------------------------------------------------------------------------------
-    def join(self, code: Any, device: Any, nickname: Any = "") -> str:
+    def join(self, code: object, device: object, nickname: object = "") -> str:
         """Join by code; returns the class id. Joining again from the same device keeps one seat."""
         device = _check_device(device)
         if not self._allow(device, "join", self.limits.joins_per_min):
@@ -280,7 +280,7 @@ class ClassStore:
                 q = Question(whole.qid, whole.kind, True, whole.public, {})
         return State(row["code"], row["expires"], bool(row["names"]), row["ver"], view, q)
 
-    def vote(self, cid: str, qid: int, device: Any, answer: Any) -> None:
+    def vote(self, cid: str, qid: int, device: object, answer: object) -> None:
         """One vote; returns once it is committed. ``ClassError``: not joined, closed, voted already, too long, rate."""
         device = _check_device(device)
         if not self._allow(device, "vote", self.limits.votes_per_min):
@@ -544,7 +544,7 @@ class RedisStore(ClassStore):
         self._add_q, self._close_q = self.r.register_script(_ADD_Q), self.r.register_script(_CLOSE)
         self._join_s, self._vote_s = self.r.register_script(_JOIN), self.r.register_script(_VOTE)
 
-    def _k(self, cid: str, *rest: Any) -> str:
+    def _k(self, cid: str, *rest: object) -> str:
         return ":".join([self.P + cid, *map(str, rest)])
 
     def _exp(self, cid: str) -> int:
