@@ -178,7 +178,7 @@ def _toy_rows() -> list[S.ToyRow]:
 
 
 def _toy() -> None:
-    st.subheader(ui.t("decoding.toy_head"))
+    st.header(ui.t("decoding.toy_head"))
     st.markdown(ui.t("decoding.toy_intro"))
     rows = [{ui.t("decoding.col_variant"): r.name, ui.t("decoding.col_bits"): f"{r.bits:.1f}",
              ui.t("decoding.col_kl"): f"{r.kl_mean:.3g}", ui.t("decoding.col_top1"): _pct(r.top1),

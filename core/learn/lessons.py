@@ -194,7 +194,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("A29", ("journey", "kv_cache")),  # 实战四：观察 Hidden States、Attention 和 KV Cache
     Section("A30", ("ablation", "cause_pair", "cause_patching")),  # Attention 权重能解释模型吗？
     Section("A31", ("cause_patching", "cause_attribution")),  # Transformer 的知识存在哪里？
-    Section("A32", ("quiz",)),  # 常见误区
+    Section("A32", ("quiz", "decoding")),  # 常见误区
     Section("A33", ("anatomy",)),  # 如何阅读一个真实 LLM 架构？
     Section("A34", ("quiz",)),  # 小结
     Section("B1", ("journey", "tour")),  # 一、先看全局：一句话是怎样穿过模型的？
@@ -213,7 +213,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("B8.1", ("generation",)),  # 8.1 Prefill 一次处理完整输入
     Section("B8.2", ("generation",)),  # 8.2 Decode 每轮只处理一个新 Token
     Section("B8.3", ("kv_cache",)),  # 8.3 KV Cache 用显存换重复计算
-    Section("B8.4", ("serving", "kv_cache")),  # 8.4 三种输入形态对应三种成本
+    Section("B8.4", ("serving", "kv_cache", "decoding")),  # 8.4 三种输入形态对应三种成本
     Section("B9.1", ("diagnose",)),  # 9.1 为什么 RAG 不能把所有资料都塞进去？
     Section("B9.2", ("diagnose", "generation")),  # 9.2 为什么流式输出不能缩短首字之前的全部等待？
     Section("B9.3", ("kv_cache", "chat")),  # 9.3 为什么"记住这句话"不等于长期记忆？
@@ -227,7 +227,7 @@ SECTIONS: tuple[Section, ...] = (
 ORDER: tuple[str, ...] = (
     "journey", "tour", "tokens", "context", "positions", "attention_lab", "masks", "heads", "multihead",
     "residual", "anatomy", "toy", "norms", "logits", "ablation", "cause_pair", "cause_patching", "cause_attribution",
-    "training", "generation", "kv_cache", "long_context", "serving", "chat", "diagnose", "quiz", "references",
+    "training", "generation", "kv_cache", "long_context", "serving", "decoding", "chat", "diagnose", "quiz", "references",
 )
 
 

@@ -127,8 +127,8 @@ def test_zh_pages_call_chinese_sentences_chinese():
     page: their zh notes say 中文, not 英文."""
     assert all(CJK.search(s) for s in embeddings.rag_sentences("zh"))
     assert "中文句子" in i18n.t("tokens.rag_badge", "zh") and "英文" not in i18n.t("tokens.rag_badge", "zh")
-    rows = [json.loads(line) for line in workloads.preset_text("chat", "zh").splitlines() if line.strip()]
-    assert rows and all(CJK.search(r["prompt"]) for r in rows)
+    reqs = workloads.preset("chat", "zh")
+    assert reqs and all(CJK.search(r.prompt) for r in reqs)
     why = i18n.t("serving.preset_chat_why", "zh")
     assert "提示词为中文" in why and "提示词为英文" not in why
 

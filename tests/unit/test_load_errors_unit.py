@@ -217,5 +217,3 @@ def test_the_error_shapes_are_one():
         assert type(again) is type(e) and again.code == e.code and str(again) == str(e)
     c = ConfigError("not_positive", "vocab_size = -5")
     assert (c.code, c.detail) == ("not_positive", "vocab_size = -5") and c.reason().text("zh") == c.text("zh")
-    legacy = UnsupportedArchitectureError("a sentence not yet given its code.")  # still said, framed in the page's language
-    assert legacy.code == "other" and str(legacy) == "a sentence not yet given its code."
