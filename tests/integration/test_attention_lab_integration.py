@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers.attention_lab import _clock, _weight_error, check_page_real_row, real_row_bound
 
+from conftest import ROOT
 from core import backends
 from core.maths import attention as A
 from core.maths import positions as R
@@ -185,7 +186,7 @@ def test_measure_again_drops_the_shared_timing_and_measures_anew(monkeypatch, la
 def test_page_runs(stem, lang, smol):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file("../app.py", default_timeout=180)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.session_state["lang"] = lang
     at.switch_page(f"pages/{stem}.py")
     at.run()
@@ -205,7 +206,7 @@ def test_page_runs(stem, lang, smol):
 def test_page_empty_prompt_is_a_message():
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file("../app.py", default_timeout=180)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.session_state["prompt"] = "   "
     at.switch_page("pages/masks.py")
     at.run()
@@ -216,7 +217,7 @@ def test_page_empty_prompt_is_a_message():
 def _calc_app(**qp):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file("../app.py", default_timeout=180)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     for k, v in qp.items():
         at.query_params[k] = v
     at.switch_page("pages/attention_lab.py")

@@ -8,6 +8,7 @@ import pytest
 import torch
 from helpers.stream import _assert_top_as_accurate, _check_lens_row, _check_mlp_steps, _head, _norm_error, _softmax, _sublayer_outputs
 
+from conftest import ROOT
 from core import backends
 from core.engine import tokens
 from core.engine.roles import find_sites
@@ -233,7 +234,7 @@ def test_figures(smol, smol_trace):
 def _app(stem: str, lang: str):
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file("../app.py", default_timeout=180)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
     at.session_state["lang"] = lang
     at.switch_page(f"pages/{stem}.py")
     return at
