@@ -139,7 +139,7 @@ def main() -> int:
 
     folder = Path(tempfile.mkdtemp(prefix="bench-class-"))
     setting = a.store or f"sqlite:///{folder}/classes.sqlite3"
-    os.environ[cs.ENV] = setting
+    os.environ["XRAY_CLASS_STORE"] = setting  # the child processes read it (core.common.settings)
     me = psutil.Process()
     rss_before = me.memory_info().rss
     s = cs.open_store(setting, cs.Limits(max_students=1000))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import all_text, app_run
-from core.common import i18n
+from core.common import i18n, settings
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
 from core.web.classroom import view
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def class_store(tmp_path, monkeypatch):
-    monkeypatch.setenv(cs.ENV, f"sqlite:///{tmp_path}/classes.sqlite3")
+    monkeypatch.setenv(settings.CLASS_STORE, f"sqlite:///{tmp_path}/classes.sqlite3")
     view._open.clear()
     yield
     view._open.clear()
