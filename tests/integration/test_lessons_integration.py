@@ -33,7 +33,7 @@ def _ranges(smol, route, step, q) -> dict[str, tuple[int, int]]:
     return {"layer": (0, top), "head": (0, f.n_heads - 1), "pos": (0, T - 1), "max": (1, 256)}
 
 
-CHOICES = {"tab": ("calc", "scale", "cost"), "pair": tuple(embeddings.CONTEXT_PAIRS), "show": ("layer", "head")}
+CHOICES = {"tab": ("calc", "scale", "cost", "relative"), "pair": tuple(embeddings.CONTEXT_PAIRS), "show": ("layer", "head")}
 FLOATS = {("logits", "temp"): (0.05, 3.0, 0.05)}  # pages/logits.py's slider_url
 
 

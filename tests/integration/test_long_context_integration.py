@@ -143,7 +143,7 @@ def test_calculator_real_row_on_a_long_prompt_shows_a_key_window(smol):
     at = _long_app("attention_lab")
     at.radio(key="attention_lab_preset").set_value("real").run()
     assert not at.exception
-    from test_attention_lab import check_page_real_row
+    from helpers.attention_lab import check_page_real_row
 
     check_page_real_row(at, smol)  # the page's number is the softmax over every key, within float16's rounding of the model's
     k_editor = next(e for e in at.dataframe if "attention_lab_k_" in (e.proto.id or ""))
