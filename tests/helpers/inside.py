@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from helpers.cause import _ours
 
 # ---------------------------------------------------------------------------------------------
 # ablation
@@ -15,4 +16,6 @@ def _plain_probs(model, ids):
 
 
 def _no_hooks(model) -> bool:
-    return all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    """None of ours left on the shared model (transformers' own output-capturing hooks stay once a call with
+    ``output_hidden_states`` / ``output_attentions`` installed them: ``helpers.cause._ours``)."""
+    return all(not _ours(m._forward_pre_hooks) and not _ours(m._forward_hooks) for m in model.modules())
