@@ -374,18 +374,22 @@ def test_proxy_answers_a_health_probe(hall):
         assert again["x-replica"] == headers["x-replica"]
         assert not any(c.startswith("xray_affinity=") for c in cookies2)
     assert _get(hall.base + "/nginx-health")[1].strip() == "ok"  # nginx's own liveness, no replica involved
-    # a request body over nginx's 16 KB buffer goes through its temp folder and on to a replica (whatever the
-    # replica answers, the answer is the replica's: nginx could write its temp file, even as a worker user)
-    req = urllib.request.Request(hall.base + "/_stcore/upload_file/none/none", data=b"x" * 300_000, method="PUT")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            answered_by = r.headers.get("X-Replica")
-    except urllib.error.HTTPError as e:
-        answered_by = e.headers.get("X-Replica")
+    # a body under nginx's 16 KB cap is passed on to a replica (whatever the replica answers, the answer is the
+    # replica's); the upload route is refused by nginx itself, no replica involved (the app has no uploader)
+    def answered(path: str, body: bytes) -> tuple[int, str | None]:
+        req = urllib.request.Request(hall.base + path, data=body, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.headers.get("X-Replica")
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("X-Replica")
+
+    _, answered_by = answered("/_stcore/health", b"x" * 12_000)
     # X-Replica is nginx's $upstream_addr: "a, b" when the first replica did not accept within the connect
     # timeout (a loaded machine) and nginx passed the request on, as it is set to. Either way a replica answered.
     tried = [a.strip() for a in (answered_by or "").split(",")]
     assert tried and all(a in hall.replicas for a in tried), answered_by
+    assert answered("/_stcore/upload_file/none/none", b"x" * 1_000) == (403, None)
     log = hall.text()  # the launcher's active check: one line per replica before nginx started
     assert all(f"http://{a}" in log and "healthy" in log for a in hall.replicas)
     assert log.index("replica 2/2") < log.index("serve: nginx")
