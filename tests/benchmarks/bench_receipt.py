@@ -5,15 +5,16 @@
 
 The trace is made once beforehand and not counted (a page that offers the receipt holds it already). Receipts and
 plain passes alternate so drift hits both; the receipt's forward passes are counted by the receipt itself (a
-thread-scoped hook on the model), with the rows × positions they fed through the last block. The machine is
-shared with other work: the seconds are labelled so; the ratio to the plain pass in this same process is the
-figure to trust. Last lines: ``receipt_s_<T>=<median>``, ``receipt_spread_s_<T>=<min>..<max>``,
+thread-scoped hook on the model), with the rows × positions they fed through the last block. The first line gives the machine's load
+average over the run beside the cores: on a busy machine, the ratio to the plain pass in this same process is
+the figure to trust. Last lines: ``receipt_s_<T>=<median>``, ``receipt_spread_s_<T>=<min>..<max>``,
 ``forward_s_<T>=``, ``ratio_receipt_forward=``, ``receipt_forward_passes=``, ``receipt_rows_positions=``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         rec.append(time.perf_counter() - t0)
     T = len(ids)
     med, fmed = statistics.median(rec), statistics.median(fwd)
-    print(f"# measured while the machine was shared with other work; torch threads {torch.get_num_threads()}; "
+    load = os.getloadavg()[0]
+    print(f"# load average {load:.2f} on {os.cpu_count()} cores at the end; torch threads {torch.get_num_threads()}; "
           f"{a.reps} receipts alternating with plain forward passes of the same {T} tokens")
     print(f"receipt_s_{T}={med:.3f}")
     print(f"receipt_spread_s_{T}={min(rec):.3f}..{max(rec):.3f}")
