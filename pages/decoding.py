@@ -75,15 +75,8 @@ def _kernels(loaded, k: S.KernelResult) -> None:
 
 
 def _round_rows(loaded, r: S.SpecResult) -> list[list[tuple[str, str]]]:
-    rows = []
-    for rd in r.rounds:
-        d = _labels(loaded, list(rd.drafted))
-        own = _labels(loaded, list(rd.kept[rd.accepted:]))
-        row = [(tok, "accepted" if i < rd.accepted else "rejected") for i, tok in enumerate(d)]
-        # the model's own token stands right after the accepted drafts (in the first rejected draft's slot)
-        row = row[:rd.accepted] + [(t, "model") for t in own] + row[rd.accepted:]
-        rows.append(row)
-    return rows
+    rows = [rd.marked() for rd in r.rounds]
+    return [list(zip(_labels(loaded, [t for t, _ in row]), [k for _, k in row], strict=True)) for row in rows]
 
 
 def _spec_text(r: S.SpecResult) -> None:
@@ -97,8 +90,7 @@ def _spec_text(r: S.SpecResult) -> None:
                      n=len(r.tokens), saved=r.passes_saved, cost=f"{r.draft_cost:.1f}"))
     if sp is not None:
         st.caption(ui.t("decoding.spec_speed", med=f"{sp.median:.2f}", lo=f"{sp.lo:.2f}", hi=f"{sp.hi:.2f}", n=sp.n))
-        why = ("nothing_drafted" if r.drafted == 0 else "none_accepted" if r.accepted == 0
-               else "faster" if sp.median > 1 else "slower")
+        why = r.verdict()
         getattr(st, "success" if why == "faster" else "warning")(
             ui.t(f"decoding.why_{why}", method=ui.t(f"decoding.method_{r.method}"), acc=_pct(r.acceptance),
                  cost=f"{r.draft_cost:.1f}", n=len(r.tokens), drafted=r.drafted, med=f"{sp.median:.2f}"))

@@ -236,6 +236,12 @@ class Round:
     accepted: int
     kept: tuple[int, ...]
 
+    def marked(self) -> list[tuple[int, str]]:
+        """The pass's ids as a reader sees them: the accepted drafts, the model's own token in the first rejected
+        draft's slot, then the rejected drafts ("accepted" / "model" / "rejected")."""
+        return ([(t, "accepted") for t in self.drafted[:self.accepted]] + [(t, "model") for t in self.kept[self.accepted:]]
+                + [(t, "rejected") for t in self.drafted[self.accepted:]])
+
 
 @dataclass
 class SpecResult:
@@ -296,6 +302,15 @@ class SpecResult:
     def speedup(self) -> Timing | None:
         r = self.ratios()
         return timing.of(r) if r else None
+
+    def verdict(self) -> str | None:
+        """Why the measured speed-up is what it is: "nothing_drafted", "none_accepted" (then any ratio is overhead
+        and noise), "faster" or "slower"; None before a timed run."""
+        sp = self.speedup()
+        if sp is None:
+            return None
+        return ("nothing_drafted" if self.drafted == 0 else "none_accepted" if self.accepted == 0
+                else "faster" if sp.median > 1 else "slower")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -117,3 +117,9 @@ def test_toy_precision_story():
     assert 0 < rows[1].kl_mean < rows[2].kl_mean  # 8 bits move the predictions less than 4
     assert rows[1].top1 >= rows[2].top1 and rows[0].top1 == 1.0
     assert len(S.LIVE) == 0
+
+
+def test_a_round_reads_accepted_then_the_models_own_then_rejected():
+    rd = S.Round(drafted=(5, 6, 7), accepted=1, kept=(5, 9))
+    assert rd.marked() == [(5, "accepted"), (9, "model"), (6, "rejected"), (7, "rejected")]
+    assert S.Round(drafted=(), accepted=0, kept=(4,)).marked() == [(4, "model")]
