@@ -15,13 +15,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import psutil
 import pytest
+from helpers.hall import FAKE_REPLICA, free_block, light_hall, until
 
 from conftest import ROOT
 from deploy import serve
@@ -29,24 +29,6 @@ from deploy import serve
 NGINX = serve.find_nginx()
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (`make test` installs nginx-light)")
 
-# A stand-in replica: answers every GET with "ok" (the health check), every other method 405.
-FAKE_REPLICA = """
-import http.server, signal, sys
-if len(sys.argv) > 2:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a replica whose shutdown does not happen on SIGTERM
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
-
-
-def _free_block(start: int, stop: int, n: int = 3) -> int:
-    for p in range(start, stop):
-        if all(serve.port_free("127.0.0.1", q) for q in range(p, p + n)):
-            return p
-    raise RuntimeError(f"no {n} free ports in {start}..{stop}")
 
 
 def _alive(pid: int) -> bool:
@@ -58,40 +40,9 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture
 def hall(monkeypatch):
-    """A Launcher of two stand-in replicas behind a real nginx, its watch loop in a thread (checks every 0.2 s).
-    Yields (launcher, log); stops everything on the way out."""
-    if NGINX is None:
-        pytest.skip("nginx is not installed (`make test` installs nginx-light)")
-    monkeypatch.setattr(serve, "CHECK_EVERY_S", 0.2)
-    monkeypatch.setattr(serve, "PORT_FREE_S", 3.0)
-    port = _free_block(8900, 9000)
-    launcher = serve.Launcher(serve.Plan(2, "127.0.0.1", port, (port + 1, port + 2), 30.0, 1), NGINX)
-    launcher.replica_cmd = lambda p: [sys.executable, "-c", FAKE_REPLICA, str(p)]
-    seen: list[str] = []
-    monkeypatch.setattr(serve, "say", lambda msg: seen.append(f"serve: {msg}\n"))
-    result: dict[str, int] = {}
-    watcher = None
-    try:
-        launcher.start_replicas()
-        launcher.wait_healthy()
-        launcher.start_nginx()
-        watcher = threading.Thread(target=lambda: result.setdefault("code", launcher.watch()), daemon=True)
-        watcher.start()
-        launcher.result = result
-        yield launcher, lambda: "".join(list(seen))
-    finally:
-        launcher.stopping.set()
-        if watcher is not None:
-            watcher.join(timeout=30)
-        launcher.stop()
-
-
-def _until(log, text: str, timeout: float = 30, count: int = 1) -> str:
-    deadline = time.time() + timeout
-    while log().count(text) < count:
-        assert time.time() < deadline, f"no {text!r} ×{count} within {timeout:.0f} s:\n{log()[-3000:]}"
-        time.sleep(0.1)
-    return log()
+    """Two stand-in replicas behind a real nginx, the launcher's watch loop in this process (helpers.hall)."""
+    with light_hall(monkeypatch, (8900, 9000)) as h:
+        yield h
 
 
 def _status(url: str, method: str = "GET", body: bytes | None = None) -> int:
@@ -120,8 +71,8 @@ def test_nginx_and_every_replica_dying_together_come_back(hall):
     os.killpg(master, signal.SIGKILL)  # nginx's whole group …
     for r in launcher.replicas:  # … and both replicas, at once
         r.proc.kill()
-    _until(log, "nginx restarted (attempt 1 of 3)", timeout=40)
-    _until(log, "answers /_stcore/health again: back in rotation", count=2, timeout=40)
+    until(log, "nginx restarted (attempt 1 of 3)", timeout=40)
+    until(log, "answers /_stcore/health again: back in rotation", count=2, timeout=40)
     assert "code" not in launcher.result  # the hall goes on
     deadline = time.time() + 15  # nginx re-reads its config (SIGHUP) with the replicas back in
     while _status(f"http://127.0.0.1:{launcher.plan.port}/_stcore/health") != 200:
@@ -137,9 +88,9 @@ def test_a_frozen_replica_is_killed_and_restarted(hall, monkeypatch):
     old = r1.proc.pid
     os.kill(old, signal.SIGSTOP)  # running, holding its port, answering nothing
     try:
-        out = _until(log, "(frozen): killed", timeout=90)
-        _until(log, "replica 1: restarted (1 of at most 3", timeout=30)
-        _until(log, "answers /_stcore/health again: back in rotation", timeout=30)
+        out = until(log, "(frozen): killed", timeout=90)
+        until(log, "replica 1: restarted (1 of at most 3", timeout=30)
+        until(log, "answers /_stcore/health again: back in rotation", timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(old, signal.SIGCONT)
@@ -161,7 +112,7 @@ time.sleep(600)
 
 
 def test_replicas_die_with_a_launcher_killed_outright():
-    port = _free_block(9000, 9100)
+    port = free_block(9000, 9100)
     drv = subprocess.Popen([sys.executable, "-c", DRIVER, FAKE_REPLICA, str(port)], cwd=ROOT, stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
     pids: list[int] = []

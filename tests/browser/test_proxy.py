@@ -27,7 +27,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -38,6 +37,7 @@ from pathlib import Path
 import psutil
 import pytest
 from browser_helpers import CHROMIUM, Watch, chromium, painted, settle, url_path
+from helpers import hall as halls
 
 from conftest import ROOT
 from core.common import i18n
@@ -87,7 +87,7 @@ def test_launcher_refuses_a_busy_port():
 @needs_nginx
 def test_launcher_checks_the_model_setting_before_starting_anything():
     """XRAY_MODELS applies to every replica, so it is checked once, first: one sentence, nothing started."""
-    out = _run_serve("--host", "127.0.0.1", "--port", str(_free_block(8670, 8690, 1)), "--replicas", "1",
+    out = _run_serve("--host", "127.0.0.1", "--port", str(halls.free_block(8670, 8690, 1)), "--replicas", "1",
                      env={"XRAY_MODELS": "bad id=/nowhere"})
     assert out.returncode == 2
     assert "XRAY_MODELS entry 1" in out.stderr and "Traceback" not in out.stderr + out.stdout
@@ -117,7 +117,7 @@ def test_each_replica_gets_its_share_of_the_cores_for_torch(monkeypatch):
     """N replicas × torch's one-thread-per-core would oversubscribe the cores: each gets cores ÷ N."""
     monkeypatch.setattr(serve, "cores", lambda: 16)
     assert [serve.default_threads(n) for n in (1, 2, 3, 8, 16, 40)] == [16, 8, 5, 2, 1, 1]
-    port = str(_free_block(8700, 8800, 4))
+    port = str(halls.free_block(8700, 8800, 4))
     assert serve.plan(["--replicas", "2", "--port", port, "--host", "127.0.0.1"]).threads == 8
     assert serve.plan(["--replicas", "2", "--threads", "3", "--port", port, "--host", "127.0.0.1"]).threads == 3
     # the variable the launcher sets is the one torch reads (checked on torch itself, in a fresh process)
@@ -144,59 +144,11 @@ def test_template_renders_a_config_nginx_accepts(tmp_path):
 
 # --- a light hall: the launcher's watch loop in this process, stand-in replicas ---------------------------
 
-# A replica in 50 ms instead of 30 s: an HTTP server on its port that answers the health check, as Streamlit does.
-FAKE_REPLICA = """
-import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"ok"
-        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(body)
-    def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
-
-
 @pytest.fixture
 def light_hall(monkeypatch):
-    """A Launcher of two stand-in replicas behind a real nginx, its watch loop in a thread (checks every 0.2 s).
-    Yields (launcher, read_log); stops everything on the way out."""
-    if NGINX is None:
-        pytest.skip("nginx is not installed (`make test` installs nginx-light)")
-    monkeypatch.setattr(serve, "CHECK_EVERY_S", 0.2)
-    monkeypatch.setattr(serve, "PORT_FREE_S", 3.0)
-    port = _free_block(8800, 8900)
-    launcher = serve.Launcher(serve.Plan(2, "127.0.0.1", port, (port + 1, port + 2), 30.0, 1), NGINX)
-    launcher.replica_cmd = lambda p: [sys.executable, "-c", FAKE_REPLICA, str(p)]
-    seen: list[str] = []  # the launcher's lines (it says them from the watching thread)
-    monkeypatch.setattr(serve, "say", lambda msg: seen.append(f"serve: {msg}\n"))
-
-    def log() -> str:
-        return "".join(list(seen))
-
-    result: dict[str, int] = {}
-    watcher = None
-    try:
-        launcher.start_replicas()
-        launcher.wait_healthy()
-        launcher.start_nginx()
-        watcher = threading.Thread(target=lambda: result.setdefault("code", launcher.watch()), daemon=True)
-        watcher.start()
-        launcher.result = result
-        launcher.watcher = watcher
-        yield launcher, log
-    finally:
-        launcher.stopping.set()
-        if watcher is not None:
-            watcher.join(timeout=30)
-        launcher.stop()
-
-
-def _until(log, text: str, timeout: float = 30, count: int = 1) -> str:
-    deadline = time.time() + timeout
-    while log().count(text) < count:
-        assert time.time() < deadline, f"no {text!r} ×{count} within {timeout:.0f} s:\n{log()[-3000:]}"
-        time.sleep(0.1)
-    return log()
+    """Two stand-in replicas behind a real nginx, the launcher's watch loop in this process (helpers.hall)."""
+    with halls.light_hall(monkeypatch, (8800, 8900)) as h:
+        yield h
 
 
 @needs_nginx
@@ -207,7 +159,7 @@ def test_light_nginx_killed_is_restarted_with_its_workers_gone(light_hall):
     replicas = [r.proc.pid for r in launcher.replicas]
     assert workers, "nginx has no worker"
     os.kill(master, signal.SIGKILL)  # the master alone: its worker is orphaned, still holding the port
-    _until(log, "nginx restarted (attempt 1 of 3)")
+    halls.until(log, "nginx restarted (attempt 1 of 3)")
     assert not [w for w in workers if _alive(w)]
     assert launcher.nginx.pid != master and launcher.nginx.poll() is None
     assert [r.proc.pid for r in launcher.replicas] == replicas  # the same replicas, never stopped
@@ -225,7 +177,7 @@ def test_light_nginx_that_cannot_come_back_stops_the_hall(light_hall, monkeypatc
     monkeypatch.setattr(launcher, "start_nginx", refused)
     workers = [c.pid for c in psutil.Process(launcher.nginx.pid).children()]
     os.kill(launcher.nginx.pid, signal.SIGKILL)
-    out = _until(log, "nginx could not be restarted after 3 attempts", timeout=60)
+    out = halls.until(log, "nginx could not be restarted after 3 attempts", timeout=60)
     assert out.count("nginx did not come back") == 3
     launcher.watcher.join(timeout=10)
     assert launcher.result.get("code") == 1
@@ -241,9 +193,9 @@ def test_light_nginx_restarts_are_bounded(light_hall, monkeypatch):
     launcher, log = light_hall
     for n in range(1, serve.RESTARTS + 1):
         os.kill(launcher.nginx.pid, signal.SIGKILL)
-        _until(log, "nginx restarted (attempt 1 of 3)", count=n)
+        halls.until(log, "nginx restarted (attempt 1 of 3)", count=n)
     os.kill(launcher.nginx.pid, signal.SIGKILL)
-    _until(log, f"nginx stopped again after {serve.RESTARTS} restarts")
+    halls.until(log, f"nginx stopped again after {serve.RESTARTS} restarts")
     launcher.watcher.join(timeout=10)
     assert launcher.result.get("code") == 1
 
@@ -254,14 +206,14 @@ def test_light_a_replica_that_dies_is_restarted_and_bounded(light_hall):
     r1 = launcher.replicas[0]
     old = r1.proc.pid
     r1.proc.kill()
-    out = _until(log, "answers /_stcore/health again: back in rotation")
+    out = halls.until(log, "answers /_stcore/health again: back in rotation")
     assert "replica 1: restarted (1 of at most 3" in out
     assert r1.proc.pid != old and r1.up and not r1.exited
     assert " down;" not in (launcher.prefix / "nginx.conf").read_text()
     # a replica that cannot start any more: restarted while the limit allows, then left stopped, the hall serving on
     launcher.replica_cmd = lambda p: [sys.executable, "-c", "raise SystemExit(3)"]
     r1.proc.kill()
-    _until(log, "replica 1 stopped again after 3 restarts")
+    halls.until(log, "replica 1 stopped again after 3 restarts")
     assert r1.exited and not r1.up and log().count("replica 1: restarted") == 3
     assert f"server 127.0.0.1:{r1.port} max_fails=1 fail_timeout=10s down;" in (launcher.prefix / "nginx.conf").read_text()
     assert "code" not in launcher.result
@@ -302,18 +254,11 @@ class Hall:
                 psutil.Process(pid).kill()
 
 
-def _free_block(start: int, stop: int, n: int = 3) -> int:
-    for p in range(start, stop):
-        if all(serve.port_free("127.0.0.1", q) for q in range(p, p + n)):
-            return p
-    raise RuntimeError(f"no {n} free ports in {start}..{stop}")
-
-
 @pytest.fixture(scope="module")
 def hall():
     if NGINX is None:
         pytest.skip("nginx is not installed (`make test` installs nginx-light)")
-    port = _free_block(8640, 8670)
+    port = halls.free_block(8640, 8670)
     LOGS.mkdir(exist_ok=True)
     log = LOGS / "proxy.log"
     with log.open("w") as out:
