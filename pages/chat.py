@@ -19,9 +19,12 @@ def _messages() -> list[dict[str, str]]:
     """Editable messages (the sidebar prompt is the last user turn by default)."""
     df = pd.DataFrame(report.default_messages(ui.prompt(), ui.lang()))
     cols = {"role": st.column_config.SelectboxColumn(ui.t("chat.role"), options=list(chat_template.ROLES), required=True),
-            "content": st.column_config.TextColumn(ui.t("chat.content"), width="large")}
+            "content": st.column_config.TextColumn(ui.t("chat.content"), width="large", max_chars=chat_template.MAX_CHARS)}
     edited = st.data_editor(df, num_rows="dynamic", column_config=cols, hide_index=True, width="stretch", key=f"{P}_msgs")
-    return chat_template.messages_from_records(edited.to_dict("records"))
+    msgs, cut = chat_template.messages_from_records(edited.to_dict("records"))
+    if cut:
+        st.warning(ui.t("chat.capped", rows=chat_template.MAX_MESSAGES, chars=f"{chat_template.MAX_CHARS:,}"))
+    return msgs
 
 
 def _rendering(tok: Any, msgs: list[dict[str, str]], add_gen: bool) -> chat_template.ChatRendering | None:

@@ -62,10 +62,23 @@ def clean_messages(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     return out
 
 
-def messages_from_records(records: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+MAX_MESSAGES = 32  # rows of the message table the template sees
+MAX_CHARS = 20_000  # all the messages' text together: the prompt box's cap
+
+
+def messages_from_records(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, str]], bool]:
     """Rows of an edited message table (``DataFrame.to_dict("records")``) as messages: a missing role
-    becomes "" (dropped later by ``clean_messages``), a missing content the empty turn."""
-    return [{"role": str(r["role"] or ""), "content": "" if pd.isna(r["content"]) else str(r["content"])} for r in records]
+    becomes "" (dropped later by ``clean_messages``), a missing content the empty turn. At most
+    ``MAX_MESSAGES`` rows and ``MAX_CHARS`` characters in all are kept; the flag says whether any were cut."""
+    out, left, cut = [], MAX_CHARS, False
+    for i, r in enumerate(records):
+        if i == MAX_MESSAGES:
+            return out, True
+        content = "" if pd.isna(r["content"]) else str(r["content"])
+        cut = cut or len(content) > left
+        out.append({"role": str(r["role"] or ""), "content": content[:left]})
+        left -= len(out[-1]["content"])
+    return out, cut
 
 
 def _special_tokens(tokenizer: Any) -> list[str]:

@@ -234,3 +234,18 @@ def test_cache_comparison_axis_has_whole_token_ticks():
     assert fig.layout.xaxis.dtick == 1 and fig.layout.xaxis.tickformat == ",d"
     long = gen_fig.cache_compare(list(range(40, 80)), [0.01] * 40, list(range(40, 80)), [0.02] * 40, "en")
     assert long.layout.xaxis.dtick is None and long.layout.xaxis.tickformat == ",d"
+
+
+def test_message_table_is_capped_in_rows_and_characters():
+    """The chat page's editable table can grow without end (rows added, text pasted): the template sees at most
+    MAX_MESSAGES rows and MAX_CHARS characters in all, and the flag tells the page to say so."""
+    rows = [{"role": "user", "content": "ab"}, {"role": None, "content": float("nan")}]
+    assert chat_template.messages_from_records(rows) == ([{"role": "user", "content": "ab"}, {"role": "", "content": ""}], False)
+    many = [{"role": "user", "content": "x"}] * (chat_template.MAX_MESSAGES + 5)
+    msgs, cut = chat_template.messages_from_records(many)
+    assert cut and len(msgs) == chat_template.MAX_MESSAGES
+    big = [{"role": "system", "content": "s" * (chat_template.MAX_CHARS - 3)}, {"role": "user", "content": "u" * 10},
+           {"role": "user", "content": "more"}]
+    msgs, cut = chat_template.messages_from_records(big)
+    assert cut and sum(len(m["content"]) for m in msgs) == chat_template.MAX_CHARS
+    assert [len(m["content"]) for m in msgs] == [chat_template.MAX_CHARS - 3, 3, 0]
