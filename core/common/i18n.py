@@ -1,9 +1,8 @@
 """English / 简体中文 strings, through one helper.
 
-Strings live in ``assets/i18n/*.json``: mostly one file per area of the app, some cut per task
-(``trace.json``: what a traced prompt's pages share; ``inputs.json``: the prompt's input checks), so
-several people can add strings without touching the same file; each a JSON object
-``{key: {"en": …, "zh": …}}``. A key's file says nothing about where it is used: its prefix does.
+Strings live in ``assets/i18n/*.json``, one file per area of the app (``common.json``: the frame every page
+shares; ``errors.json``: what a bad input or model is told), each a JSON object ``{key: {"en": …, "zh": …}}``.
+A key's file says nothing about where it is used: its prefix does.
 Keys are global; a test fails when a key lacks either language or two files define one key.
 ``str.format`` placeholders (``{n}``) must be the same in both languages.
 """

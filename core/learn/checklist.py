@@ -1,5 +1,5 @@
 """The printable self-check list: what a student should be able to explain after the app, each point
-mapped to the pages that show it. The wording lives in ``assets/i18n/selfcheck.json``
+mapped to the pages that show it. The wording lives in ``assets/i18n/learn.json``
 (``checklist.<key>``); here each point has only its key and its pages (stems of ``core.web.nav.PAGES``).
 ``markdown`` gives the list as plain Markdown text (a download, printed as it is)."""
 
