@@ -9,6 +9,8 @@ import pytest
 
 from conftest import all_text, app_run
 from core.common import i18n, settings
+from core.engine import tokens
+from core.inside import ablation
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
 from core.web.classroom import view
@@ -93,3 +95,45 @@ def test_a_wrong_code_says_so_and_every_page_works_without_a_class(class_store):
     assert i18n.t("class.err.bad_code") in all_text(at)
     assert view.STUDENT not in at.session_state
     assert not at.exception
+
+
+def test_which_head_or_layer_matters_reveals_the_ablation_pages_numbers(class_store, smol):
+    teacher = app_run("classroom")
+    teacher.button(key="class_start").click().run()
+    cid, secret, code = teacher.session_state[view.TEACHER]
+    student = app_run("classroom", join=code)
+    _submit(student, "class.join").click().run()
+    teacher.switch_page("pages/tokens.py").run()
+    enc = tokens.encode(smol.tokenizer, teacher.session_state["prompt"], chat=teacher.session_state["chat"],
+                        max_positions=smol.facts.max_positions)
+    before = ablation.next_token_probs(smol, enc.ids)
+    s = cs.open_store()
+
+    # the heads of layer 2: the ablation page's sweep of that layer (cache.layer_sweep: one batched pass)
+    teacher.number_input(key="class_abl_layer").set_value(2)
+    teacher.button(key="class_ask_ablate").click().run()
+    q = s.questions(cid, secret)[-1]
+    assert q.kind == "ablate" and q.public["names"] == ablation.head_names(smol.facts.n_heads)
+    swept = ablation.sweep_heads(smol, enc.ids, [2])[0]
+    assert q.answer["kl"] == [ablation.kl_divergence(before, a) for a in swept]  # the same route: the same floats
+
+    # the layers' attention: the page's metric with scope "layer", each layer in turn
+    teacher.radio(key="class_abl_scope").set_value("layer")
+    teacher.button(key="class_ask_ablate").click().run()
+    q = s.questions(cid, secret)[-1]
+    assert q.public["n"] == smol.facts.n_layers and q.public["scope"] == "layer"
+    page = [ablation.effect(before, ablation.next_token_probs(smol, enc.ids, ablation.Target(i, 0, "layer").ablate)).kl
+            for i in range(smol.facts.n_layers)]
+    assert q.answer["kl"] == page
+    student.run()
+    student.radio(key=f"class_pick_{q.qid}").set_value(5)
+    _submit(student, "class.send").click().run()
+    teacher.button(key="class_close").click().run()
+    teacher.switch_page("pages/classroom.py").run()
+    assert not teacher.exception and not student.exception
+    counts = cq.tally_mc(q, s.votes(cid, secret, q.qid))
+    a = cq.ablated(q, counts)
+    assert counts[5] == 1 and a.favourite == 5
+    said = i18n.t("class.ablate_answer", "en", best=f"L{a.best}", kl=f"{page[a.best]:.3g}", n_best=a.n_best, n=1, fav="L5",
+                  rank=a.favourite_rank, of=smol.facts.n_layers, kl_fav=f"{page[5]:.3g}")
+    assert said.replace("'", "\\'") in all_text(teacher) or said in all_text(teacher)

@@ -80,3 +80,17 @@ def test_csv_has_one_row_per_vote_names_only_when_on_and_no_formulas():
     assert not any("Ann" in c for row in anon for c in row)
     named = list(csv.reader(io.StringIO(cq.csv_bytes([(q1, v1), (q2, v2)], names=True).decode())))
     assert named[2][3] == "'=HYPERLINK(\"x\")" and named[3][2] == "<script>"
+
+
+def test_ablate_counts_each_choice_and_ranks_the_room_by_the_measured_kl():
+    public, answer, blob = cq.ablate("x" * 450, "head", 3, ["h0", "h1", "h2", "h3"], [0.01, 0.4, 0.02, 0.1])
+    assert public["cut"] and len(public["prompt"]) == 400 and public["n"] == 4 and blob == b""
+    q = Question(4, "ablate", False, public, answer)
+    hostile = ("7", "-1", "x", "", " 2", "²", "0" * 60, "<b>1</b>", "1.0", "٣")  # none is a choice's index
+    assert not any(cq.valid_answer(q, h) for h in hostile)
+    counts = cq.tally_mc(q, _votes("3", "3", "1", "0", *hostile))
+    assert counts == [1, 1, 0, 2]
+    a = cq.ablated(q, counts)
+    assert (a.best, a.n_best, a.favourite, a.favourite_rank) == (1, 1, 3, 2)  # h3: 2nd largest KL (0.1 < 0.4)
+    with pytest.raises(AssertionError):
+        cq.ablate("p", "model", 0, ["h0"], [0.1])

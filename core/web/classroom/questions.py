@@ -10,6 +10,10 @@ devices and the reveal read the store, never the model. Kinds:
   own language; the answer is the option's index.
 * ``number`` — *guess a number*: the KV cache of the model in use for ``tokens`` tokens in fp16, by the
   calculator's formula (``HeadGeometry.kv_bytes``); answers in MB (10⁶ bytes).
+* ``ablate`` — *which head (of one layer) or which layer's attention matters* for the next token of the teacher's
+  prompt: the choices' names and, for each, the KL of the next-token distribution when it alone is zeroed
+  (``core.inside.ablation``, the ablation page's own computation), measured once at opening; the answer is the
+  choice's index, counted like a multiple choice.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from core.learn import quiz
 from core.web.classroom.store import Question, Vote
 
 TOP_K = 10
-KINDS = ("next", "mc", "number")
+KINDS = ("next", "mc", "number", "ablate")
+ABLATE_SCOPES = ("head", "layer")
 NUMBER_TOKENS = (1_024, 4_096, 32_768)
 FP16 = 2  # bytes per stored value
 MB = 1_000_000
@@ -70,6 +75,32 @@ def kv_number(shape: HeadGeometry, model: str, tokens: int) -> tuple[dict, dict,
     return public, {"bytes": exact}, b""
 
 
+def ablate(prompt: str, scope: str, layer: int, names: Sequence[str], kl: Sequence[float]) -> tuple[dict, dict, bytes]:
+    """*Which head of ``layer`` (scope "head") or which layer's attention (scope "layer") matters?*, with the
+    measured KL (nats) of ablating each choice alone, in the order of ``names``."""
+    assert scope in ABLATE_SCOPES and len(names) == len(kl) > 0
+    public = {"prompt": prompt[-400:], "cut": len(prompt) > 400, "scope": scope, "layer": int(layer),
+              "n": len(names), "names": [str(x) for x in names]}
+    return public, {"kl": [float(x) for x in kl]}, b""
+
+
+@dataclass(frozen=True)
+class Ablated:
+    """The reveal of an ``ablate`` question: the choice that matters most (largest KL) and how many picked it;
+    the room's favourite (most picked; ties: the first) and its rank by KL (1 = matters most)."""
+
+    best: int
+    n_best: int
+    favourite: int
+    favourite_rank: int
+
+
+def ablated(q: Question, counts: Sequence[int]) -> Ablated:
+    kl = np.asarray(q.answer["kl"], dtype=np.float64)
+    best, fav = int(np.argmax(kl)), int(np.argmax(counts))
+    return Ablated(best, int(counts[best]), fav, int((kl > kl[fav]).sum()) + 1)
+
+
 # --- answers -------------------------------------------------------------------------------------------
 
 def parse_number(text: str) -> float | None:
@@ -86,8 +117,8 @@ def parse_number(text: str) -> float | None:
 
 def valid_answer(q: Question, text: str) -> bool:
     """Whether ``text`` answers ``q`` (checked on the student's side before the vote is sent, and again in the tally)."""
-    if q.kind == "mc":
-        return text.isdigit() and int(text) < int(q.public.get("n", 0))
+    if q.kind in ("mc", "ablate"):
+        return text.isascii() and text.isdigit() and text == str(int(text)) and int(text) < int(q.public.get("n", 0))
     if q.kind == "number":
         return parse_number(text) is not None
     return bool(text.strip())
@@ -124,6 +155,7 @@ def hits(guesses: Sequence[Guess], k: int) -> int:
 
 
 def tally_mc(q: Question, votes: Sequence[Vote]) -> list[int]:
+    """How many picked each option (``mc``) or choice (``ablate``); anything else is not counted."""
     counts = [0] * int(q.public["n"])
     for v in votes:
         if valid_answer(q, v.answer):

@@ -29,12 +29,15 @@ import numpy as np
 import plotly.graph_objects as go
 import segno
 import streamlit as st
+from plotly.subplots import make_subplots
 
+from core import backends
 from core.common import escape
 from core.gen import kvcalc
+from core.inside import ablation
 from core.learn import quiz
 from core.plot import palette
-from core.web import cache, nav, presenter, ui
+from core.web import cache, nav, presenter, ui, widgets
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
 
@@ -138,8 +141,8 @@ def _teacher_bar() -> None:
 
 
 def ask_buttons(s: cs.ClassStore, cid: str, secret: str) -> None:
-    """One click from where the teacher is: the three kinds of question, and closing the open one."""
-    cols = st.columns(4)
+    """One click from where the teacher is: the four kinds of question, and closing the open one."""
+    cols = st.columns(5)
     if cols[0].button(ui.t("class.ask_next"), icon="❓", key="class_ask_next"):
         _open_next(s, cid, secret)
     with cols[1].popover(ui.t("class.ask_mc"), icon="✅"):
@@ -154,13 +157,23 @@ def ask_buttons(s: cs.ClassStore, cid: str, secret: str) -> None:
             loaded = ui.loaded_model()
             if loaded is not None:
                 _ask(s, cid, secret, "number", *cq.kv_number(kvcalc.current_shape(loaded.facts), ui.model_label(), tokens))
+    with cols[3].popover(ui.t("class.ask_ablate"), icon="✂️"):
+        scope = st.radio(ui.t("class.ask_ablate_scope"), cq.ABLATE_SCOPES, horizontal=True, key="class_abl_scope",
+                         format_func=ui.fmt("class.ablate_scope_{}"))
+        layer = 0
+        if scope == "head":
+            n_layers = ui.loaded_model().facts.n_layers if ui.loaded_model() is not None else 1
+            layer = int(st.number_input(ui.t("ui.layer"), 0, n_layers - 1, ui.qp_int("layer", 0, 0, n_layers - 1),
+                                        key="class_abl_layer"))
+        if st.button(ui.t("class.open_it"), key="class_ask_ablate"):
+            _open_ablate(s, cid, secret, scope, layer)
     try:
         st_ = s.state(cid)
     except cs.ClassError:
         st_ = None
     if st_ is not None and st_.question is not None:
         qn = st_.question.qid
-        if cols[3].button(ui.t("class.close", i=qn), icon="⏹️", key="class_close"):
+        if cols[4].button(ui.t("class.close", i=qn), icon="⏹️", key="class_close"):
             s.close_question(cid, secret, qn)
             st.rerun()
 
@@ -175,6 +188,32 @@ def _open_next(s: cs.ClassStore, cid: str, secret: str) -> None:
     _, lens_p, lens_t = cache.get_lens(tr, last, last + 1)  # how the answer formed: every layer's best guess
     _ask(s, cid, secret, "next", *cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs(),
                                                  lens=(lens_t, lens_p[:, 0].tolist())))
+
+
+def _open_ablate(s: cs.ClassStore, cid: str, secret: str, scope: str, layer: int) -> None:
+    """The ablation page's own numbers for the current prompt, once: each head of ``layer`` zeroed alone (its
+    sweep, ``cache.layer_sweep``) or each layer's attention zeroed (its metric's KL, ``cache.probs``)."""
+    tr = ui.current_trace()
+    loaded = ui.loaded_model() if tr is not None else None
+    if tr is None or loaded is None:
+        st.warning(ui.t("class.err.no_trace"))
+        return
+    if not backends.is_hf(loaded):
+        st.info(ui.t("ablation.needs_hf"))
+        return
+    if ablation.too_long(tr.n_tokens):
+        st.warning(ui.t("ablation.too_long", n=tr.n_tokens, k=ablation.MAX_TOKENS))
+        return
+    ids = tuple(int(i) for i in tr.token_ids)
+    with st.spinner(ui.t("class.ablating")):
+        if scope == "head":
+            names, kl = ablation.head_names(tr.n_heads), cache.layer_sweep(loaded, ids, layer).tolist()
+        else:
+            before = cache.probs(loaded, ids, ())
+            names = [f"L{i}" for i in range(tr.n_layers)]
+            kl = [ablation.effect(before, cache.probs(loaded, ids, ablation.Target(i, 0, "layer").ablate)).kl
+                  for i in range(tr.n_layers)]
+    _ask(s, cid, secret, "ablate", *cq.ablate(ui.prompt(), scope, layer, names, kl))
 
 
 def _ask(s: cs.ClassStore, cid: str, secret: str, kind: str, public: dict, answer: dict, blob: bytes) -> None:
@@ -293,6 +332,8 @@ def _results(s: cs.ClassStore, cid: str, secret: str) -> None:
             _reveal_mc(q, votes)
         elif q.kind == "number":
             _reveal_number(q, votes)
+        elif q.kind == "ablate":
+            _reveal_ablate(q, votes)
 
 
 def question_text(q: cs.Question, where: Any = None) -> None:
@@ -303,6 +344,10 @@ def question_text(q: cs.Question, where: Any = None) -> None:
         w.code(q.public.get("prompt", ""), language=None, wrap_lines=True)  # a code block: never rendered
     elif q.kind == "mc":
         w.markdown(ui.t(f"quiz.{q.public['id']}.q"))
+    elif q.kind == "ablate":
+        p = q.public
+        w.markdown(ui.t(f"class.q_ablate_{p['scope']}", layer=p["layer"]) + (" " + ui.t("class.q_next_cut") if p.get("cut") else ""))
+        w.code(p.get("prompt", ""), language=None, wrap_lines=True)  # a code block: never rendered
     elif q.kind == "number":
         p = q.public
         w.markdown(ui.t("class.q_number", model=escape.md(p["model"]), tokens=f"{p['tokens']:,}", layers=p["layers"],
@@ -354,6 +399,28 @@ def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
     presenter.chart(_bar_figure(labels, counts, ui.t("class.fig_options"), hi=q.answer["correct"]), key=f"class_fig_{q.qid}")
     st.success(ui.t("class.correct", option=escape.md(labels[q.answer["correct"]])))
     st.markdown(ui.t(f"quiz.{q.public['id']}.why"))
+
+
+def _reveal_ablate(q: cs.Question, votes: list[cs.Vote]) -> None:
+    """The room's picks beside the measured effect of zeroing each choice (the ablation page's KL)."""
+    counts, names, kl = cq.tally_mc(q, votes), q.public["names"], q.answer["kl"]
+    a = cq.ablated(q, counts)
+    f = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                      subplot_titles=(ui.t("class.fig_picks"), ui.t("class.fig_kl")))
+    colours = [palette.colour("second") if i == a.best else palette.colour("main") for i in range(len(names))]
+    f.add_trace(go.Bar(x=counts, y=names, orientation="h", marker_color=colours, text=counts, textposition="outside"), 1, 1)
+    f.add_trace(go.Bar(x=kl, y=names, orientation="h", marker_color=colours, text=[f"{x:.3g}" for x in kl],
+                       textposition="outside"), 1, 2)
+    f.update_layout(height=140 + 26 * len(names), showlegend=False, yaxis=dict(autorange="reversed", type="category"),
+                    margin=dict(l=10, r=30, t=60, b=40))
+    f.update_xaxes(title_text=ui.t("class.col_n"), row=1, col=1)
+    f.update_xaxes(title_text=ui.t("class.kl_x"), row=1, col=2)
+    presenter.chart(f, key=f"class_fig_{q.qid}")
+    st.markdown(ui.t("class.ablate_answer", best=names[a.best], kl=f"{kl[a.best]:.3g}", n_best=a.n_best, n=sum(counts),
+                     fav=names[a.favourite], rank=a.favourite_rank, of=len(names), kl_fav=f"{kl[a.favourite]:.3g}"))
+    nav.page_link("ablation", label=ui.t("class.ablate_link"), icon="✂️",
+                  query={"layer": str(q.public["layer"] if q.public["scope"] == "head" else a.best),
+                         "head": str(a.best if q.public["scope"] == "head" else 0)})
 
 
 def _reveal_number(q: cs.Question, votes: list[cs.Vote]) -> None:
@@ -443,10 +510,11 @@ def _answer_box(s: cs.ClassStore, cid: str, device: str, q: cs.Question) -> None
     st.markdown(f"**{ui.t('class.q_title', i=q.qid, kind=ui.t(f'class.kind.{q.kind}'))}**")
     question_text(q)
     with st.form(f"class_answer_{q.qid}", border=False):
-        if q.kind == "mc":
-            options = [ui.t(f"quiz.{q.public['id']}.o{i}") for i in range(int(q.public["n"]))]
+        if q.kind in ("mc", "ablate"):
+            options = ([ui.t(f"quiz.{q.public['id']}.o{i}") for i in range(int(q.public["n"]))] if q.kind == "mc"
+                       else [widgets.code(str(x)) for x in q.public["names"]])
             pick = st.radio(ui.t("class.your_answer"), range(len(options)), index=None, key=f"class_pick_{q.qid}",
-                            format_func=options.__getitem__)
+                            format_func=options.__getitem__, horizontal=q.kind == "ablate")
             text = "" if pick is None else str(pick)
         else:
             text = st.text_input(ui.t("class.your_answer"), max_chars=s.limits.answer_chars, key=f"class_text_{q.qid}",
