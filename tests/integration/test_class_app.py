@@ -10,6 +10,7 @@ import pytest
 from conftest import all_text, app_run
 from core.common import i18n, settings
 from core.engine import tokens
+from core.engine.types import TOY_ID
 from core.inside import ablation
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
@@ -137,3 +138,27 @@ def test_which_head_or_layer_matters_reveals_the_ablation_pages_numbers(class_st
     said = i18n.t("class.ablate_answer", "en", best=f"L{a.best}", kl=f"{page[a.best]:.3g}", n_best=a.n_best, n=1, fav="L5",
                   rank=a.favourite_rank, of=smol.facts.n_layers, kl_fav=f"{page[5]:.3g}")
     assert said.replace("'", "\\'") in all_text(teacher) or said in all_text(teacher)
+
+
+def test_the_room_follows_the_teachers_model_only_among_the_offered_ones(class_store, smol):
+    teacher = app_run("classroom")
+    teacher.button(key="class_start").click().run()
+    cid, secret, code = teacher.session_state[view.TEACHER]
+    student = app_run("classroom", join=code)
+    _submit(student, "class.join").click().run()
+    teacher.selectbox(key="model_pick").set_value(TOY_ID).run()
+    teacher.switch_page("pages/tokens.py").run()
+    s = cs.open_store()
+    assert s.state(cid).view["params"]["model"] == TOY_ID
+    student.run()
+    student.run()
+    assert student.session_state["model_id"] == TOY_ID and student.session_state["model_pick"] == TOY_ID
+    assert not student.exception
+
+    # a view naming a path or an unknown id (a forged store row): nothing is loaded, the student keeps the toy
+    for bad in ("/etc/passwd", "../models/x", "HuggingFaceTB/SmolLM2-1.7B", "x" * 300):
+        s.set_view(cid, secret, "anatomy", {"model": bad})
+        student.run()
+        student.run()
+        assert student.session_state["model_id"] == TOY_ID and student.session_state["model_spec_ok"] == TOY_ID
+    assert not student.exception

@@ -78,10 +78,16 @@ def role() -> str | None:
 # --- app.py's three hooks ------------------------------------------------------------------------------
 
 def arrive() -> None:
-    """Before the sidebar: the teacher's prompt and chat switch, from a view the follow bar switched to."""
+    """Before the sidebar: the teacher's model, prompt and chat switch, from a view the follow bar switched to.
+    The model only by an id this server offers (``Offer.spec``): a path or an unknown id is never loaded, and
+    the student keeps their own (also when the teacher uses a folder of their own, which is in no URL)."""
     params = st.session_state.pop(ARRIVE, None)
     if not params:
         return
+    wanted = params.get("model")
+    spec = ui.offered().spec(wanted)
+    if spec is not None and wanted != ui.model_id() and ui.switch_model(wanted, spec):
+        st.session_state["model_pick"] = wanted  # the sidebar's menu shows it (and does not switch back)
     if isinstance(params.get("prompt"), str):
         st.session_state["prompt"] = params["prompt"][: ui.MAX_PROMPT_CHARS]
     if params.get("chat") in ("0", "1"):
