@@ -12,6 +12,7 @@ from core.common import i18n, settings
 from core.engine import tokens
 from core.engine.types import TOY_ID
 from core.inside import ablation
+from core.web import receipt as why
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
 from core.web.classroom import view
@@ -162,3 +163,28 @@ def test_the_room_follows_the_teachers_model_only_among_the_offered_ones(class_s
         student.run()
         assert student.session_state["model_id"] == TOY_ID and student.session_state["model_spec_ok"] == TOY_ID
     assert not student.exception
+
+
+
+def test_after_a_next_token_reveal_one_click_shows_the_receipt_of_the_models_top_token(class_store, smol):
+    teacher = app_run("classroom")
+    teacher.button(key="class_start").click().run()
+    cid, secret, code = teacher.session_state[view.TEACHER]
+    teacher.switch_page("pages/tokens.py").run()
+    teacher.button(key="class_ask_next").click().run()
+    s = cs.open_store()
+    q = s.questions(cid, secret)[-1]
+    assert q.answer["again"] == {"model": teacher.session_state["model_id"], "prompt": teacher.session_state["prompt"],
+                                 "chat": teacher.session_state["chat"]}
+    device = cs.new_device()
+    s.join(code, device)
+    s.vote(cid, q.qid, device, "the")
+    teacher.button(key="class_close").click().run()
+    teacher.switch_page("pages/classroom.py").run()
+    top_id = q.answer["top"][0][0]
+    teacher.button(key=f"class_why_{q.qid}").click().run()
+    assert not teacher.exception
+    asked = teacher.session_state[why.OPEN]
+    assert asked.token is None and teacher.session_state[view.WHY] == q.qid
+    text = all_text(teacher)
+    assert f"receipt_md_en_{asked.pos}_{top_id}" in text  # the receipt drawn is the top token's, at the last position

@@ -94,3 +94,17 @@ def test_ablate_counts_each_choice_and_ranks_the_room_by_the_measured_kl():
     assert (a.best, a.n_best, a.favourite, a.favourite_rank) == (1, 1, 3, 2)  # h3: 2nd largest KL (0.1 < 0.4)
     with pytest.raises(AssertionError):
         cq.ablate("p", "model", 0, ["h0"], [0.1])
+
+
+def test_a_next_token_question_keeps_its_prompt_whole_for_the_receipt_only_within_its_bytes(tmp_path):
+    from core.web.classroom.store import SqliteStore
+
+    assert cq.retrace("m", "a" * cq.RETRACE_BYTES, True) == {"model": "m", "prompt": "a" * cq.RETRACE_BYTES, "chat": True}
+    assert cq.retrace("m", "字" * (cq.RETRACE_BYTES // 3 + 1), False) is None  # counted in UTF-8 bytes, not characters
+    probs = np.full(49_152, 1 / 49_152, dtype=np.float32)
+    public, answer, _ = cq.next_token(Tok(), "字" * 400, "x", probs[:6] / probs[:6].sum(),
+                                         lens=(["字字字字"] * 31, [0.5] * 31))
+    answer["again"] = cq.retrace("m", "字" * (cq.RETRACE_BYTES // 3), True)
+    s = SqliteStore(tmp_path / "c.sqlite3")
+    c = s.start()
+    assert s.open_question(c.cid, c.secret, "next", public, answer, probs.tobytes()) == 1  # the longest one fits the store

@@ -62,6 +62,15 @@ def next_token(tokenizer: Any, prompt: str, traced_text: str, probs: np.ndarray,
     return public, answer, p.tobytes()
 
 
+RETRACE_BYTES = 8_000  # a prompt kept whole with a next-token question (for its receipt), at most
+
+
+def retrace(model: str, prompt: str, chat: bool) -> dict | None:
+    """What traces a next-token question's prompt again after its reveal (the receipt of the model's top token,
+    ``core.web.receipt``): the model's offered id, the whole prompt, the chat switch; None past RETRACE_BYTES."""
+    return {"model": model, "prompt": prompt, "chat": bool(chat)} if len(prompt.encode("utf-8")) <= RETRACE_BYTES else None
+
+
 def multiple_choice(qid: str) -> tuple[dict, dict, bytes]:
     q = quiz.BY_ID[qid]
     return {"id": q.id, "n": q.n_options}, {"correct": q.correct, "page": q.page}, b""

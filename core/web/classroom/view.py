@@ -38,6 +38,7 @@ from core.inside import ablation
 from core.learn import quiz
 from core.plot import palette
 from core.web import cache, nav, presenter, ui, widgets
+from core.web import receipt as why
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
 
@@ -48,6 +49,7 @@ FOLLOWING = "_class_following"  # the student follows the teacher (False: lookin
 APPLIED = "_class_applied"  # (view version, page) last taken from the teacher
 ARRIVE = "_class_arrive"  # URL parameters to put in place at the next run
 ANSWERED = "_class_answered"  # question numbers this device has answered
+WHY = "_class_why"  # the next-token question whose receipt the teacher opened
 NOT_FOLLOWED = ("lang", "present", "join")  # each device keeps its own language and projector setting
 _HOST = re.compile(r"^[A-Za-z0-9.\-]{1,253}(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?$")
 
@@ -192,8 +194,10 @@ def _open_next(s: cs.ClassStore, cid: str, secret: str) -> None:
         return
     last = tr.n_tokens - 1
     _, lens_p, lens_t = cache.get_lens(tr, last, last + 1)  # how the answer formed: every layer's best guess
-    _ask(s, cid, secret, "next", *cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs(),
-                                                 lens=(lens_t, lens_p[:, 0].tolist())))
+    public, answer, blob = cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs(),
+                                         lens=(lens_t, lens_p[:, 0].tolist()))
+    answer["again"] = cq.retrace(ui.model_id(), ui.prompt(), ui.chat())
+    _ask(s, cid, secret, "next", public, answer, blob)
 
 
 def _open_ablate(s: cs.ClassStore, cid: str, secret: str, scope: str, layer: int) -> None:
@@ -397,6 +401,23 @@ def _reveal_next(s: cs.ClassStore, cid: str, secret: str, q: cs.Question, votes:
                         yaxis_title=ui.t("class.lens_y"), yaxis_range=[0, 1.1], margin=dict(t=60, b=50))
         presenter.chart(f, key=f"class_lens_{q.qid}")
         st.caption(ui.t("class.lens_caption", last=len(lens) - 1))
+    _why(loaded, q)
+
+
+def _why(loaded: Any, q: cs.Question) -> None:
+    """One click: the receipt of the model's top token for the question's prompt (``core.web.receipt``), traced
+    again with the model it was asked with (no button when the teacher has switched model or the prompt was
+    too long to keep)."""
+    again = q.answer.get("again")
+    if not again or again["model"] != ui.model_id():
+        return
+    tr = ui.current_trace(again["prompt"], chat_mode=again["chat"])
+    if tr is None or int(np.argmax(tr.last_logits)) != q.answer["top"][0][0]:
+        return
+    if why.button(tuple(tr.key), tr.n_tokens - 1, None, q.answer["top"][0][1], key=f"class_why_{q.qid}", link=False):
+        st.session_state[WHY] = q.qid
+    if st.session_state.get(WHY) == q.qid:  # one question's receipt at a time
+        why.panel(loaded, tr)
 
 
 def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
