@@ -11,6 +11,7 @@ from conftest import all_text, app_run
 from core.common import i18n, settings
 from core.engine import tokens
 from core.engine.types import TOY_ID
+from core.gen import report
 from core.inside import ablation
 from core.web import receipt as why
 from core.web.classroom import questions as cq
@@ -188,3 +189,33 @@ def test_after_a_next_token_reveal_one_click_shows_the_receipt_of_the_models_top
     assert asked.token is None and teacher.session_state[view.WHY] == q.qid
     text = all_text(teacher)
     assert f"receipt_md_en_{asked.pos}_{top_id}" in text  # the receipt drawn is the top token's, at the last position
+
+
+def test_ttft_number_is_the_diagnose_pages_exercise_and_its_reveal_says_so(class_store, smol):
+    teacher = app_run("classroom")
+    teacher.button(key="class_start").click().run()
+    cid, secret, code = teacher.session_state[view.TEACHER]
+    teacher.switch_page("pages/tokens.py").run()
+    teacher.button(key="class_ask_ttft").click().run()  # no curve measured yet: said, nothing opened
+    s = cs.open_store()
+    assert s.questions(cid, secret) == [] and i18n.t("class.err.no_curve") in all_text(teacher)
+
+    teacher.session_state[view.DIAGNOSE_PREFILL] = (smol.spec, (32, 64, 128), 0)  # as the Diagnose page's button asks
+    teacher.button(key="class_ask_ttft").click().run()
+    q = s.questions(cid, secret)[-1]
+    assert q.kind == "ttft" and q.public["to"] == 20_000
+    device = cs.new_device()
+    s.join(code, device)
+    s.vote(cid, q.qid, device, "×12")
+    teacher.button(key="class_close").click().run()
+    teacher.switch_page("pages/classroom.py").run()
+    said = report.exercise_prefill_text(cq.exercise_of(q), "en")
+    assert not teacher.exception and _shown(said, all_text(teacher))
+
+    teacher.switch_page("pages/diagnose.py").run()  # the same curve, said by the Diagnose page's exercise
+    teacher.radio(key="diagnose_ex").set_value("phase").run()
+    assert not teacher.exception and _shown(said, all_text(teacher))
+
+
+def _shown(text: str, page: str) -> bool:
+    return text in page or text.replace("'", "\\'") in page

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ def test_kv_number_is_the_formula_by_hand():
 
 
 @pytest.mark.parametrize(("typed", "value"), [("12", 12.0), ("12.5", 12.5), (".5", 0.5), ("3e2", 300.0), ("1,5", 1.5),
-                                               ("40 MB", 40.0), ("", None), ("1e999", None), ("nan", None), ("-3", None),
+                                               ("40 MB", 40.0), ("×10", 10.0), ("10x", 10.0), ("x", None), ("10xx", None), ("", None), ("1e999", None), ("nan", None), ("-3", None),
                                                ("<b>1</b>", None)])
 def test_parse_number(typed, value):
     assert cq.parse_number(typed) == value
@@ -108,3 +109,19 @@ def test_a_next_token_question_keeps_its_prompt_whole_for_the_receipt_only_withi
     s = SqliteStore(tmp_path / "c.sqlite3")
     c = s.start()
     assert s.open_question(c.cid, c.secret, "next", public, answer, probs.tobytes()) == 1  # the longest one fits the store
+
+
+def test_ttft_factor_is_the_diagnose_exercise_read_off_the_fit_by_hand():
+    from core.gen import diagnose as dg
+
+    fit = dg.Fit(a=0.01, b=2e-4, c=5e-8, max_rel_error=0.02, n_points=4)
+    ex = dg.Exercise(fit, dg.extrapolate(fit, 2_000, 1_024, 8_192), dg.extrapolate(fit, 20_000, 1_024, 8_192), None, 0)
+    public, answer, _ = cq.ttft_number(ex, "SmolLM2", 8_192)
+    by_hand = (0.01 + 2e-4 * 20_000 + 5e-8 * 20_000**2) / (0.01 + 2e-4 * 2_000 + 5e-8 * 2_000**2)
+    assert answer["ratio"] == pytest.approx(by_hand, rel=1e-12) and public["from"] == 2_000 and public["to"] == 20_000
+    q = Question(5, "ttft", False, public, json.loads(json.dumps(answer)))  # as the store gives it back
+    again = cq.exercise_of(q)
+    assert again.ratio == answer["ratio"] and again.large.beyond_context and again.large.measured_up_to == 1_024
+    assert cq.truth(q) == answer["ratio"]
+    xs, spread = cq.tally_number(q, _votes("10", "×30", "100x", "fast", "", "<i>2</i>", "x"))
+    assert xs == [10.0, 30.0, 100.0] and spread.within_2x == 1  # 39.4: only 30 is within ×2

@@ -10,6 +10,10 @@ devices and the reveal read the store, never the model. Kinds:
   own language; the answer is the option's index.
 * ``number`` — *guess a number*: the KV cache of the model in use for ``tokens`` tokens in fp16, by the
   calculator's formula (``HeadGeometry.kv_bytes``); answers in MB (10⁶ bytes).
+* ``ttft`` — *guess a number*: how many times longer the first token takes (TTFT) when the prompt grows from
+  2,000 to 20,000 tokens, read off the prefill curve measured on this server (``core.gen.diagnose.exercise``,
+  the Diagnose page's exercise: a fit a + b·n + c·n² through measured medians, carried past the longest input
+  measured); answers as a factor.
 * ``ablate`` — *which head (of one layer) or which layer's attention matters* for the next token of the teacher's
   prompt: the choices' names and, for each, the KL of the next-token distribution when it alone is zeroed
   (``core.inside.ablation``, the ablation page's own computation), measured once at opening; the answer is the
@@ -19,6 +23,7 @@ devices and the reveal read the store, never the model. Kinds:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -31,16 +36,17 @@ import numpy as np
 
 from core.engine.tokens import readable_tokens
 from core.engine.types import HeadGeometry
+from core.gen import diagnose as dg
 from core.learn import quiz
 from core.web.classroom.store import Question, Vote
 
 TOP_K = 10
-KINDS = ("next", "mc", "number", "ablate")
+KINDS = ("next", "mc", "number", "ttft", "ablate")
 ABLATE_SCOPES = ("head", "layer")
 NUMBER_TOKENS = (1_024, 4_096, 32_768)
 FP16 = 2  # bytes per stored value
 MB = 1_000_000
-_NUMBER = re.compile(r"^\s*([0-9]+(?:[.,][0-9]+)?|[.,][0-9]+)(?:\s*[eE]\s*([+-]?[0-9]{1,3}))?\s*(?:mb|MB|Mb)?\s*$")
+_NUMBER = re.compile(r"^\s*(?:[xX×]\s*)?([0-9]+(?:[.,][0-9]+)?|[.,][0-9]+)(?:\s*[eE]\s*([+-]?[0-9]{1,3}))?\s*(?:mb|MB|Mb|[xX×])?\s*$")
 
 
 # --- opening -------------------------------------------------------------------------------------------
@@ -110,10 +116,32 @@ def ablated(q: Question, counts: Sequence[int]) -> Ablated:
     return Ablated(best, int(counts[best]), fav, int((kl > kl[fav]).sum()) + 1)
 
 
+def ttft_number(ex: dg.Exercise, model: str, max_positions: int | None) -> tuple[dict, dict, bytes]:
+    """The TTFT at EXERCISE_TO over the TTFT at EXERCISE_FROM from the measured curve's fit (kept whole, so the
+    reveal says it as the Diagnose page does: ``exercise_of``)."""
+    public = {"model": model, "from": dg.EXERCISE_FROM, "to": dg.EXERCISE_TO}
+    answer = {"ratio": float(ex.ratio), "fit": dataclasses.asdict(ex.fit), "up_to": int(ex.large.measured_up_to),
+              "max_positions": max_positions}
+    return public, answer, b""
+
+
+def exercise_of(q: Question) -> dg.Exercise:
+    """The Diagnose page's exercise again, from a ``ttft`` question's stored fit (no TPOT line)."""
+    a = q.answer
+    fit = dg.Fit(**a["fit"])
+    return dg.Exercise(fit, dg.extrapolate(fit, dg.EXERCISE_FROM, a["up_to"], a["max_positions"]),
+                       dg.extrapolate(fit, dg.EXERCISE_TO, a["up_to"], a["max_positions"]), None, 0)
+
+
+def truth(q: Question) -> float:
+    """The value a ``number`` (MB) or ``ttft`` (×) question's answers are set against."""
+    return q.answer["bytes"] / MB if q.kind == "number" else q.answer["ratio"]
+
+
 # --- answers -------------------------------------------------------------------------------------------
 
 def parse_number(text: str) -> float | None:
-    """A typed number of MB ("12", "12.5", "1,5", "3e2", "40 MB"), or None."""
+    """A typed number of MB or a factor ("12", "12.5", "1,5", "3e2", "40 MB", "×10", "10x"), or None."""
     m = _NUMBER.match(text or "")
     if not m:
         return None
@@ -128,7 +156,7 @@ def valid_answer(q: Question, text: str) -> bool:
     """Whether ``text`` answers ``q`` (checked on the student's side before the vote is sent, and again in the tally)."""
     if q.kind in ("mc", "ablate"):
         return text.isascii() and text.isdigit() and text == str(int(text)) and int(text) < int(q.public.get("n", 0))
-    if q.kind == "number":
+    if q.kind in ("number", "ttft"):
         return parse_number(text) is not None
     return bool(text.strip())
 
@@ -184,14 +212,14 @@ class Spread:
 
 
 def tally_number(q: Question, votes: Sequence[Vote]) -> tuple[list[float], Spread | None]:
-    """The answers (MB) and their spread, beside ``q.answer['bytes']``."""
+    """The answers (MB, or a factor) and their spread, beside ``truth(q)``."""
     xs = [x for x in (parse_number(v.answer) for v in votes) if x is not None]
     if not xs:
         return xs, None
-    truth = q.answer["bytes"] / MB
+    value = truth(q)
     a = np.asarray(xs)
     q1, med, q3 = (float(x) for x in np.percentile(a, [25, 50, 75]))
-    close = int(((a >= truth / 2) & (a <= truth * 2)).sum())
+    close = int(((a >= value / 2) & (a <= value * 2)).sum())
     return xs, Spread(len(xs), float(a.min()), q1, med, q3, float(a.max()), close)
 
 

@@ -33,11 +33,12 @@ from plotly.subplots import make_subplots
 
 from core import backends
 from core.common import escape
-from core.gen import kvcalc
+from core.gen import diagnose as dg
+from core.gen import kvcalc, report
 from core.inside import ablation
 from core.learn import quiz
 from core.plot import palette
-from core.web import cache, nav, presenter, ui, widgets
+from core.web import cache, measure, nav, presenter, ui, widgets
 from core.web import receipt as why
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
@@ -49,6 +50,7 @@ FOLLOWING = "_class_following"  # the student follows the teacher (False: lookin
 APPLIED = "_class_applied"  # (view version, page) last taken from the teacher
 ARRIVE = "_class_arrive"  # URL parameters to put in place at the next run
 ANSWERED = "_class_answered"  # question numbers this device has answered
+DIAGNOSE_PREFILL = "diagnose_prefill"  # the Diagnose page's prefill curve asked for (pages/diagnose.py: f"{P}_prefill")
 WHY = "_class_why"  # the next-token question whose receipt the teacher opened
 NOT_FOLLOWED = ("lang", "present", "join")  # each device keeps its own language and projector setting
 _HOST = re.compile(r"^[A-Za-z0-9.\-]{1,253}(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?$")
@@ -159,12 +161,17 @@ def ask_buttons(s: cs.ClassStore, cid: str, secret: str) -> None:
         if st.button(ui.t("class.open_it"), key="class_ask_mc"):
             _ask(s, cid, secret, "mc", *cq.multiple_choice(qid))
     with cols[2].popover(ui.t("class.ask_number"), icon="🔢"):
+        st.caption(ui.t("class.ask_number_kv"))
         tokens = st.selectbox(ui.t("class.ask_number_tokens"), cq.NUMBER_TOKENS, index=1, key="class_num_tokens",
                               format_func=lambda n: f"{n:,}")
         if st.button(ui.t("class.open_it"), key="class_ask_number"):
             loaded = ui.loaded_model()
             if loaded is not None:
                 _ask(s, cid, secret, "number", *cq.kv_number(kvcalc.current_shape(loaded.facts), ui.model_label(), tokens))
+        st.divider()
+        st.caption(ui.t("class.ask_ttft_help"))
+        if st.button(ui.t("class.ask_ttft"), key="class_ask_ttft"):
+            _open_ttft(s, cid, secret)
     with cols[3].popover(ui.t("class.ask_ablate"), icon="✂️"):
         scope = st.radio(ui.t("class.ask_ablate_scope"), cq.ABLATE_SCOPES, horizontal=True, key="class_abl_scope",
                          format_func=ui.fmt("class.ablate_scope_{}"))
@@ -198,6 +205,21 @@ def _open_next(s: cs.ClassStore, cid: str, secret: str) -> None:
                                          lens=(lens_t, lens_p[:, 0].tolist()))
     answer["again"] = cq.retrace(ui.model_id(), ui.prompt(), ui.chat())
     _ask(s, cid, secret, "next", public, answer, blob)
+
+
+def _open_ttft(s: cs.ClassStore, cid: str, secret: str) -> None:
+    """The Diagnose page's exercise (TTFT 2K → 20K) from the prefill curve this session measured there."""
+    loaded = ui.loaded_model()
+    got = st.session_state.get(DIAGNOSE_PREFILL)  # (model spec, lengths, run): the Diagnose page's last press
+    pts = None
+    if loaded is not None and got and got[0] == loaded.spec:
+        pts = measure.show(cache.diagnose_prefill(loaded, got[1], got[2]), quiet=True)
+    if not pts:
+        st.warning(ui.t("class.err.no_curve"))
+        nav.page_link("diagnose", label=ui.t("class.measure_link"), icon="⏱️", query={"symptom": "slow_first"})
+        return
+    ex = dg.exercise(pts, loaded.facts.max_positions)
+    _ask(s, cid, secret, "ttft", *cq.ttft_number(ex, ui.model_label(), loaded.facts.max_positions))
 
 
 def _open_ablate(s: cs.ClassStore, cid: str, secret: str, scope: str, layer: int) -> None:
@@ -340,7 +362,7 @@ def _results(s: cs.ClassStore, cid: str, secret: str) -> None:
             _reveal_next(s, cid, secret, q, votes)
         elif q.kind == "mc":
             _reveal_mc(q, votes)
-        elif q.kind == "number":
+        elif q.kind in ("number", "ttft"):
             _reveal_number(q, votes)
         elif q.kind == "ablate":
             _reveal_ablate(q, votes)
@@ -358,6 +380,9 @@ def question_text(q: cs.Question, where: Any = None) -> None:
         p = q.public
         w.markdown(ui.t(f"class.q_ablate_{p['scope']}", layer=p["layer"]) + (" " + ui.t("class.q_next_cut") if p.get("cut") else ""))
         w.code(p.get("prompt", ""), language=None, wrap_lines=True)  # a code block: never rendered
+    elif q.kind == "ttft":
+        p = q.public
+        w.markdown(ui.t("class.q_ttft", model=escape.md(p["model"]), t0=f"{p['from']:,}", t1=f"{p['to']:,}"))
     elif q.kind == "number":
         p = q.public
         w.markdown(ui.t("class.q_number", model=escape.md(p["model"]), tokens=f"{p['tokens']:,}", layers=p["layers"],
@@ -451,17 +476,26 @@ def _reveal_ablate(q: cs.Question, votes: list[cs.Vote]) -> None:
 
 
 def _reveal_number(q: cs.Question, votes: list[cs.Vote]) -> None:
+    """The room's spread beside the value: the KV formula's MB, or the TTFT factor read off the measured curve
+    (said as the Diagnose page says it: an extrapolation past the longest input measured)."""
     xs, spread = cq.tally_number(q, votes)
-    truth = q.answer["bytes"] / cq.MB
+    truth, kv = cq.truth(q), q.kind == "number"
     f = go.Figure(go.Box(x=xs, name="", boxpoints="all", marker_color=palette.colour("main"), orientation="h"))
-    f.add_vline(x=truth, line=palette.line("accent", width=3), annotation_text=ui.t("class.computed"))
-    f.update_layout(title=ui.t("class.fig_number"), height=260, xaxis_type="log", xaxis_title="MB", margin=dict(t=60, b=50))
+    f.add_vline(x=truth, line=palette.line("accent", width=3), annotation_text=ui.t("class.computed" if kv else "class.fitted"))
+    f.update_layout(title=ui.t("class.fig_number" if kv else "class.fig_ttft"), height=260, xaxis_type="log",
+                    xaxis_title="MB" if kv else "×", margin=dict(t=60, b=50))
     presenter.chart(f, key=f"class_fig_{q.qid}")
+    if not kv:
+        ex = cq.exercise_of(q)
+        st.markdown(report.exercise_prefill_text(ex, ui.lang()))
+        ui.badge("measured", report.extrapolated_note(ex, ui.lang()))
     if spread is not None:
         def g(x: float) -> str:
             return f"{x:,.4g}"
-        st.markdown(ui.t("class.number_answer", mb=g(truth), bytes=f"{q.answer['bytes']:,}", median=g(spread.median),
-                         q1=g(spread.q1), q3=g(spread.q3), lo=g(spread.lo), hi=g(spread.hi), close=spread.within_2x, n=spread.n))
+        room = dict(median=g(spread.median), q1=g(spread.q1), q3=g(spread.q3), lo=g(spread.lo), hi=g(spread.hi),
+                    close=spread.within_2x, n=spread.n)
+        st.markdown(ui.t("class.number_answer", mb=g(truth), bytes=f"{q.answer['bytes']:,}", **room) if kv
+                    else ui.t("class.ttft_room", x=g(truth), **room))
 
 
 # --- student -------------------------------------------------------------------------------------------
@@ -545,10 +579,10 @@ def _answer_box(s: cs.ClassStore, cid: str, device: str, q: cs.Question) -> None
             text = "" if pick is None else str(pick)
         else:
             text = st.text_input(ui.t("class.your_answer"), max_chars=s.limits.answer_chars, key=f"class_text_{q.qid}",
-                                 placeholder=ui.t("class.q_number_hint") if q.kind == "number" else None)
+                                 placeholder=ui.t(f"class.q_{q.kind}_hint") if q.kind in ("number", "ttft") else None)
         if st.form_submit_button(ui.t("class.send"), type="primary"):
-            if q.kind == "number" and cq.parse_number(text) is None:
-                st.warning(ui.t("class.bad_number"))
+            if q.kind in ("number", "ttft") and cq.parse_number(text) is None:
+                st.warning(ui.t("class.bad_number" if q.kind == "number" else "class.bad_ratio"))
                 return
             try:
                 s.vote(cid, q.qid, device, text)
