@@ -219,3 +219,13 @@ def test_ttft_number_is_the_diagnose_pages_exercise_and_its_reveal_says_so(class
 
 def _shown(text: str, page: str) -> bool:
     return text in page or text.replace("'", "\\'") in page
+
+
+def test_the_quiz_question_on_chinese_tokens_holds_on_the_model(smol):
+    """quiz.zh_cost says "2加3等于几？" (7 characters) becomes more tokens than characters, some characters in
+    several byte-level pieces, while "2", "加" and "3" are a token each: the tokenizer's own split."""
+    text = "2加3等于几？"
+    ids = smol.tokenizer.encode(text, add_special_tokens=False)
+    assert len(text) == 7 and len(ids) > len(text)
+    per_char = [len(smol.tokenizer.encode(ch, add_special_tokens=False)) for ch in text]
+    assert max(per_char) >= 2 and min(per_char) == 1 and "2加3等于几？" in i18n.t("quiz.zh_cost.q", "zh")
