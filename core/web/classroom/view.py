@@ -175,11 +175,10 @@ def ask_buttons(s: cs.ClassStore, cid: str, secret: str) -> None:
     with cols[3].popover(ui.t("class.ask_ablate"), icon="✂️"):
         scope = st.radio(ui.t("class.ask_ablate_scope"), cq.ABLATE_SCOPES, horizontal=True, key="class_abl_scope",
                          format_func=ui.fmt("class.ablate_scope_{}"))
-        layer = 0
-        if scope == "head":
-            n_layers = ui.loaded_model().facts.n_layers if ui.loaded_model() is not None else 1
-            layer = int(st.number_input(ui.t("ui.layer"), 0, n_layers - 1, ui.qp_int("layer", 0, 0, n_layers - 1),
-                                        key="class_abl_layer"))
+        layer, loaded = 0, ui.loaded_model()
+        if scope == "head" and loaded is not None:
+            top = loaded.facts.n_layers - 1
+            layer = int(st.number_input(ui.t("ui.layer"), 0, top, ui.qp_int("layer", 0, 0, top), key="class_abl_layer"))
         if st.button(ui.t("class.open_it"), key="class_ask_ablate"):
             _open_ablate(s, cid, secret, scope, layer)
     try:
@@ -456,6 +455,9 @@ def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
 def _reveal_ablate(q: cs.Question, votes: list[cs.Vote]) -> None:
     """The room's picks beside the measured effect of zeroing each choice (the ablation page's KL)."""
     counts, names, kl = cq.tally_mc(q, votes), q.public["names"], q.answer["kl"]
+    if not sum(counts):  # votes that name no choice (sent around the page) are not counted
+        st.caption(ui.t("class.no_answers"))
+        return
     a = cq.ablated(q, counts)
     f = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                       subplot_titles=(ui.t("class.fig_picks"), ui.t("class.fig_kl")))
