@@ -15,7 +15,7 @@ from core.common import i18n
 from core.common.settings import SettingsError
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
-from core.web import a11y, cache, guards, nav, presenter, replica, ui, visits, widgets
+from core.web import a11y, cache, guards, nav, presenter, replica, ui, visits
 from core.web.classroom import view as classroom
 from core.web.offer import LOCAL_ID, Offer, OfferError, canonical_target
 
@@ -62,7 +62,7 @@ def model_box() -> None:
             except OfferError:
                 st.error(ui.t("sb.model_path_bad"))
     if wanted is not None and wanted[1] != ui.model_spec():
-        _switch_model(*wanted)
+        ui.switch_model(*wanted)
     if ui.model_id() == LOCAL_ID:
         st.query_params.pop("model", None)
     else:
@@ -108,19 +108,6 @@ def prompt_box() -> None:
     st.query_params["chat"] = "1" if st.session_state["chat"] else "0"
 
 
-def _switch_model(model_id: str, spec: str) -> None:
-    """Try a new model; on failure keep the previous one and say why."""
-    try:
-        cache.get_model(spec)
-    except Exception as e:  # never a traceback: any failure keeps the previous model
-        st.sidebar.error(ui.t("err.model_load", msg=ui.load_error_text(e, spec)))
-        st.sidebar.caption(ui.t("sb.kept_model", spec=widgets.md(ui.model_label())))
-        return
-    st.session_state["model_spec_ok"] = spec
-    st.session_state["model_id"] = model_id
-    st.session_state.pop("_link_model_refused", None)
-
-
 def model_from_link(offer: Offer) -> None:
     """The model a link names, by offered id only. Anything else (a path, an unknown id) is neither
     loaded nor looked at: one generic sentence, the same whatever the value, and the embedded model."""
@@ -133,7 +120,7 @@ def model_from_link(offer: Offer) -> None:
     if spec is None:
         st.session_state["_link_model_refused"] = True
         return
-    _switch_model(wanted, spec)
+    ui.switch_model(wanted, spec)
 
 
 def load_in_view() -> None:

@@ -57,6 +57,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question("long_io", 3, 2, "kv_cache", "kv_cache"),
     Question("pre_post_norm", 3, 1, "norms", "norms"),
     Question("alibi", 3, 2, "positions", "positions"),
+    Question("residual_text", 3, 2, "residual", "transformer"),  # the lessons' "a copy of the text?" (block step)
+    Question("zh_cost", 3, 1, "tokens", "transformer"),  # the Chinese lesson's "why more tokens than characters?"
 )
 BY_ID = {q.id: q for q in QUESTIONS}
 

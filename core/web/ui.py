@@ -96,6 +96,21 @@ def model_label() -> str:
     return model_spec() if model_id() == LOCAL_ID else model_id()
 
 
+def switch_model(model_id: str, spec: str) -> bool:
+    """Try a new model (an offered id and its spec, or ``LOCAL_ID`` and a folder the reader typed); on failure
+    keep the previous one and say why. Whether it switched."""
+    try:
+        cache.get_model(spec)
+    except Exception as e:  # never a traceback: any failure keeps the previous model
+        st.sidebar.error(t("err.model_load", msg=load_error_text(e, spec)))
+        st.sidebar.caption(t("sb.kept_model", spec=escape.md(model_label())))
+        return False
+    st.session_state["model_spec_ok"] = spec
+    st.session_state["model_id"] = model_id
+    st.session_state.pop("_link_model_refused", None)
+    return True
+
+
 def load_error_text(e: Exception, spec: str) -> str:
     """A load failure as a sentence in the user's language, as Markdown (what came from outside escaped) (a ModelLoadError's code picks it; one whose
     code has no sentence is said as ``str(e)``). Never a server path: an offered model's folder is named

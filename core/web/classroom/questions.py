@@ -10,11 +10,20 @@ devices and the reveal read the store, never the model. Kinds:
   own language; the answer is the option's index.
 * ``number`` — *guess a number*: the KV cache of the model in use for ``tokens`` tokens in fp16, by the
   calculator's formula (``HeadGeometry.kv_bytes``); answers in MB (10⁶ bytes).
+* ``ttft`` — *guess a number*: how many times longer the first token takes (TTFT) when the prompt grows from
+  2,000 to 20,000 tokens, read off the prefill curve measured on this server (``core.gen.diagnose.exercise``,
+  the Diagnose page's exercise: a fit a + b·n + c·n² through measured medians, carried past the longest input
+  measured); answers as a factor.
+* ``ablate`` — *which head (of one layer) or which layer's attention matters* for the next token of the teacher's
+  prompt: the choices' names and, for each, the KL of the next-token distribution when it alone is zeroed
+  (``core.inside.ablation``, the ablation page's own computation), measured once at opening; the answer is the
+  choice's index, counted like a multiple choice.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -27,15 +36,17 @@ import numpy as np
 
 from core.engine.tokens import readable_tokens
 from core.engine.types import HeadGeometry
+from core.gen import diagnose as dg
 from core.learn import quiz
 from core.web.classroom.store import Question, Vote
 
 TOP_K = 10
-KINDS = ("next", "mc", "number")
+KINDS = ("next", "mc", "number", "ttft", "ablate")
+ABLATE_SCOPES = ("head", "layer")
 NUMBER_TOKENS = (1_024, 4_096, 32_768)
 FP16 = 2  # bytes per stored value
 MB = 1_000_000
-_NUMBER = re.compile(r"^\s*([0-9]+(?:[.,][0-9]+)?|[.,][0-9]+)(?:\s*[eE]\s*([+-]?[0-9]{1,3}))?\s*(?:mb|MB|Mb)?\s*$")
+_NUMBER = re.compile(r"^\s*(?:[xX×]\s*)?([0-9]+(?:[.,][0-9]+)?|[.,][0-9]+)(?:\s*[eE]\s*([+-]?[0-9]{1,3}))?\s*(?:mb|MB|Mb|[xX×])?\s*$")
 
 
 # --- opening -------------------------------------------------------------------------------------------
@@ -57,6 +68,15 @@ def next_token(tokenizer: Any, prompt: str, traced_text: str, probs: np.ndarray,
     return public, answer, p.tobytes()
 
 
+RETRACE_BYTES = 8_000  # a prompt kept whole with a next-token question (for its receipt), at most
+
+
+def retrace(model: str, prompt: str, chat: bool) -> dict | None:
+    """What traces a next-token question's prompt again after its reveal (the receipt of the model's top token,
+    ``core.web.receipt``): the model's offered id, the whole prompt, the chat switch; None past RETRACE_BYTES."""
+    return {"model": model, "prompt": prompt, "chat": bool(chat)} if len(prompt.encode("utf-8")) <= RETRACE_BYTES else None
+
+
 def multiple_choice(qid: str) -> tuple[dict, dict, bytes]:
     q = quiz.BY_ID[qid]
     return {"id": q.id, "n": q.n_options}, {"correct": q.correct, "page": q.page}, b""
@@ -70,10 +90,58 @@ def kv_number(shape: HeadGeometry, model: str, tokens: int) -> tuple[dict, dict,
     return public, {"bytes": exact}, b""
 
 
+def ablate(prompt: str, scope: str, layer: int, names: Sequence[str], kl: Sequence[float]) -> tuple[dict, dict, bytes]:
+    """*Which head of ``layer`` (scope "head") or which layer's attention (scope "layer") matters?*, with the
+    measured KL (nats) of ablating each choice alone, in the order of ``names``."""
+    assert scope in ABLATE_SCOPES and len(names) == len(kl) > 0
+    public = {"prompt": prompt[-400:], "cut": len(prompt) > 400, "scope": scope, "layer": int(layer),
+              "n": len(names), "names": [str(x) for x in names]}
+    return public, {"kl": [float(x) for x in kl]}, b""
+
+
+@dataclass(frozen=True)
+class Ablated:
+    """The reveal of an ``ablate`` question: the choice that matters most (largest KL) and how many picked it;
+    the room's favourite (most picked; ties: the first) and its rank by KL (1 = matters most)."""
+
+    best: int
+    n_best: int
+    favourite: int
+    favourite_rank: int
+
+
+def ablated(q: Question, counts: Sequence[int]) -> Ablated:
+    kl = np.asarray(q.answer["kl"], dtype=np.float64)
+    best, fav = int(np.argmax(kl)), int(np.argmax(counts))
+    return Ablated(best, int(counts[best]), fav, int((kl > kl[fav]).sum()) + 1)
+
+
+def ttft_number(ex: dg.Exercise, model: str, max_positions: int | None) -> tuple[dict, dict, bytes]:
+    """The TTFT at EXERCISE_TO over the TTFT at EXERCISE_FROM from the measured curve's fit (kept whole, so the
+    reveal says it as the Diagnose page does: ``exercise_of``)."""
+    public = {"model": model, "from": dg.EXERCISE_FROM, "to": dg.EXERCISE_TO}
+    answer = {"ratio": float(ex.ratio), "fit": dataclasses.asdict(ex.fit), "up_to": int(ex.large.measured_up_to),
+              "max_positions": max_positions}
+    return public, answer, b""
+
+
+def exercise_of(q: Question) -> dg.Exercise:
+    """The Diagnose page's exercise again, from a ``ttft`` question's stored fit (no TPOT line)."""
+    a = q.answer
+    fit = dg.Fit(**a["fit"])
+    return dg.Exercise(fit, dg.extrapolate(fit, dg.EXERCISE_FROM, a["up_to"], a["max_positions"]),
+                       dg.extrapolate(fit, dg.EXERCISE_TO, a["up_to"], a["max_positions"]), None, 0)
+
+
+def truth(q: Question) -> float:
+    """The value a ``number`` (MB) or ``ttft`` (×) question's answers are set against."""
+    return q.answer["bytes"] / MB if q.kind == "number" else q.answer["ratio"]
+
+
 # --- answers -------------------------------------------------------------------------------------------
 
 def parse_number(text: str) -> float | None:
-    """A typed number of MB ("12", "12.5", "1,5", "3e2", "40 MB"), or None."""
+    """A typed number of MB or a factor ("12", "12.5", "1,5", "3e2", "40 MB", "×10", "10x"), or None."""
     m = _NUMBER.match(text or "")
     if not m:
         return None
@@ -86,9 +154,9 @@ def parse_number(text: str) -> float | None:
 
 def valid_answer(q: Question, text: str) -> bool:
     """Whether ``text`` answers ``q`` (checked on the student's side before the vote is sent, and again in the tally)."""
-    if q.kind == "mc":
-        return text.isdigit() and int(text) < int(q.public.get("n", 0))
-    if q.kind == "number":
+    if q.kind in ("mc", "ablate"):
+        return text.isascii() and text.isdigit() and text == str(int(text)) and int(text) < int(q.public.get("n", 0))
+    if q.kind in ("number", "ttft"):
         return parse_number(text) is not None
     return bool(text.strip())
 
@@ -124,6 +192,7 @@ def hits(guesses: Sequence[Guess], k: int) -> int:
 
 
 def tally_mc(q: Question, votes: Sequence[Vote]) -> list[int]:
+    """How many picked each option (``mc``) or choice (``ablate``); anything else is not counted."""
     counts = [0] * int(q.public["n"])
     for v in votes:
         if valid_answer(q, v.answer):
@@ -143,14 +212,14 @@ class Spread:
 
 
 def tally_number(q: Question, votes: Sequence[Vote]) -> tuple[list[float], Spread | None]:
-    """The answers (MB) and their spread, beside ``q.answer['bytes']``."""
+    """The answers (MB, or a factor) and their spread, beside ``truth(q)``."""
     xs = [x for x in (parse_number(v.answer) for v in votes) if x is not None]
     if not xs:
         return xs, None
-    truth = q.answer["bytes"] / MB
+    value = truth(q)
     a = np.asarray(xs)
     q1, med, q3 = (float(x) for x in np.percentile(a, [25, 50, 75]))
-    close = int(((a >= truth / 2) & (a <= truth * 2)).sum())
+    close = int(((a >= value / 2) & (a <= value * 2)).sum())
     return xs, Spread(len(xs), float(a.min()), q1, med, q3, float(a.max()), close)
 
 

@@ -29,12 +29,17 @@ import numpy as np
 import plotly.graph_objects as go
 import segno
 import streamlit as st
+from plotly.subplots import make_subplots
 
+from core import backends
 from core.common import escape
-from core.gen import kvcalc
+from core.gen import diagnose as dg
+from core.gen import kvcalc, report
+from core.inside import ablation
 from core.learn import quiz
 from core.plot import palette
-from core.web import cache, nav, presenter, ui
+from core.web import cache, measure, nav, presenter, ui, widgets
+from core.web import receipt as why
 from core.web.classroom import questions as cq
 from core.web.classroom import store as cs
 
@@ -45,6 +50,8 @@ FOLLOWING = "_class_following"  # the student follows the teacher (False: lookin
 APPLIED = "_class_applied"  # (view version, page) last taken from the teacher
 ARRIVE = "_class_arrive"  # URL parameters to put in place at the next run
 ANSWERED = "_class_answered"  # question numbers this device has answered
+DIAGNOSE_PREFILL = "diagnose_prefill"  # the Diagnose page's prefill curve asked for (pages/diagnose.py: f"{P}_prefill")
+WHY = "_class_why"  # the next-token question whose receipt the teacher opened
 NOT_FOLLOWED = ("lang", "present", "join")  # each device keeps its own language and projector setting
 _HOST = re.compile(r"^[A-Za-z0-9.\-]{1,253}(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?$")
 
@@ -75,10 +82,16 @@ def role() -> str | None:
 # --- app.py's three hooks ------------------------------------------------------------------------------
 
 def arrive() -> None:
-    """Before the sidebar: the teacher's prompt and chat switch, from a view the follow bar switched to."""
+    """Before the sidebar: the teacher's model, prompt and chat switch, from a view the follow bar switched to.
+    The model only by an id this server offers (``Offer.spec``): a path or an unknown id is never loaded, and
+    the student keeps their own (also when the teacher uses a folder of their own, which is in no URL)."""
     params = st.session_state.pop(ARRIVE, None)
     if not params:
         return
+    wanted = params.get("model")
+    spec = ui.offered().spec(wanted)
+    if spec is not None and wanted != ui.model_id() and ui.switch_model(wanted, spec):
+        st.session_state["model_pick"] = wanted  # the sidebar's menu shows it (and does not switch back)
     if isinstance(params.get("prompt"), str):
         st.session_state["prompt"] = params["prompt"][: ui.MAX_PROMPT_CHARS]
     if params.get("chat") in ("0", "1"):
@@ -138,8 +151,8 @@ def _teacher_bar() -> None:
 
 
 def ask_buttons(s: cs.ClassStore, cid: str, secret: str) -> None:
-    """One click from where the teacher is: the three kinds of question, and closing the open one."""
-    cols = st.columns(4)
+    """One click from where the teacher is: the four kinds of question, and closing the open one."""
+    cols = st.columns(5)
     if cols[0].button(ui.t("class.ask_next"), icon="❓", key="class_ask_next"):
         _open_next(s, cid, secret)
     with cols[1].popover(ui.t("class.ask_mc"), icon="✅"):
@@ -148,19 +161,33 @@ def ask_buttons(s: cs.ClassStore, cid: str, secret: str) -> None:
         if st.button(ui.t("class.open_it"), key="class_ask_mc"):
             _ask(s, cid, secret, "mc", *cq.multiple_choice(qid))
     with cols[2].popover(ui.t("class.ask_number"), icon="🔢"):
+        st.caption(ui.t("class.ask_number_kv"))
         tokens = st.selectbox(ui.t("class.ask_number_tokens"), cq.NUMBER_TOKENS, index=1, key="class_num_tokens",
                               format_func=lambda n: f"{n:,}")
         if st.button(ui.t("class.open_it"), key="class_ask_number"):
             loaded = ui.loaded_model()
             if loaded is not None:
                 _ask(s, cid, secret, "number", *cq.kv_number(kvcalc.current_shape(loaded.facts), ui.model_label(), tokens))
+        st.divider()
+        st.caption(ui.t("class.ask_ttft_help"))
+        if st.button(ui.t("class.ask_ttft"), key="class_ask_ttft"):
+            _open_ttft(s, cid, secret)
+    with cols[3].popover(ui.t("class.ask_ablate"), icon="✂️"):
+        scope = st.radio(ui.t("class.ask_ablate_scope"), cq.ABLATE_SCOPES, horizontal=True, key="class_abl_scope",
+                         format_func=ui.fmt("class.ablate_scope_{}"))
+        layer, loaded = 0, ui.loaded_model()
+        if scope == "head" and loaded is not None:
+            top = loaded.facts.n_layers - 1
+            layer = int(st.number_input(ui.t("ui.layer"), 0, top, ui.qp_int("layer", 0, 0, top), key="class_abl_layer"))
+        if st.button(ui.t("class.open_it"), key="class_ask_ablate"):
+            _open_ablate(s, cid, secret, scope, layer)
     try:
         st_ = s.state(cid)
     except cs.ClassError:
         st_ = None
     if st_ is not None and st_.question is not None:
         qn = st_.question.qid
-        if cols[3].button(ui.t("class.close", i=qn), icon="⏹️", key="class_close"):
+        if cols[4].button(ui.t("class.close", i=qn), icon="⏹️", key="class_close"):
             s.close_question(cid, secret, qn)
             st.rerun()
 
@@ -173,8 +200,51 @@ def _open_next(s: cs.ClassStore, cid: str, secret: str) -> None:
         return
     last = tr.n_tokens - 1
     _, lens_p, lens_t = cache.get_lens(tr, last, last + 1)  # how the answer formed: every layer's best guess
-    _ask(s, cid, secret, "next", *cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs(),
-                                                 lens=(lens_t, lens_p[:, 0].tolist())))
+    public, answer, blob = cq.next_token(loaded.tokenizer, ui.prompt(), tr.text, tr.last_probs(),
+                                         lens=(lens_t, lens_p[:, 0].tolist()))
+    answer["again"] = cq.retrace(ui.model_id(), ui.prompt(), ui.chat())
+    _ask(s, cid, secret, "next", public, answer, blob)
+
+
+def _open_ttft(s: cs.ClassStore, cid: str, secret: str) -> None:
+    """The Diagnose page's exercise (TTFT 2K → 20K) from the prefill curve this session measured there."""
+    loaded = ui.loaded_model()
+    got = st.session_state.get(DIAGNOSE_PREFILL)  # (model spec, lengths, run): the Diagnose page's last press
+    pts = None
+    if loaded is not None and got and got[0] == loaded.spec:
+        pts = measure.show(cache.diagnose_prefill(loaded, got[1], got[2]), quiet=True)
+    if not pts:
+        st.warning(ui.t("class.err.no_curve"))
+        nav.page_link("diagnose", label=ui.t("class.measure_link"), icon="⏱️", query={"symptom": "slow_first"})
+        return
+    ex = dg.exercise(pts, loaded.facts.max_positions)
+    _ask(s, cid, secret, "ttft", *cq.ttft_number(ex, ui.model_label(), loaded.facts.max_positions))
+
+
+def _open_ablate(s: cs.ClassStore, cid: str, secret: str, scope: str, layer: int) -> None:
+    """The ablation page's own numbers for the current prompt, once: each head of ``layer`` zeroed alone (its
+    sweep, ``cache.layer_sweep``) or each layer's attention zeroed (its metric's KL, ``cache.probs``)."""
+    tr = ui.current_trace()
+    loaded = ui.loaded_model() if tr is not None else None
+    if tr is None or loaded is None:
+        st.warning(ui.t("class.err.no_trace"))
+        return
+    if not backends.is_hf(loaded):
+        st.info(ui.t("ablation.needs_hf"))
+        return
+    if ablation.too_long(tr.n_tokens):
+        st.warning(ui.t("ablation.too_long", n=tr.n_tokens, k=ablation.MAX_TOKENS))
+        return
+    ids = tuple(int(i) for i in tr.token_ids)
+    with st.spinner(ui.t("class.ablating")):
+        if scope == "head":
+            names, kl = ablation.head_names(tr.n_heads), cache.layer_sweep(loaded, ids, layer).tolist()
+        else:
+            before = cache.probs(loaded, ids, ())
+            names = [f"L{i}" for i in range(tr.n_layers)]
+            kl = [ablation.effect(before, cache.probs(loaded, ids, ablation.Target(i, 0, "layer").ablate)).kl
+                  for i in range(tr.n_layers)]
+    _ask(s, cid, secret, "ablate", *cq.ablate(ui.prompt(), scope, layer, names, kl))
 
 
 def _ask(s: cs.ClassStore, cid: str, secret: str, kind: str, public: dict, answer: dict, blob: bytes) -> None:
@@ -291,8 +361,10 @@ def _results(s: cs.ClassStore, cid: str, secret: str) -> None:
             _reveal_next(s, cid, secret, q, votes)
         elif q.kind == "mc":
             _reveal_mc(q, votes)
-        elif q.kind == "number":
+        elif q.kind in ("number", "ttft"):
             _reveal_number(q, votes)
+        elif q.kind == "ablate":
+            _reveal_ablate(q, votes)
 
 
 def question_text(q: cs.Question, where: Any = None) -> None:
@@ -303,6 +375,13 @@ def question_text(q: cs.Question, where: Any = None) -> None:
         w.code(q.public.get("prompt", ""), language=None, wrap_lines=True)  # a code block: never rendered
     elif q.kind == "mc":
         w.markdown(ui.t(f"quiz.{q.public['id']}.q"))
+    elif q.kind == "ablate":
+        p = q.public
+        w.markdown(ui.t(f"class.q_ablate_{p['scope']}", layer=p["layer"]) + (" " + ui.t("class.q_next_cut") if p.get("cut") else ""))
+        w.code(p.get("prompt", ""), language=None, wrap_lines=True)  # a code block: never rendered
+    elif q.kind == "ttft":
+        p = q.public
+        w.markdown(ui.t("class.q_ttft", model=escape.md(p["model"]), t0=f"{p['from']:,}", t1=f"{p['to']:,}"))
     elif q.kind == "number":
         p = q.public
         w.markdown(ui.t("class.q_number", model=escape.md(p["model"]), tokens=f"{p['tokens']:,}", layers=p["layers"],
@@ -346,6 +425,23 @@ def _reveal_next(s: cs.ClassStore, cid: str, secret: str, q: cs.Question, votes:
                         yaxis_title=ui.t("class.lens_y"), yaxis_range=[0, 1.1], margin=dict(t=60, b=50))
         presenter.chart(f, key=f"class_lens_{q.qid}")
         st.caption(ui.t("class.lens_caption", last=len(lens) - 1))
+    _why(loaded, q)
+
+
+def _why(loaded: Any, q: cs.Question) -> None:
+    """One click: the receipt of the model's top token for the question's prompt (``core.web.receipt``), traced
+    again with the model it was asked with (no button when the teacher has switched model or the prompt was
+    too long to keep)."""
+    again = q.answer.get("again")
+    if not again or again["model"] != ui.model_id():
+        return
+    tr = ui.current_trace(again["prompt"], chat_mode=again["chat"])
+    if tr is None or int(np.argmax(tr.last_logits)) != q.answer["top"][0][0]:
+        return
+    if why.button(tuple(tr.key), tr.n_tokens - 1, None, q.answer["top"][0][1], key=f"class_why_{q.qid}", link=False):
+        st.session_state[WHY] = q.qid
+    if st.session_state.get(WHY) == q.qid:  # one question's receipt at a time
+        why.panel(loaded, tr)
 
 
 def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
@@ -356,18 +452,52 @@ def _reveal_mc(q: cs.Question, votes: list[cs.Vote]) -> None:
     st.markdown(ui.t(f"quiz.{q.public['id']}.why"))
 
 
-def _reveal_number(q: cs.Question, votes: list[cs.Vote]) -> None:
-    xs, spread = cq.tally_number(q, votes)
-    truth = q.answer["bytes"] / cq.MB
-    f = go.Figure(go.Box(x=xs, name="", boxpoints="all", marker_color=palette.colour("main"), orientation="h"))
-    f.add_vline(x=truth, line=palette.line("accent", width=3), annotation_text=ui.t("class.computed"))
-    f.update_layout(title=ui.t("class.fig_number"), height=260, xaxis_type="log", xaxis_title="MB", margin=dict(t=60, b=50))
+def _reveal_ablate(q: cs.Question, votes: list[cs.Vote]) -> None:
+    """The room's picks beside the measured effect of zeroing each choice (the ablation page's KL)."""
+    counts, names, kl = cq.tally_mc(q, votes), q.public["names"], q.answer["kl"]
+    if not sum(counts):  # votes that name no choice (sent around the page) are not counted
+        st.caption(ui.t("class.no_answers"))
+        return
+    a = cq.ablated(q, counts)
+    f = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                      subplot_titles=(ui.t("class.fig_picks"), ui.t("class.fig_kl")))
+    colours = [palette.colour("second") if i == a.best else palette.colour("main") for i in range(len(names))]
+    f.add_trace(go.Bar(x=counts, y=names, orientation="h", marker_color=colours, text=counts, textposition="outside"), 1, 1)
+    f.add_trace(go.Bar(x=kl, y=names, orientation="h", marker_color=colours, text=[f"{x:.3g}" for x in kl],
+                       textposition="outside"), 1, 2)
+    f.update_layout(height=140 + 26 * len(names), showlegend=False, yaxis=dict(autorange="reversed", type="category"),
+                    margin=dict(l=10, r=30, t=60, b=40))
+    f.update_xaxes(title_text=ui.t("class.col_n"), row=1, col=1)
+    f.update_xaxes(title_text=ui.t("class.kl_x"), row=1, col=2)
     presenter.chart(f, key=f"class_fig_{q.qid}")
+    st.markdown(ui.t("class.ablate_answer", best=names[a.best], kl=f"{kl[a.best]:.3g}", n_best=a.n_best, n=sum(counts),
+                     fav=names[a.favourite], rank=a.favourite_rank, of=len(names), kl_fav=f"{kl[a.favourite]:.3g}"))
+    nav.page_link("ablation", label=ui.t("class.ablate_link"), icon="✂️",
+                  query={"layer": str(q.public["layer"] if q.public["scope"] == "head" else a.best),
+                         "head": str(a.best if q.public["scope"] == "head" else 0)})
+
+
+def _reveal_number(q: cs.Question, votes: list[cs.Vote]) -> None:
+    """The room's spread beside the value: the KV formula's MB, or the TTFT factor read off the measured curve
+    (said as the Diagnose page says it: an extrapolation past the longest input measured)."""
+    xs, spread = cq.tally_number(q, votes)
+    truth, kv = cq.truth(q), q.kind == "number"
+    f = go.Figure(go.Box(x=xs, name="", boxpoints="all", marker_color=palette.colour("main"), orientation="h"))
+    f.add_vline(x=truth, line=palette.line("accent", width=3), annotation_text=ui.t("class.computed" if kv else "class.fitted"))
+    f.update_layout(title=ui.t("class.fig_number" if kv else "class.fig_ttft"), height=260, xaxis_type="log",
+                    xaxis_title="MB" if kv else "×", margin=dict(t=60, b=50))
+    presenter.chart(f, key=f"class_fig_{q.qid}")
+    if not kv:
+        ex = cq.exercise_of(q)
+        st.markdown(report.exercise_prefill_text(ex, ui.lang()))
+        ui.badge("measured", report.extrapolated_note(ex, ui.lang()))
     if spread is not None:
         def g(x: float) -> str:
             return f"{x:,.4g}"
-        st.markdown(ui.t("class.number_answer", mb=g(truth), bytes=f"{q.answer['bytes']:,}", median=g(spread.median),
-                         q1=g(spread.q1), q3=g(spread.q3), lo=g(spread.lo), hi=g(spread.hi), close=spread.within_2x, n=spread.n))
+        room = dict(median=g(spread.median), q1=g(spread.q1), q3=g(spread.q3), lo=g(spread.lo), hi=g(spread.hi),
+                    close=spread.within_2x, n=spread.n)
+        st.markdown(ui.t("class.number_answer", mb=g(truth), bytes=f"{q.answer['bytes']:,}", **room) if kv
+                    else ui.t("class.ttft_room", x=g(truth), **room))
 
 
 # --- student -------------------------------------------------------------------------------------------
@@ -443,17 +573,18 @@ def _answer_box(s: cs.ClassStore, cid: str, device: str, q: cs.Question) -> None
     st.markdown(f"**{ui.t('class.q_title', i=q.qid, kind=ui.t(f'class.kind.{q.kind}'))}**")
     question_text(q)
     with st.form(f"class_answer_{q.qid}", border=False):
-        if q.kind == "mc":
-            options = [ui.t(f"quiz.{q.public['id']}.o{i}") for i in range(int(q.public["n"]))]
+        if q.kind in ("mc", "ablate"):
+            options = ([ui.t(f"quiz.{q.public['id']}.o{i}") for i in range(int(q.public["n"]))] if q.kind == "mc"
+                       else [widgets.code(str(x)) for x in q.public["names"]])
             pick = st.radio(ui.t("class.your_answer"), range(len(options)), index=None, key=f"class_pick_{q.qid}",
-                            format_func=options.__getitem__)
+                            format_func=options.__getitem__, horizontal=q.kind == "ablate")
             text = "" if pick is None else str(pick)
         else:
             text = st.text_input(ui.t("class.your_answer"), max_chars=s.limits.answer_chars, key=f"class_text_{q.qid}",
-                                 placeholder=ui.t("class.q_number_hint") if q.kind == "number" else None)
+                                 placeholder=ui.t(f"class.q_{q.kind}_hint") if q.kind in ("number", "ttft") else None)
         if st.form_submit_button(ui.t("class.send"), type="primary"):
-            if q.kind == "number" and cq.parse_number(text) is None:
-                st.warning(ui.t("class.bad_number"))
+            if q.kind in ("number", "ttft") and cq.parse_number(text) is None:
+                st.warning(ui.t("class.bad_number" if q.kind == "number" else "class.bad_ratio"))
                 return
             try:
                 s.vote(cid, q.qid, device, text)
