@@ -2,7 +2,7 @@
 figures as before"). A tool, not a test: it only needs streamlit and the tree's own pages, so that it runs
 unchanged against an older tree (copy it there).
 
-    .venv/bin/python tests/benchmarks/figure_dump.py OUT.json [--lang en] [--pages heads,masks]
+    .venv/bin/python tests/benchmarks/figure_dump.py OUT.json [--lang en] [--pages heads,masks] [--query site=z]
     .venv/bin/python tests/benchmarks/figure_dump.py --compare A.json B.json
 
 The first opens each page of ``pages/`` as a link opens it (app.py's router and sidebar, AppTest, the embedded
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import difflib
 import hashlib
 import json
 import os
@@ -77,8 +78,7 @@ def digest(spec: dict) -> dict:
     for tr in spec.get("data", []):
         arrays, props = {}, {}
         _walk({k: v for k, v in tr.items() if k not in ("type", "name", "uid")}, "", arrays, props)
-        traces.append({"type": tr.get("type", "scatter"), "name": tr.get("name"), "arrays": arrays,
-                       "props": _h(json.dumps(props, sort_keys=True, default=str))})
+        traces.append({"type": tr.get("type", "scatter"), "name": tr.get("name"), "arrays": arrays, "props": props})
     axes = {k: _title(v.get("title")) for k, v in sorted(layout.items())
             if k.startswith(("xaxis", "yaxis")) and isinstance(v, dict) and v.get("title")}
     notes = [a.get("text") for a in layout.get("annotations", [])]
@@ -86,7 +86,7 @@ def digest(spec: dict) -> dict:
             "traces": traces}
 
 
-def dump(out: str, lang: str, only: list[str] | None) -> None:
+def dump(out: str, lang: str, only: list[str] | None, query: dict[str, str] | None = None) -> None:
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -105,7 +105,8 @@ def dump(out: str, lang: str, only: list[str] | None) -> None:
     result = {}
     for stem in stems:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-        at.query_params["lang"] = lang
+        for k, v in {**(query or {}), "lang": lang}.items():  # as a link's URL carries them
+            at.query_params[k] = v
         at.switch_page(f"pages/{stem}.py")
         at.run()
         errors = [str(e.value)[:200] for e in at.exception]
@@ -114,20 +115,37 @@ def dump(out: str, lang: str, only: list[str] | None) -> None:
     Path(out).write_text(json.dumps(result, indent=1, ensure_ascii=False))
 
 
+def _key(f: dict) -> str:
+    """What a figure is, to align two pages' figures: its title, axes and first trace's type."""
+    return json.dumps([f["title"], f["axes"], f["traces"][0]["type"] if f["traces"] else None], ensure_ascii=False)
+
+
 def _label(f: dict) -> str:
     return json.dumps([f["title"], f["axes"], [(t["type"], t["name"]) for t in f["traces"]]], ensure_ascii=False)
 
 
+def _exact(f: dict) -> str:
+    """The figure without its arrays' min/max/sum: two figures are the same when their 4-digit hashes are."""
+    traces = [{**t, "arrays": {k: (v["shape"], v["hash"]) for k, v in t["arrays"].items()}} for t in f["traces"]]
+    return json.dumps({**f, "traces": traces}, sort_keys=True, ensure_ascii=False)
+
+
+def _near(x: list | None, y: list | None) -> bool:
+    """min, max and sum within 1e-4 relative: a value rounded across a 4th-digit boundary, not a change."""
+    return bool(x and y) and all(abs(p - q) <= 1e-4 * max(abs(p), abs(q), 1e-6) for p, q in zip(x, y))
+
+
 def _what(a: dict, b: dict) -> str:
-    """How figure b differs from figure a: labels (titles, axes, names, props), shape, values."""
+    """How figure b differs from figure a: labels (titles, axes, annotations, names), props, shape, values."""
     said = []
     if (a["title"], a["axes"], a["annotations"]) != (b["title"], b["axes"], b["annotations"]):
         said.append("labels(title/axes/annotations)")
     if [(t["type"], t["name"]) for t in a["traces"]] != [(t["type"], t["name"]) for t in b["traces"]]:
-        said.append(f"traces {len(a['traces'])}→{len(b['traces'])}")
+        said.append(f"traces {[(t['type'], t['name']) for t in a['traces']]}→{[(t['type'], t['name']) for t in b['traces']]}")
     for i, (ta, tb) in enumerate(zip(a["traces"], b["traces"])):
-        if ta["props"] != tb["props"]:
-            said.append(f"t{i}.props")
+        props = sorted(k for k in set(ta["props"]) | set(tb["props"]) if ta["props"].get(k) != tb["props"].get(k))
+        if props:
+            said.append(f"t{i}.props {props}")
         for k in sorted(set(ta["arrays"]) | set(tb["arrays"])):
             x, y = ta["arrays"].get(k), tb["arrays"].get(k)
             if x is None or y is None:
@@ -135,7 +153,8 @@ def _what(a: dict, b: dict) -> str:
             elif x["shape"] != y["shape"]:
                 said.append(f"t{i}.{k} shape {x['shape']}→{y['shape']}")
             elif x["hash"] != y["hash"]:
-                said.append(f"t{i}.{k} values (min,max,sum {x.get('stats')}→{y.get('stats')})")
+                near = " ≈ rounding only" if _near(x.get("stats"), y.get("stats")) else ""
+                said.append(f"t{i}.{k} values{near} (min,max,sum {x.get('stats')}→{y.get('stats')})")
     return "; ".join(said)
 
 
@@ -146,31 +165,25 @@ def compare(path_a: str, path_b: str) -> None:
             print(f"{page}: page {'added' if page not in a else 'removed'}")
             continue
         fa, fb = a[page]["figures"], b[page]["figures"]
-        left, right = list(fa), list(fb)
-        for f in fa:  # identical figures, wherever they stand
-            if f in right:
-                right.remove(f)
-                left.remove(f)
-        changed = []
-        for f in list(left):  # the same figure (title, axes, traces' types and names) with other data
-            twin = next((g for g in right if _label(g) == _label(f)), None)
-            if twin is not None:
-                changed.append((f, twin))
-                left.remove(f)
-                right.remove(twin)
-        while left and right and len(left) == len(right):  # what is left, paired in order
-            changed.append((left.pop(0), right.pop(0)))
+        added, removed, changed = [], [], []
+        blocks = difflib.SequenceMatcher(None, [_key(f) for f in fa], [_key(f) for f in fb], autojunk=False).get_opcodes()
+        for op, i1, i2, j1, j2 in blocks:  # figures aligned in page order by what they are; then compared
+            if op in ("equal", "replace") and i2 - i1 == j2 - j1:
+                changed += [(f, g) for f, g in zip(fa[i1:i2], fb[j1:j2]) if _exact(f) != _exact(g)]
+            else:
+                removed += fa[i1:i2]
+                added += fb[j1:j2]
         errs = [e for e in (a[page]["errors"], b[page]["errors"]) if e]
-        if not (left or right or changed or errs):
+        if not (added or removed or changed or errs):
             print(f"{page}: same ({len(fa)} figures)")
             continue
         print(f"{page}: {len(fa)}→{len(fb)} figures" + (f"  ERRORS {errs}" if errs else ""))
-        for f in right:
+        for f in added:
             print(f"  + added   {_label(f)}")
-        for f in left:
+        for f in removed:
             print(f"  - removed {_label(f)}")
         for f, g in changed:
-            print(f"  ~ changed {_label(g)}: {_what(f, g)}")
+            print(f"  ~ changed #{fb.index(g)} {_label(g)}: {_what(f, g)}")
 
 
 def main() -> None:
@@ -178,12 +191,13 @@ def main() -> None:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--lang", default="en")
     ap.add_argument("--pages", default="", help="comma-separated stems (default: every file in pages/)")
+    ap.add_argument("--query", action="append", default=[], metavar="KEY=VALUE", help="a URL parameter for every page")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
     args = ap.parse_args()
     if args.compare:
         compare(*args.compare)
     elif args.out:
-        dump(args.out, args.lang, [p for p in args.pages.split(",") if p] or None)
+        dump(args.out, args.lang, [p for p in args.pages.split(",") if p] or None, dict(q.split("=", 1) for q in args.query))
     else:
         ap.error("give OUT.json or --compare A.json B.json")
 
