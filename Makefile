@@ -66,7 +66,7 @@ bench: install
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_trace.py
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_generate.py
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --solo 24
-	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --site head --long 6 --by-layer
+	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --site z --long 6 --by-layer
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_patch.py --long 6 --by-layer
 	PYTHONPATH=. $(VPY) tests/benchmarks/bench_serving.py
 

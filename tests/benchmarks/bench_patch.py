@@ -1,7 +1,7 @@
 """Benchmark: a full layer × position residual-patching sweep vs one plain forward pass, in one run.
 
     .venv/bin/python tests/benchmarks/bench_patch.py [--reps 3] [--model PATH] [--solo 24] [--threads 1]
-                                                     [--site resid|attn_out|mlp_out|head] [--long K]
+                                                     [--site resid|attn_out|mlp_out|z] [--long K]
 
 The plain forward is the shared model's own forward of the corrupted prompt ([1, T], no cache, no
 hook), the cost of one unpatched run. The sweep is ``core.cause.patching.sweep(…, "resid", …)``: L × T
@@ -9,7 +9,7 @@ patched runs, batched, starting each pass at its first patched block, reusing th
 corrupted activations recorded once (the recording is timed separately and not counted).
 Plain passes and sweeps alternate so drift hits both; medians are reported. ``--solo N`` also
 times N patched runs one by one (one forward each), to show what batching saves.
-``--site head`` sweeps every head at the last position instead (L × H runs, each feeding only the
+``--site z`` sweeps every head at the last position instead (L × H runs, each feeding only the
 last position after the corrupted run's cached keys and values); ``--long K`` puts a shared sentence
 K times before both prompts (K = 6: 60 tokens, near the section's 64-token limit), where the grid is
 swept in tiles that start after cached keys and values (``patching.plan``); ``--by-layer`` also times

@@ -59,7 +59,7 @@ def test_numbers_are_the_pages_own(smol, eiffel):
     base = patching.capture(smol, neutral, tr.token_ids.tolist())
     allow = floats.allowed_error(base.clean_logits(), base.clean_logits()) + 1e-5  # patching: sweeps ≈ 1e-5 from single runs
     for c in rc.carried:
-        p = patching.Patch("head" if c.kind == "head" else "mlp_out", c.layer, pos, c.head)
+        p = patching.Patch(patching.HEAD if c.kind == "head" else "mlp_out", c.layer, pos, c.head)
         page = float(softmax(patching.patched_logits(smol, base, p))[tok])
         floats.assert_within(c.p_after, page, page * np.expm1(2 * allow) + 1e-12, str(c), "a batched run after cached keys")
     for s in rc.read.sources:

@@ -17,6 +17,8 @@ and against hand-written references on untouched models.
 
 from __future__ import annotations
 
+import re
+
 import floats
 import numpy as np
 import pytest
@@ -36,6 +38,7 @@ from helpers.cause import (
     _within,
 )
 
+from conftest import ROOT
 from core import backends
 from core.cause import pair, patching
 from core.engine.types import UnsupportedArchitectureError
@@ -132,3 +135,10 @@ def test_patch_grid_colour_bar_names_its_ends(lang):
     assert fig["data"][1]["text"][5].startswith("layer 1 · " if lang == "en" else "第 1 层 · ")  # Chinese word order on zh
     raw = figures.fig_patch_grid(score, score, ["a", "b", "c"], "t", lang, normalised=False).to_plotly_json()
     assert "tickvals" not in raw["data"][0]["colorbar"]  # raw logit differences: no 0 / 1 ends to name
+
+
+def test_the_makefile_patches_only_sites_the_code_takes():
+    """Issue 38 renamed the head site 'head' → 'z' (the registry's name); `make bench` still passed
+    ``bench_patch.py --site head``, which argparse refused (found comparing the pages before and after)."""
+    named = re.findall(r"bench_patch\.py[^\n]*--site (\S+)", (ROOT / "Makefile").read_text())
+    assert named and set(named) <= set(patching.PATCHED), named
