@@ -27,7 +27,8 @@ KEY = "present"
 _CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5 !important; }
-[data-testid="stMain"] h1 { font-size: 3.2rem !important; }
+[data-testid="stMainBlockContainer"] { padding-top: 4.25rem !important; }
+[data-testid="stMain"] h1 { font-size: 3.2rem !important; padding-top: 0 !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.3rem !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"],
 [data-testid="stMain"] [data-testid="stMetricValue"] p { font-size: 2.8rem !important; line-height: 1.2 !important; }
