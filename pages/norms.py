@@ -19,8 +19,9 @@ TABS = ("vector", "placement", "families", "rnn", "qkv")
 
 def _vector_tab(lang: str) -> None:
     tr = ui.current_trace()
-    if tr is None:
-        return st.markdown(ui.t("norms.vector_intro"))
+    if tr is None:  # the formulas still say what the picture would show
+        st.markdown(ui.t("norms.vector_intro"))
+        return
     picture = st.container()  # the picture first, on the first screen; the vector's choice and the formulas under it
     c1, c2 = st.columns(2)
     layer = widgets.int_slider(ui.t("norms.boundary"), 0, tr.n_layers, min(3, tr.n_layers), key="norms_layer", where=c1)

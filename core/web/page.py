@@ -28,8 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import streamlit as st
-
 from core.web import contents, focus, nav, pager, presenter, ui
 
 
@@ -47,12 +45,10 @@ def run(render: Callable[..., Any]) -> None:
     row = row_of(render)
     focus.apply()  # a link's ?focus= opens the page at that view (a lesson step's)
     ui.header(f"page.{row.stem}", row.intro if row.projector_intro or not presenter.is_on() else None)
-    toc = st.sidebar.container()  # the page's contents, filled once it has drawn its sections (core.web.contents)
-    contents.start()
     args = _needs(row.needs)
     if args is not None:
         render(*args)
-    contents.draw(toc)
+    contents.draw()  # the page's sections, listed in the place app.py kept at the top of the sidebar
     if row.sources:  # drawn also when the page could not load: where to read on stays on the page
         presenter.sources(row.sources)
     pager.prev_next(row.stem)  # drawn either way too: the way on

@@ -47,6 +47,13 @@ def browser():
         yield app.base, b
 
 
+def drawn(page) -> None:
+    """Wait until no element of the main area is still Streamlit's grey stand-in (an element's code loads after the
+    run: a slider or a chart is a skeleton box of another height for a moment, and the screenshot would show it)."""
+    left, _ = painted(lambda: page.locator('[data-testid="stMain"] [data-testid="stSkeleton"]').count(), 0, timeout=20)
+    assert left == 0, f"{left} elements still drawn as skeletons"
+
+
 def _box(page, name: str) -> dict | None:
     return page.evaluate("""(n) => { const el = document.querySelector('.st-key-' + n);
         if (!el || !el.getClientRects().length) return null; const r = el.getBoundingClientRect();
@@ -69,6 +76,7 @@ def test_main_picture_above_the_fold(browser, stem, lang, view):
         page = ctx.new_page()
         page.goto(f"{base}/{stem}?lang={lang}" + ("&present=1" if present else ""))
         settle(page, timeout=240)
+        drawn(page)
         box, _ = painted(lambda: _box(page, KEY[stem]), True, timeout=8, same=lambda got, _: above(got, h, screens))
         page.screenshot(path=str(SHOTS / f"fold_{stem}_{lang}_{name}.png"))
         print(f"FOLD {stem} {lang} {name}: {box}")
