@@ -45,7 +45,7 @@ PAGES: tuple[Page, ...] = (
     Page("nav.inside", "residual", "➕", "residual.intro", needs="pair", sources="transformer"),
     Page("nav.inside", "logits", "🎲", "logits.intro", needs="trace", sources="sampling"),
     Page("nav.inside", "anatomy", "🧬", "anatomy.intro", needs="model", sources="model"),
-    Page("nav.maths", "attention_lab", "🧮", "attention_lab.intro", sources="attention"),
+    Page("nav.maths", "attention_lab", "🧮", "attention_lab.intro", sources="attention", projector_intro=False),
     Page("nav.maths", "masks", "🎭", "masks.intro", sources="attention", projector_intro=False),
     Page("nav.maths", "multihead", "🧩", "multihead.intro", sources="multihead", projector_intro=False),
     Page("nav.maths", "positions", "🌀", "positions.intro", sources="positions"),
