@@ -15,7 +15,7 @@ from core.common import i18n
 from core.common.settings import SettingsError
 from core.engine.types import EMBEDDED_ID, TOY_ID
 from core.learn import long_docs
-from core.web import a11y, cache, guards, nav, presenter, replica, ui, visits
+from core.web import a11y, cache, contents, guards, nav, presenter, replica, ui, visits
 from core.web.classroom import view as classroom
 from core.web.offer import LOCAL_ID, Offer, OfferError, canonical_target
 
@@ -23,6 +23,7 @@ from core.web.offer import LOCAL_ID, Offer, OfferError, canonical_target
 def sidebar() -> None:
     lang = ui.lang()
     with st.sidebar:
+        contents.place()  # the page's sections, under the pages' list (core.web.contents)
         choice = st.radio(
             "Language / 语言",
             list(i18n.LANGS),

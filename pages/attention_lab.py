@@ -147,14 +147,15 @@ def _inputs(ex: dict[str, np.ndarray], lab: A.CalculatorLabels, version: str, ma
     return (*out, mask)
 
 
-def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: slice) -> None:
-    """Each step's numbers (for the ``keys`` shown), the weights' figure, and the row check over every key."""
+def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: slice, picture) -> None:
+    """Each step's numbers (for the ``keys`` shown), the row check over every key, and the weights' figure in
+    ``picture`` (the tab's first screen, above the inputs)."""
+    with picture:
+        presenter.chart(P.weights_figure(steps.weights[:, keys], ~np.isfinite(steps.masked[:, keys]), ui.t("attention_lab.fig_weights"),
+                                         lab.q, lab.k[keys], lang), width="stretch", key="attention_lab_weights")
+        st.caption(ui.t("attention_lab.weights_colours"))
     for i, (name, arr) in enumerate(steps.as_dict().items(), start=1):
         st.markdown(ui.t(f"attention_lab.step_{name}", n=i, s=f"{steps.scale:.4g}"))
-        if name == "weights":
-            presenter.chart(P.weights_figure(arr[:, keys], ~np.isfinite(steps.masked[:, keys]), ui.t("attention_lab.fig_weights"), lab.q,
-                                             lab.k[keys], lang), width="stretch", key="attention_lab_weights")
-            st.caption(ui.t("attention_lab.weights_colours"))
         shown, cols = (arr, lab.dv) if name == "output" else (arr[:, keys], lab.k[keys])
         presenter.frame(P.matrix_frame(shown, lab.q, cols).style.format(P.cell_text), width="stretch")
     presenter.frame(A.weights_check_table(steps.weights, lab.q, lang).style.format({ui.t("attention_lab.row_sum"): "{:.4f}"}))
@@ -167,6 +168,7 @@ def _steps(steps: A.AttentionSteps, lab: A.CalculatorLabels, lang: str, keys: sl
 def _calc_tab(lang: str) -> None:
     names = {p: ui.t(f"attention_lab.preset_{p}") for p in PRESETS}  # fixed now: the label is this run's language
     preset = st.radio(ui.t("attention_lab.preset"), PRESETS, format_func=names.get, horizontal=True, key="attention_lab_preset")
+    picture = st.container()  # the weights first, on the first screen; the example and the editable inputs that set them under them
     st.caption(ui.t(f"attention_lab.about_{preset}"))
     chosen = _example(preset)
     if chosen is None:
@@ -177,7 +179,7 @@ def _calc_tab(lang: str) -> None:
     # one box per preset: unticking it for the tutorial's example must not silently unscale the real row
     scaled = st.checkbox(ui.t("attention_lab.use_scale", d=d_k), value=True, key=f"attention_lab_scaled_{preset}")
     steps = A.attention_steps(q, k, v, mask, scale=None if scaled else 1.0)
-    _steps(steps, lab, lang, keys)
+    _steps(steps, lab, lang, keys, picture)
     ref = ex.get("reference")
     if ref is not None:
         st.metric(ui.t("attention_lab.max_diff"), f"{max_abs_diff(steps.weights[0], ref):.2e}")

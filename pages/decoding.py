@@ -51,8 +51,11 @@ def _source(live: bool, ref: S.Reference | None) -> None:
 # 1. Kernels
 
 
-def _kernels(loaded, k: S.KernelResult) -> None:
+def _kernels(loaded, k: S.KernelResult, picture) -> None:
     lang = ui.lang()
+    tm = [k.timing(n) for n in S.KERNELS]
+    presenter.chart_in(picture, gen_fig.timing_bars(list(S.KERNELS), [t.median for t in tm], [t.q1 for t in tm], [t.q3 for t in tm],
+                                                    ui.t("decoding.fig_kernel_times"), lang), width="stretch", key=f"{P}_fig_kernels")
     c = st.columns(3)
     for col, key in zip(c, ("eager_vs_sdpa", "sdpa_vs_float64", "eager_vs_float64"), strict=True):
         col.metric(ui.t(f"decoding.gap_{key}"), f"{k.max_abs[key]:.2e}")
@@ -62,9 +65,6 @@ def _kernels(loaded, k: S.KernelResult) -> None:
     for n, f in forks.items():
         if f is not None:
             st.warning(ui.t("decoding.kernels_fork", kernel=n, at=f, n=k.n_new))
-    tm = [k.timing(n) for n in S.KERNELS]
-    presenter.chart(gen_fig.timing_bars(list(S.KERNELS), [t.median for t in tm], [t.q1 for t in tm], [t.q3 for t in tm],
-                                        ui.t("decoding.fig_kernel_times"), lang), width="stretch")
     st.caption(" · ".join(f"{n}: {timing.describe(t)}" for n, t in zip(S.KERNELS, tm, strict=True)))
     ui.badge("measured", ui.t("decoding.kernels_note"))
     st.markdown(ui.t("decoding.kernels_lesson"))
@@ -100,14 +100,14 @@ def _spec_text(r: S.SpecResult) -> None:
         st.error(ui.t("decoding.spec_differs", at=S.first_fork(r.plain, r.tokens)))
 
 
-def _speculation(loaded, res: dict[str, S.SpecResult], method: str) -> None:
+def _speculation(loaded, res: dict[str, S.SpecResult], method: str, picture) -> None:
     r = res.get(method)
     if r is None:
         st.info(ui.t("decoding.no_result"))
         return
-    _spec_text(r)
     rows = _round_rows(loaded, r)
-    presenter.chart(gen_fig.spec_rounds(rows, ui.lang()), width="stretch")
+    presenter.chart_in(picture, gen_fig.spec_rounds(rows, ui.lang()), width="stretch", key=f"{P}_fig_rounds")
+    _spec_text(r)
     marks = {"accepted": "✓", "rejected": "✗", "model": "+"}
     table = [{ui.t("decoding.round"): i + 1, ui.t("decoding.col_tokens"): "  ".join(f"{marks[k]} {tok}" for tok, k in row)}
              for i, row in enumerate(rows)]
@@ -127,7 +127,10 @@ def _speculation(loaded, res: dict[str, S.SpecResult], method: str) -> None:
 # 3. Precision
 
 
-def _precision(loaded, pr: S.PrecisionResult) -> None:
+def _precision(loaded, pr: S.PrecisionResult, picture) -> None:
+    presenter.chart_in(picture, gen_fig.variant_lines({v.name: np.maximum(v.kl, 1e-9) for v in pr.variants}, ui.t("decoding.position"),
+                                                      ui.t("decoding.kl_axis"), ui.t("decoding.fig_kl"), log=True),
+                       width="stretch", key=f"{P}_fig_kl")
     st.info(ui.t("decoding.q41_note", gguf=_mb(pr.gguf_bytes), f32=_mb(pr.base_bytes)))
     rows = []
     for v in pr.variants:
@@ -139,8 +142,6 @@ def _precision(loaded, pr: S.PrecisionResult) -> None:
                      ui.t("decoding.col_tpot"): "—" if tr is None else f"{tr.median:.2f}× ({tr.lo:.2f}–{tr.hi:.2f})"})
     presenter.frame(rows, hide_index=True, width="stretch")
     ui.badge("measured", ui.t("decoding.tpot_note"))
-    presenter.chart(gen_fig.variant_lines({v.name: np.maximum(v.kl, 1e-9) for v in pr.variants}, ui.t("decoding.position"),
-                                          ui.t("decoding.kl_axis"), ui.t("decoding.fig_kl"), log=True), width="stretch")
     presenter.chart(gen_fig.variant_lines({v.name: v.drift for v in pr.variants}, ui.t("decoding.stream_point"),
                                           ui.t("decoding.drift_axis"), ui.t("decoding.fig_drift")), width="stretch")
     ui.badge("model")
@@ -228,6 +229,7 @@ def render(loaded) -> None:
         return
     ref = S.load_reference() if loaded.spec == EMBEDDED_ID else None
     part = _pick("part", PARTS, ui.t("decoding.pick_part"), "decoding.part_{}")
+    picture = st.container()  # the part's main figure first, on the first screen; what sets it, and the rest, under it
     st.markdown(ui.t(f"decoding.{part}_intro", layer=S.EXIT_LAYER))
     prompt_key = _pick("prompt", PROMPTS, ui.t("decoding.pick_prompt"), "decoding.prompt_{}") if part == "speculation" else "free"
     st.caption(ui.t("decoding.prompt_is", text=TEXT[prompt_key]))
@@ -239,13 +241,14 @@ def render(loaded) -> None:
     if result is None:
         st.info(ui.t("decoding.no_reference"))
     else:  # the shipped run first, while a live one is measured below: a class never waits for the page
-        _source(live is not None, ref)
         if part == "kernels":
-            _kernels(loaded, result)
+            _kernels(loaded, result, picture)
         elif part == "speculation":
-            _speculation(loaded, result, method)
+            _speculation(loaded, result, method, picture)
         else:
-            _precision(loaded, result)
+            _precision(loaded, result, picture)
+        with picture:  # under the figure: whose run it is
+            _source(live is not None, ref)
     if job is not None and live is None:
         try:
             done = measure.show(job)

@@ -8,7 +8,7 @@ import streamlit as st
 from core.inside import figures as inside_fig
 from core.inside import heads
 from core.learn import examples
-from core.web import cache, page, presenter, ui, widgets
+from core.web import cache, contents, page, presenter, ui, widgets
 
 
 def _jump(layer: int, head: int) -> None:
@@ -44,7 +44,7 @@ def _grid(tr, layer: int, head: int, lang: str) -> bool:
 
 def _query(tr, layer: int, head: int, hide: bool, lang: str) -> None:
     T = tr.n_tokens
-    st.header(ui.t("heads.query_title", l=layer, h=head), anchor="query")
+    contents.section("heads.query_title", anchor="query", l=layer, h=head)
     q = widgets.int_slider(ui.t("heads.query_pick"), 0, T - 1, ui.qp_int("pos", T - 1, 0, T - 1), key="heads_q")
     ui.set_qp(pos=q)
     w = ui.site(tr, "attn_pattern", layer)
@@ -81,7 +81,7 @@ def _example_put(tr) -> None:
 
 def _example(tr, lang: str) -> None:
     """Seed 000's example in one click: the button (or a link) opens the single-query view at 她."""
-    st.header(ui.t("heads.example_title"))
+    contents.section("heads.example_title")
     v = _she_view(tr)
     if v is None:
         st.markdown(ui.t("heads.example_intro", prompt=examples.SHE.prompt))
@@ -94,7 +94,7 @@ def _example(tr, lang: str) -> None:
 
 
 def _atlas(tr, layer: int, head: int, lang: str) -> None:
-    st.header(ui.t("heads.atlas_title"))
+    contents.section("heads.atlas_title")
     st.markdown(ui.t("heads.atlas_intro"))
     if tr.n_tokens > heads.ATLAS_EAGER and not st.toggle(ui.t("heads.atlas_long", T=tr.n_tokens, L=tr.n_layers), key="heads_atlas_on"):
         return  # every layer must be derived for the atlas: on a long prompt only when asked

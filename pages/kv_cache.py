@@ -8,7 +8,7 @@ import streamlit as st
 from core.engine.types import ConfigError, EmptyPromptError, HeadGeometry, LoadedModel, ModelFacts, Phrase
 from core.gen import figures as gen_fig
 from core.gen import generate, kvcalc, report, workloads
-from core.web import cache, measure, nav, page, presenter, ui, widgets
+from core.web import cache, contents, measure, nav, page, presenter, ui, widgets
 
 P = "kv_cache"
 
@@ -66,8 +66,8 @@ def _measure(want: tuple) -> None:
 
 
 def _with_and_without(loaded: LoadedModel, prompt: str, chat: bool) -> None:
-    """Section 1: the same tokens with and without the cache, timed (repeated runs), once the button asks."""
-    st.header(ui.t("kv_cache.s1"), anchor="compare")
+    """Section 2: the same tokens with and without the cache, timed (repeated runs), once the button asks."""
+    contents.section("kv_cache.s1", anchor="compare")
     c1, c2 = st.columns(2)
     n = c1.slider(ui.t("kv_cache.n_steps"), 2, 32, 12, key=f"{P}_n")
     min_len = c2.select_slider(ui.t("kv_cache.min_len"), [0, 32, 64, 128, 256], 128, key=f"{P}_len", help=ui.t("kv_cache.min_len_help"))
@@ -88,17 +88,18 @@ def _with_and_without(loaded: LoadedModel, prompt: str, chat: bool) -> None:
 
 
 def _calculator(facts: ModelFacts) -> None:
-    """Section 2: the cache's bytes by formula, for the current model or any model shape, as MHA / GQA / MQA."""
-    st.header(ui.t("kv_cache.s2"))
+    """Section 1: the cache's bytes by formula, for the current model or any model shape, as MHA / GQA / MQA."""
+    contents.section("kv_cache.s2")
+    picture = st.container()  # the picture first, on the first screen; the shape that sets it under it
     shape, bpv, tokens, reqs = _shape(facts)
     if shape is None:
         return
     kv = report.kv_total(shape, tokens, bpv, reqs, ui.lang())
+    presenter.chart_in(picture, gen_fig.kv_variants(kv.kinds, kv.totals, ui.lang()), width="stretch", key=f"{P}_fig_variants")
     st.metric(kv.label, kv.value)
     st.caption(kv.exact)
     st.caption(kv.formula)
     presenter.frame(kv.table, hide_index=True, width="stretch")
-    presenter.chart(gen_fig.kv_variants(kv.kinds, kv.totals, ui.lang()), width="stretch")
     ui.badge("formula")
 
 
@@ -111,7 +112,7 @@ def _measure_costs() -> None:
 
 def _workloads(loaded: LoadedModel) -> None:
     """Section 3: the three request shapes, simulated from the per-token costs measured here."""
-    st.header(ui.t("kv_cache.s3"))
+    contents.section("kv_cache.s3")
     facts = loaded.facts
     run = st.session_state.get(f"{P}_costs_run", 0)
     m = measure.show(cache.measured_costs(loaded, run), Phrase("kv_cache.measuring"))  # in a server thread
@@ -130,8 +131,8 @@ def _workloads(loaded: LoadedModel) -> None:
 
 
 def render(loaded) -> None:
+    _calculator(loaded.facts)  # first: its picture needs no measurement
     _with_and_without(loaded, ui.prompt(), ui.chat())  # the shared prompt's own ids (extended), timed: no trace
-    _calculator(loaded.facts)
     _workloads(loaded)
 
 

@@ -9,12 +9,12 @@ from core.engine.tokens import position_label
 from core.gen import sampling
 from core.stream import candidates, lens
 from core.stream import figures as ps
-from core.web import cache, page, presenter, ui, widgets
+from core.web import cache, contents, page, presenter, ui, widgets
 from core.web import receipt as why
 
 
 def _top(tr, loaded, lang: str) -> None:
-    st.header(ui.t("logits.h_top"))
+    contents.section("logits.h_top")
     ids = candidates.top_ids(tr.last_logits)
     table = candidates.top_table(tr.last_logits, ids, cache.token_texts(loaded, tuple(ids)), lang)
     presenter.frame(candidates.top_table_view(table, lang), hide_index=True, width="stretch")
@@ -30,22 +30,24 @@ def _controls(tr) -> sampling.SamplingConfig:
     return sampling.SamplingConfig(temperature=temp, top_k=int(k), top_p=top_p, repetition_penalty=pen)
 
 
-def _filtering(tr, loaded, lang: str, cfg: sampling.SamplingConfig, prev: list[int]) -> dict:
-    st.caption(ui.t("logits.order"))
+def _filtering(tr, loaded, lang: str, cfg: sampling.SamplingConfig, prev: list[int], picture) -> dict:
+    """The candidates before and after the filtering, and what is left, drawn in ``picture`` (above the settings)."""
     steps = sampling.filter_steps(tr.last_logits, cfg, prev)
     order = top_k(steps["scaled"], candidates.N_BARS)
-    presenter.chart(ps.fig_candidates(steps, cache.token_texts(loaded, tuple(order.tolist())), order, lang), width="stretch",
-                    key="logits_candidates")
-    m = st.columns(3)
-    m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
-    m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.4f}")  # four decimals, as the table's probabilities
-    m[2].metric(ui.t("logits.m_entropy"), f"{entropy_bits(steps['probs']):.2f}")
-    ui.badge("model")
+    with picture:
+        presenter.chart(ps.fig_candidates(steps, cache.token_texts(loaded, tuple(order.tolist())), order, lang), width="stretch",
+                        key="logits_candidates")
+        m = st.columns(3)
+        m[0].metric(ui.t("logits.m_kept"), f"{int(steps['keep'].sum()):,}")
+        m[1].metric(ui.t("logits.m_top1"), f"{steps['probs'].max():.4f}")  # four decimals, as the table's probabilities
+        m[2].metric(ui.t("logits.m_entropy"), f"{entropy_bits(steps['probs']):.2f}")
+        ui.badge("model")
+    st.caption(ui.t("logits.order"))
     return steps
 
 
 def _draw(tr, loaded, cfg: sampling.SamplingConfig, prev: list[int], probs) -> None:
-    st.header(ui.t("logits.h_draw"))
+    contents.section("logits.h_draw")
     seed = widgets.number_url(ui.t("logits.seed"), 0, 2**31 - 1, 0, key="logits_seed", param="seed")
     greedy_id = sampling.choose(tr.last_logits, sampling.SamplingConfig(greedy=True, repetition_penalty=cfg.repetition_penalty), prev)
     drawn_id = sampling.choose(tr.last_logits, replace(cfg, seed=seed), prev)
@@ -60,7 +62,7 @@ def _draw(tr, loaded, cfg: sampling.SamplingConfig, prev: list[int], probs) -> N
 
 
 def _lens(tr, lang: str) -> None:
-    st.header(ui.t("logits.h_lens"))
+    contents.section("logits.h_lens")
     T, W = tr.n_tokens, lens.LENS_WINDOW
     lo, hi = (0, T) if T <= W else st.slider(ui.t("logits.lens_window"), 0, T, (T - W, T), key="logits_win")
     hi = max(hi, lo + 1)
@@ -83,12 +85,13 @@ def _lens(tr, lang: str) -> None:
 
 def render(tr) -> None:
     lang, loaded = ui.lang(), cache.model_of(tr)
-    _top(tr, loaded, lang)
-    why.offer(loaded, tr)  # "Why this token?": a receipt for a position's choice
-    st.header(ui.t("logits.h_controls"))
+    contents.section("logits.h_controls")
+    picture = st.container()  # the picture first, on the first screen; the settings that shape it under it
     cfg = _controls(tr)
     prev = tr.token_ids.tolist()  # the penalty looks at the tokens already in the context
-    steps = _filtering(tr, loaded, lang, cfg, prev)
+    steps = _filtering(tr, loaded, lang, cfg, prev, picture)
+    _top(tr, loaded, lang)
+    why.offer(loaded, tr)  # "Why this token?": a receipt for a position's choice
     _draw(tr, loaded, cfg, prev, steps["probs"])
     _lens(tr, lang)
 

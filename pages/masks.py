@@ -66,10 +66,10 @@ def render() -> None:
     gallery = A.mask_gallery(T, (la, lb), window, T_enc=T + 1, lang=lang)
     tabs = st.tabs([ui.t(f"masks.tab_{k}") for k in TABS])
     for name, tab in zip(TABS[:-1], tabs):
-        with tab:
-            st.markdown(ui.t(f"masks.about_{name}", w=window))
+        with tab:  # the grids first, on the first screen; what they show under them
             for panel in gallery[name]:
                 _panel(panel, lang)
+            st.markdown(ui.t(f"masks.about_{name}", w=window))
     with tabs[-1]:
         _real_tab(lang)
 

@@ -9,34 +9,36 @@ from core.engine.types import HeadGeometry
 from core.maths import attention as A
 from core.maths import figures as P
 from core.plot import attnview
-from core.web import cache, page, presenter, ui, widgets
+from core.web import cache, contents, page, presenter, ui, widgets
 
 
-def _split_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
-    """Pick a model and a length; its shapes through one attention sub-layer. Returns the model."""
+def _split_section(cfg: HeadGeometry, lang: str) -> None:
+    """Pick a length; the model's shapes through one attention sub-layer."""
+    contents.section("multihead.split_title")
+    T = st.slider(ui.t("multihead.T"), 1, 64, 8, key="multihead_T")
+    st.markdown(ui.t("multihead.split", d=cfg.d_model, h=cfg.n_heads, dh=cfg.dh, hd=cfg.n_heads * cfg.dh))
+    st.table(A.multihead_shapes_table(cfg, T, lang), hide_index=True)
+    ui.badge("formula")
+
+
+def _sharing_section(configs: list[HeadGeometry], lang: str) -> HeadGeometry:
+    """The page's picture first: pick a model and a number of KV heads, see who shares which K and V. Returns the model."""
+    contents.section("multihead.sharing_title", anchor="sharing")
     c1, c2 = st.columns(2)
     cfg = configs[c1.selectbox(ui.t("multihead.model"), range(len(configs)), format_func=lambda i: configs[i].name,
                                placeholder=ui.t("ui.choose"), key="multihead_model")]
-    T = c2.slider(ui.t("multihead.T"), 1, 64, 8, key="multihead_T")
-    st.markdown(ui.t("multihead.split", d=cfg.d_model, h=cfg.n_heads, dh=cfg.dh, hd=cfg.n_heads * cfg.dh))
-    st.table(A.multihead_shapes_table(cfg, T, lang), hide_index=True)
+    hkv = c2.select_slider(ui.t("multihead.hkv"), A.divisors(cfg.n_heads), value=cfg.n_kv_heads,
+                           key=f"multihead_hkv_{cfg.n_heads}")
+    shared = cfg.with_kv_heads(hkv)
+    presenter.chart(P.kv_sharing_figure(cfg.n_heads, hkv, lang), width="stretch", key="multihead_fig_sharing")
+    st.caption(ui.t("multihead.sharing_caption", kind=shared.kind, g=shared.group_size, own=cfg.n_kv_heads))
+    st.markdown(ui.t("multihead.sharing_intro"))
     ui.badge("formula")
     return cfg
 
 
-def _sharing_section(cfg: HeadGeometry, lang: str) -> None:
-    st.header(ui.t("multihead.sharing_title"), anchor="sharing")
-    st.markdown(ui.t("multihead.sharing_intro"))
-    hkv = st.select_slider(ui.t("multihead.hkv"), A.divisors(cfg.n_heads), value=cfg.n_kv_heads,
-                           key=f"multihead_hkv_{cfg.n_heads}")
-    shared = cfg.with_kv_heads(hkv)
-    presenter.chart(P.kv_sharing_figure(cfg.n_heads, hkv, lang), width="stretch")
-    st.caption(ui.t("multihead.sharing_caption", kind=shared.kind, g=shared.group_size, own=cfg.n_kv_heads))
-    ui.badge("formula")
-
-
 def _bytes_section(configs: list[HeadGeometry], lang: str) -> None:
-    st.header(ui.t("multihead.bytes_title"))
+    contents.section("multihead.bytes_title")
     st.markdown(ui.t("multihead.bytes_intro"))
     b1, b2 = st.columns(2)
     n = b1.number_input(ui.t("multihead.n_tokens"), 1, 1_000_000, 4096, step=1024, key="multihead_n")
@@ -48,7 +50,7 @@ def _bytes_section(configs: list[HeadGeometry], lang: str) -> None:
 
 
 def _real_section(lang: str) -> None:
-    st.header(ui.t("multihead.real_title"))
+    contents.section("multihead.real_title")
     st.markdown(ui.t("multihead.real_intro"))
     tr = ui.current_trace()
     if tr is None:
@@ -76,8 +78,8 @@ def _real_section(lang: str) -> None:
 def render() -> None:
     lang, loaded = ui.lang(), ui.loaded_model()
     configs = A.head_configs(loaded.facts.geometry if loaded is not None else None)  # the loaded model first
-    cfg = _split_section(configs, lang)
-    _sharing_section(cfg, lang)
+    cfg = _sharing_section(configs, lang)
+    _split_section(cfg, lang)
     _bytes_section(configs, lang)
     _real_section(lang)
 

@@ -18,10 +18,11 @@ TABS = ("vector", "placement", "families", "rnn", "qkv")
 
 
 def _vector_tab(lang: str) -> None:
-    st.markdown(ui.t("norms.vector_intro"))
     tr = ui.current_trace()
-    if tr is None:
+    if tr is None:  # the formulas still say what the picture would show
+        st.markdown(ui.t("norms.vector_intro"))
         return
+    picture = st.container()  # the picture first, on the first screen; the vector's choice and the formulas under it
     c1, c2 = st.columns(2)
     layer = widgets.int_slider(ui.t("norms.boundary"), 0, tr.n_layers, min(3, tr.n_layers), key="norms_layer", where=c1)
     pos = widgets.int_slider(ui.t("ui.position"), 0, tr.n_tokens - 1, tr.n_tokens - 1, key="norms_pos", where=c2)
@@ -30,8 +31,10 @@ def _vector_tab(lang: str) -> None:
     scale = c4.slider(ui.t("norms.scale"), 0.25, 4.0, 1.0, 0.25, key="norms_scale")
     x = tr.resid[layer, pos]
     c = N.compare(x, shift * N.rms(x), scale)
-    st.caption(ui.t("norms.which", l=layer, p=position_labels(tr.tokens)[pos], d=len(x)))
-    presenter.chart(P.norm_vector_figure(c.x, c.layer, c.rms, lang), width="stretch", key="norms_fig_vector")
+    with picture:
+        st.caption(ui.t("norms.which", l=layer, p=position_labels(tr.tokens)[pos], d=len(x)))
+        presenter.chart(P.norm_vector_figure(c.x, c.layer, c.rms, lang), width="stretch", key="norms_fig_vector")
+    st.markdown(ui.t("norms.vector_intro"))
     names = {"x": "x", "layernorm": "LayerNorm(x)", "rmsnorm": "RMSNorm(x)"}
     rows = [(names[k], f"{m:.4f}", f"{s:.4f}", f"{r:.4f}") for k, m, s, r in N.stats_rows(c)]
     st.table(pd.DataFrame(rows, columns=[ui.t("norms.col_vector"), ui.t("norms.col_mean"), ui.t("norms.col_std"), "RMS"]),

@@ -12,12 +12,13 @@ from core.web import cache, nav, page, presenter, ui, widgets
 
 
 def _sin_tab(lang: str) -> None:
-    st.markdown(ui.t("positions.sin_intro"))
+    picture = st.container()  # the picture first, on the first screen; its sizes and the formula under it
     c1, c2 = st.columns(2)
     T = c1.slider(ui.t("positions.T"), 8, 256, 64, key="positions_T")
     d = c2.slider(ui.t("positions.d"), 8, 256, 128, step=2, key="positions_d")
     pe = R.sinusoidal(T, d)
-    presenter.chart(P.sinusoidal_figure(pe, lang), width="stretch")
+    presenter.chart_in(picture, P.sinusoidal_figure(pe, lang), width="stretch", key="positions_fig_sin")
+    st.markdown(ui.t("positions.sin_intro"))
     ui.badge("formula")
     st.caption(R.sinusoidal_check_text(pe, lang))
 

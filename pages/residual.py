@@ -7,7 +7,7 @@ from core.common import escape
 from core.engine.tokens import position_label
 from core.stream import figures as ps
 from core.stream import lens
-from core.web import cache, page, presenter, ui, widgets
+from core.web import cache, contents, page, presenter, ui, widgets
 
 
 def _pick_token(tokens, key: str) -> int:
@@ -25,16 +25,18 @@ def _where(tr, layer: int, pos: int) -> str:
 
 
 def _norms(tr, lang: str) -> None:
-    st.header(ui.t("residual.h_norms"))
+    contents.section("residual.h_norms")
+    picture = st.container()  # the picture first, on the first screen; its colour scale and window under it
     log = st.toggle(ui.t("residual.log"), value=True, key="residual_log")
     start = widgets.map_window("residual", tr.n_tokens, kind="strip")  # above 64 positions: overview or a window
-    presenter.chart(ps.fig_stream_norms(lens.stream_norms(tr), list(tr.tokens), lang, log, start), width="stretch")
+    presenter.chart_in(picture, ps.fig_stream_norms(lens.stream_norms(tr), list(tr.tokens), lang, log, start), width="stretch",
+                       key="residual_fig_norms")
     ui.badge("model")
     st.caption(ui.t("residual.norms_note"))
 
 
 def _sublayers(tr, lang: str) -> tuple[int, int]:
-    st.header(ui.t("residual.h_sub"))
+    contents.section("residual.h_sub")
     layer, _ = widgets.layer_head_pickers("residual", tr.n_layers, tr.n_heads, with_head=False)
     pos = _pick_token(list(tr.tokens), "residual_pos")
     one = st.toggle(ui.t("residual.one_token"), value=False, key="residual_one")
@@ -53,7 +55,7 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
     except Exception as e:  # a model whose blocks have other names: say so, never a traceback
         st.info(ui.t("residual.unsupported", msg=widgets.md(e)))
         return
-    st.header(ui.t("residual.h_norm", kind=ns.kind))
+    contents.section("residual.h_norm", kind=ns.kind)
     st.caption(ui.t("residual.norm_formula"))
     for col, (key, value) in zip(st.columns(3), lens.norm_metrics(ns)):
         col.metric(ui.t(key), value)
@@ -62,7 +64,7 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
 
 
 def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
-    st.header(ui.t("residual.h_mlp"))
+    contents.section("residual.h_mlp")
     st.caption(ui.t("residual.mlp_formula", ff=facts.get("d_ff", "?")))
     try:
         ms = lens.mlp_steps(loaded, tr, layer, pos, cache.door(tr))
@@ -80,7 +82,7 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
 
 
 def _block(tr, lang: str, facts: dict) -> None:
-    st.header(ui.t("residual.h_block"), anchor="block")
+    contents.section("residual.h_block", anchor="block")
     g, note = st.columns([3, 2])
     g.graphviz_chart(ps.block_dot(facts, tr.n_tokens, lang))
     note.caption(ui.t("residual.block_note", T=tr.n_tokens, L=tr.n_layers))

@@ -9,14 +9,15 @@ from core import backends
 from core.engine.tokens import label, position_label
 from core.inside import embeddings
 from core.inside import figures as inside_fig
-from core.web import cache, chips, page, presenter, ui, widgets
+from core.web import cache, chips, contents, page, presenter, ui, widgets
 
 
 def _chips(tr) -> None:
-    st.header(ui.t("tokens.chips_title"), anchor="chips")
+    contents.section("tokens.chips_title", anchor="chips")
     src = cache.sources(tr)[: tr.n_tokens]
     names = {k: ui.t(f"tokens.src_{k}") for k in set(src)}
-    chips.show_page(tr.tokens, tr.token_ids, key="tokens", kinds=src, titles=[names[s] for s in src], positions=True)
+    chips.show_page(tr.tokens, tr.token_ids, key="tokens", kinds=src, titles=[names[s] for s in src], positions=True,
+                    where=st.container(key="tokens_view"))  # the page's main picture (tests/browser/test_fold_browser.py)
     st.caption(ui.t("tokens.chips_legend", **embeddings.source_counts(src)))
     if tr.chat:
         st.info(ui.t("tokens.chat_note"))
@@ -27,7 +28,7 @@ def _chips(tr) -> None:
 
 def _lookup(tr, loaded) -> bool:
     """The lookup as a row of E; False (with a note) when this model's matrix cannot be read."""
-    st.header(ui.t("tokens.lookup_title"))
+    contents.section("tokens.lookup_title")
     pos = st.selectbox(ui.t("ui.position"), range(tr.n_tokens), format_func=lambda i: position_label(tr.tokens, i), placeholder=ui.t("ui.choose"), key="tokens_pos")
     ndims = st.slider(ui.t("tokens.ndims"), 4, 32, 8, key="tokens_ndims")
     if not backends.is_hf(loaded):
@@ -43,7 +44,7 @@ def _lookup(tr, loaded) -> bool:
 
 
 def _id_distance(loaded, lang: str) -> None:
-    st.header(ui.t("tokens.iddist_title"), anchor="iddist")
+    contents.section("tokens.iddist_title", anchor="iddist")
     s = cache.id_study(loaded)
     presenter.chart(inside_fig.fig_id_distance(s.distance, s.cosine, s.example, lang), width="stretch")
     st.markdown(ui.t("tokens.iddist_result", **embeddings.id_study_args(s, loaded.tokenizer)))
@@ -51,7 +52,7 @@ def _id_distance(loaded, lang: str) -> None:
 
 
 def _pca(loaded, lang: str) -> None:
-    st.header(ui.t("tokens.pca_title"))
+    contents.section("tokens.pca_title")
     text = st.text_input(ui.t("tokens.pca_words"), ui.t("tokens.pca_default"), key="tokens_words", max_chars=600)
     words, pieces, coords, expl = cache.pca_words(loaded, tuple(embeddings.parse_words(text)))
     if len(words) < 2:
@@ -64,7 +65,7 @@ def _pca(loaded, lang: str) -> None:
 
 
 def _rag(loaded, lang: str) -> None:
-    st.header(ui.t("tokens.cmp_title"))
+    contents.section("tokens.cmp_title")
     st.table(embeddings.compare_table(lang), hide_index=True)  # sentences in cells: wrapped, never cut
     sentences = embeddings.rag_sentences(lang)  # in the page's language
     vecs = [cache.sentence_vector(loaded, s) for s in sentences]
@@ -77,7 +78,7 @@ def _rag(loaded, lang: str) -> None:
 def _exercise(loaded) -> None:
     """Seed 003's objective 2: the lookup tried on normal and abnormal inputs, and a regression check that
     names the first position where two inputs part (IDs and rows read from the tokenizer and E directly)."""
-    st.header(ui.t("tokens.probe_title"))
+    contents.section("tokens.probe_title")
     st.markdown(ui.t("tokens.probe_intro"))
     E = embeddings.embedding_matrix(loaded)
     table = embeddings.probe_table(loaded.tokenizer, E)
@@ -100,8 +101,8 @@ def _exercise(loaded) -> None:
 
 def render(loaded, tr) -> None:
     lang = ui.lang()
-    ui.english_note(ui.prompt())  # a Chinese prompt on SmolLM2: what one character costs, beside English
     _chips(tr)
+    ui.english_note(ui.prompt())  # a Chinese prompt on SmolLM2: what one character costs, beside English (under the chips)
     if not _lookup(tr, loaded):
         return
     _exercise(loaded)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.web import focus, nav, pager, presenter, ui
+from core.web import contents, focus, nav, pager, presenter, ui
 
 
 def row_of(render: Callable[..., Any]) -> nav.Page:
@@ -48,6 +48,7 @@ def run(render: Callable[..., Any]) -> None:
     args = _needs(row.needs)
     if args is not None:
         render(*args)
+    contents.draw()  # the page's sections, listed in the place app.py kept at the top of the sidebar
     if row.sources:  # drawn also when the page could not load: where to read on stays on the page
         presenter.sources(row.sources)
     pager.prev_next(row.stem)  # drawn either way too: the way on

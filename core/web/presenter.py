@@ -27,7 +27,8 @@ KEY = "present"
 _CSS = """<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5 !important; }
-[data-testid="stMain"] h1 { font-size: 3.2rem !important; }
+[data-testid="stMainBlockContainer"] { padding-top: 4.25rem !important; }
+[data-testid="stMain"] h1 { font-size: 3.2rem !important; padding-top: 0 !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.3rem !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"],
 [data-testid="stMain"] [data-testid="stMetricValue"] p { font-size: 2.8rem !important; line-height: 1.2 !important; }
@@ -118,10 +119,10 @@ PROJECTOR_MAX_H = 600  # px: a figure and its title fit a 1280 × 720 projector 
 
 
 def _top_is_free(f: go.Figure) -> bool:
-    """No legend above the plot, no axis drawn on top, no annotation (subplot titles) in the top margin."""
+    """No legend above the plot, no annotation (subplot titles) in the top margin. An axis drawn on top sits against
+    the plot, under the title's band (the weights' and the masks' grids): that band was left empty above it, a
+    projector's first screen lost 50 px of every such grid (issue 40)."""
     if f.layout.legend.y is not None and f.layout.legend.y >= 1:
-        return False
-    if any(name.startswith("xaxis") and f.layout[name].side == "top" for name in f.layout):
         return False
     return not f.layout.annotations
 

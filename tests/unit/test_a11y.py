@@ -167,6 +167,17 @@ def test_styled_figure_has_the_look_its_title_above_and_keeps_the_builder():
     assert presenter.CONFIG["modeBarButtons"] == [["toImage", "resetScale2d"]]  # 2 tab stops per figure, not 8
 
 
+def test_styled_gives_the_titles_band_back_above_a_top_axis_but_not_under_a_top_legend():
+    """A grid with its keys on top (the weights, the masks) keeps no empty band where its title was; a legend
+    drawn above the plot keeps the room it sits in."""
+    fig = _heat(3)
+    fig.update_xaxes(side="top")
+    fig.update_layout(margin=dict(t=105))
+    assert presenter.styled(fig)[0].layout.margin.t == 65
+    fig.update_layout(legend=dict(y=1.02, yanchor="bottom"))
+    assert presenter.styled(fig)[0].layout.margin.t == 105
+
+
 @pytest.mark.parametrize("own", [None, "plotly", "builder"])
 def test_styled_is_the_figure_plotlys_validating_route_gives(own):
     """``styled`` builds its copy from the spec of already validated parts (no second validation) and keeps one
