@@ -49,7 +49,6 @@ from core.gen import generate, kvcalc
 
 # input lengths the prefill curve is measured at (cut at the chosen longest and at the context window)
 CURVE_LENGTHS: tuple[int, ...] = (64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
-DEFAULT_LONGEST = 2048
 EXERCISE_FROM, EXERCISE_TO, EXERCISE_OUTPUT = 2_000, 20_000, 100  # the tutorial's exercise: 2K → 20K input, 100 output
 # The extrapolation's assumptions, as i18n keys (``diagnose.assume_<key>``): the page states every one.
 ASSUMPTIONS: tuple[str, ...] = ("same_machine", "shape_holds", "alone", "memory", "context")

@@ -230,10 +230,6 @@ class Stepper:
         per = np.stack([r.kv_bytes_layers for r in self.records]).astype(np.int64)
         return toks, tot, per
 
-    def cache_kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """The cached K and V of one layer as numpy, [Hkv, T, dh] each."""
-        k, v = backends.cache_layers(self.cache)[layer]
-        return k[0].float().numpy(), v[0].float().numpy()
 
 
 # ---------------------------------------------------------------------------------------------

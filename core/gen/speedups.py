@@ -591,13 +591,6 @@ def precision(loaded: LoadedModel, ids: Sequence[int], names: Sequence[str] = VA
                            base_seconds)
 
 
-def gguf_tensor_bytes(path: Any) -> int:
-    """The bytes of every tensor stored in a GGUF file (its quantised blocks), read by gguf's own reader."""
-    from gguf import GGUFReader  # deferred: maps the whole file; only the benchmark and a live run ask
-
-    return int(sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors))
-
-
 # ---------------------------------------------------------------------------------------------
 # The shipped reference run (tests/benchmarks/bench_decoding.py --write)
 

@@ -268,11 +268,6 @@ def document_ids(tokenizer: Any, n_tokens: int) -> tuple[np.ndarray, str]:
     return ids[:n_tokens], source
 
 
-def trained_length(loaded: LoadedModel) -> int:
-    """The embedded model's trained length: its config's ``max_position_embeddings`` (SmolLM2's 8k stage)."""
-    return int(loaded.facts.max_positions)
-
-
 def measure_real(loaded: LoadedModel, n_tokens: int, trained: int, width: int = REAL_BIN, control: bool = True,
                  log: Any = print) -> dict[str, Any]:
     """The loss per bin of positions of the document's first ``n_tokens`` tokens in one forward pass, and

@@ -28,15 +28,6 @@ MAX_POSITIONS = 256  # positions scored in one page view (each a bar of the loss
 TOP = 8  # candidates compared between the parallel row and the separate prefix pass
 
 
-def shift_labels(ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(inputs, labels) for next-token training: inputs ids[0 … T−2], labels ids[1 … T−1] (A B C D E →
-    inputs A B C D, labels B C D E). The last id has no label inside the text; the first is never a label."""
-    a = np.asarray(ids, dtype=np.int64)
-    if a.ndim != 1 or a.size < 2:
-        raise ValueError("next-token labels need at least two tokens")
-    return a[:-1], a[1:]
-
-
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Per row, −log softmax(logits)[label] in float64 (log-sum-exp with the row's maximum taken out):
     [n, V] logits, [n] labels → [n] losses in nats."""

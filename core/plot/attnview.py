@@ -25,7 +25,6 @@ from core.common import i18n
 from core.engine.tokens import position_label
 
 CELLS = 64  # the most rows/columns a map figure draws (and the most bars a row figure draws)
-EXACT_UP_TO = CELLS  # a prompt this short is always drawn exactly
 TICKS = 24  # the most labelled ticks on a full-width axis: every k-th position, the others in the hover
 
 
