@@ -1,25 +1,13 @@
 """An attention implementation that *is* HF's eager attention, and can record what it sees.
 
-Models are loaded with ``attn_implementation="xray"``. For every attention call, this function
-hands the work to the model file's own ``eager_attention_forward`` (Llama's, Qwen2's, GPT-2's …),
-so the numbers are exactly HF eager's. If, and only if, the current thread has opened a
-``recording()`` block, it also keeps the inputs and the weights:
+Models are loaded with ``attn_implementation="xray"``. Each call goes to the model file's own
+``eager_attention_forward``, so the numbers are HF eager's; inside a ``recording()`` block of the current
+thread it also keeps ``query`` [B, H, Tq, dh] (after RoPE), ``key`` / ``value`` [B, Hkv, Tk, dh] (after
+the cache update) and ``weights`` [B, H, Tq, Tk]. Recording is keyed on the thread, so sessions share one model.
 
-* ``query``  [B, H, Tq, dh]  — after RoPE (the model applies it before calling us)
-* ``key``, ``value`` [B, Hkv, Tk, dh] — after the cache update: exactly what the KV cache holds
-* ``weights`` [B, H, Tq, Tk] — after mask and softmax
-
-Recording is keyed on the thread, so many browser sessions can share one model: nothing is stored
-on the model, and another thread's forward pass never lands in your record.
-
-**Two speeds.** Only a call whose weights are wanted (a ``recording()`` that keeps weights) runs
-eager attention, which materialises the [H, Tq, Tk] weights. Every other call — a plain forward,
-generation, ablation, and the trace itself, which derives weights later per layer on demand (see
-``core.engine.hf_trace.layer_detail``) — runs torch's fused scaled-dot-product attention through
-transformers' own ``sdpa_attention_forward``, for architectures whose HF class declares SDPA
-support (``_supports_sdpa``) and calls without a soft-cap. When the mask is exactly the causal
-triangle (or a single query row with nothing masked) it is handed to SDPA as ``is_causal`` / no
-mask, so the fused kernel runs; any other mask (sliding window, padding) is passed as it is.
+Only a call whose weights are wanted runs eager attention; every other call runs transformers'
+``sdpa_attention_forward`` (where the HF class supports SDPA and there is no soft-cap), with a plain
+causal mask handed over as ``is_causal`` so the fused kernel runs.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Generation step by step: one prefill, then one decode step per new token, with a KV cache.
 
-A ``Stepper`` belongs to one browser session (or one CLI run). The model is shared by every
-session, so nothing per-request lives on it: the KV cache lives in the Stepper, every forward pass
-holds ``loaded.lock``, and attention is read through the per-thread ``xray.recording()``.
-
-* ``prefill()`` runs the whole prompt once: every layer writes the K/V of every prompt position
-  into the cache, and the last position's logits choose the first new token. Its wall time is the
-  TTFT (time to first token).
-* ``step()`` feeds ONE token — the one chosen last — through the model. Only that token's q/k/v
-  are computed; its K/V are appended to the cache, and its query attends over every cached
-  position. Each step's wall time is one TPOT (time per output token).
-
-Times are measured with ``time.perf_counter`` *inside* the lock, so they count the computation,
-not the wait for another session's forward pass.
-
-``run_without_cache`` produces the same tokens by re-running the whole prefix for every token —
-the cost the cache saves. ``generate_record`` serves ``python -m core generate`` (``core/__main__.py``).
+A ``Stepper`` belongs to one session (or one CLI run); the shared model holds nothing per request: the
+KV cache lives in the Stepper, every forward pass holds ``loaded.lock``, and attention is read through the
+per-thread ``xray.recording()``. ``prefill()`` runs the whole prompt once (its time is the TTFT);
+``step()`` feeds the one token chosen last, appending its K/V (each step's time is one TPOT). Times are
+taken inside the lock, so they count the computation, not the wait. ``run_without_cache`` re-runs the whole
+prefix for every token (the cost the cache saves); ``generate_record`` serves ``python -m core generate``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
-"""Past the training length (seed 003, objective 3: the context limit is more than the position encoding).
+"""Past the training length: what a model does at positions its training never reached, measured.
 
-A model is trained on sequences of some length. Its position encoding may well accept more positions (RoPE
-has no table to run off the end of), but nothing in training told it what to do there. What happens is
-a measurement, not a config value, and this module makes two:
+* **the toy, live**: the trained toy (RoPE, trained on ``seq_len`` tokens: assets/toy/loss_curve.json) run
+  on held-out rows of its task many times that long, past ``max_positions`` too; the loss per bin of
+  positions, on every token and on the predictable ones (what the induction circuit can get right);
+* **the embedded model, shipped**: SmolLM2 on Python's ``pydoc_data.topics`` past its trained length, the
+  loss per bin beside a control (the same tokens rescored in a window inside the trained length); too slow
+  for a page visit, so ``python -m tests.benchmarks.bench_past_training --write`` writes assets/past_training.json.
 
-* **the toy, live**: the trained toy (RoPE) was trained on sequences of ``seq_len`` tokens (read from
-  assets/toy/loss_curve.json, written by ``make toy``); it is run on held-out rows of its own task
-  (random segments, each written twice) many times that long — past its config's ``max_positions`` too, which
-  RoPE does not enforce — and the loss is averaged per bin of positions, on every predicted token and on
-  the predictable ones (a second copy after its first letter: what the induction circuit can get right);
-* **the embedded model, shipped**: SmolLM2 on a natural English document (Python's own stdlib
-  documentation, ``pydoc_data.topics``) longer than its trained length, one plain HF forward (SDPA), the
-  loss per bin of positions, beside a control: the tokens past the trained length scored again in a window
-  that keeps them inside it (the same tokens, thousands of tokens of context, positions the model was
-  trained on). Too slow for a page visit on a 2-core CPU, so ``python -m tests.benchmarks.bench_past_training
-  --write`` measures it once and writes assets/past_training.json, labelled with its machine and date.
-
-Every log p comes from ``backends.next_token_logprob`` (the LM head on the final hidden states, in chunks),
-the one per-position loss of the app, fed by ``Rows``: what one forward pass left. No Streamlit here.
+Every log p comes from ``backends.next_token_logprob``, the app's one per-position loss. No Streamlit here.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from core.engine.trace import Trace
 from core.engine.types import LoadedModel, Tokenizer
 
 MAX_NEW = 24  # new tokens the journey's loop shows at most
-# Above this many prompt tokens the loop waits for the reader's click (issue 28): the trace keeps no keys and
+# Above this many prompt tokens the loop waits for the reader's click: the trace keeps no keys and
 # values there (``KV_KEEP_MAX``), so the loop forms them again, and each of its MAX_NEW steps reads the whole
 # prompt's KV cache. Up to it, the trace is the prefill and the steps are cheap: the loop runs at once.
 DEFER_ABOVE = KV_KEEP_MAX
@@ -130,8 +130,7 @@ def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = 
 
 
 # ---------------------------------------------------------------------------------------------
-# Where each stage was computed (seed 003's objective 1: annotate the data flow with evidence). Read
-# from the loaded model's own classes with ``inspect``, never typed by hand: a Llama gives
+# Where each stage was computed, read from the loaded model's own classes with ``inspect``, never typed by hand: a Llama gives
 # modeling_llama.py, a Qwen2 modeling_qwen2.py, the toy core/toy/model.py, each at its installed line.
 
 

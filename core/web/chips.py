@@ -1,15 +1,9 @@
 """The one token-chip renderer: a prompt's tokens as coloured chips, the same on every page.
 
-Each chip shows the token's label by the one label rule (``core.engine.tokens.token_labels``: ␣
-for a space, ⏎ for a newline, and for a byte token the character its bytes belong to beside the
-bytes, 苹‹E8›), optionally its position before it and its id under it. The byte tokens of one
-character are framed together, with the character over the frame. Text is always HTML-escaped. ``kinds`` colours a chip by where the
-token came from: the user's text (rotating pastels, so neighbours are told apart), the chat
-template (dotted grey) or a special token (dashed red).
-
-A long prompt (thousands of tokens) is shown a page at a time: ``show_page`` draws at most ``PAGE``
-chips from a start the user picks (in the URL as ``chips``), with a line saying which tokens of how
-many these are; a chip at the page's edge keeps the character it shares with its neighbour outside.
+Each chip shows the token's label by the one label rule (``core.engine.tokens.token_labels``), optionally
+its position and id; the byte tokens of one character are framed together under it. Text is always
+HTML-escaped. ``kinds`` colours a chip by its source: the user's text, the chat template or a special token.
+A long prompt is shown a page at a time (``show_page``: ``PAGE`` chips from a start kept in the URL as ``chips``).
 """
 
 from __future__ import annotations

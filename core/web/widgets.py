@@ -1,22 +1,10 @@
 """Widgets whose range or text comes from the model, the prompt or the user, made safe once.
 
-* ``int_slider``: a slider over ``lo..hi`` that never fails. Ranges come from the prompt (T
-  positions), the model (layers, heads) or the stepper (passes), and any of them may hold a single
-  value (a one-token prompt, a one-layer or one-head model, the pass right after prefill): Streamlit
-  refuses a slider whose ends are equal, so the single value is shown as text instead. A value kept
-  in the session from a longer prompt is pulled back into the new range.
-* ``layer_slider`` / ``layer_head_pickers``: the layer (and head) pickers bound to the URL, built on it.
-* ``hold`` / ``put``: a widget's value kept by the page itself and handed to the widget before it
-  is drawn — so it survives a relabelling (a language switch; a label that names the current
-  layer: Streamlit remembers a radio's choice by its label), leaving the page and coming back, and
-  a button that moves it (the browser is told to show the new value, not only the server).
-* ``radio_url`` / ``toggle_url`` / ``number_url`` / ``slider_url``: widgets whose value a link
-  carries (``?param=``): read once, validated where it enters (unknown choices dropped, numbers
-  clamped to the widget's range), written back on every run.
-* ``md`` / ``code``: text a user typed (or a token of it) made inert where the page renders Markdown:
-  no HTML tag, no image or link (autolinks too), no emphasis; ``code`` for text quoted inside a `code span`.
-  Both are ``core.common.escape``'s, the one escaping helper (``escape.plot`` for plotly labels).
-* ``config_error``: a ConfigError as a sentence in the user's language, its detail made inert.
+``int_slider`` never fails (a single-value range is shown as text, a kept value is pulled into range);
+``layer_slider`` / ``layer_head_pickers`` are bound to the URL; ``hold`` / ``put`` keep a widget's value
+across relabelling and page changes; ``*_url`` widgets read a link's ``?param=`` once, validated, and
+write it back; ``md`` / ``code`` make typed text inert in Markdown (``core.common.escape``);
+``config_error`` says a ConfigError in the user's language.
 """
 
 from __future__ import annotations
@@ -74,8 +62,7 @@ def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, par
 def tabs_url(keys: Sequence[str], names: Sequence[str], *, key: str, param: str = "tab") -> Sequence[Any]:
     """``st.tabs`` (``names``, one per ``keys``) whose open tab a link carries (``?param=``, one of ``keys``)
     and the URL follows. The tab a visit opens on is read from the URL once, while the widget is new: it is
-    part of the widget's identity, so reading it again after a click (the URL then names the clicked tab)
-    made a new widget, back on that tab, and the next click was lost (issue 40: every second click)."""
+    part of the widget's identity, so reading it again after a click would make a new widget and lose the next click."""
     opened = f"{key}__opened_on"
     if key not in st.session_state or opened not in st.session_state:
         st.session_state[opened] = ui.qp_choice(param, keys, keys[0])
