@@ -148,7 +148,7 @@ def _from_pretrained(path: str | Path, **kw: Any) -> Any:
     return model, info
 
 
-def own_weights(model: Any) -> None:
+def own_weights(model: torch.nn.Module) -> None:
     """Every parameter copied out of the weights file into the process's own memory. transformers maps the
     safetensors file (mmap) and the tensors read it in place: truncating the cached file under a running
     server killed it with SIGBUS, and writing over it changed its weights silently (NaN). A tied weight (the
@@ -647,7 +647,7 @@ def check_coverage(stored: dict[str, int], config: Any, parts: dict[str, int]) -
     raise ModelLoadError("coverage", held=f"{held:,}", tensors=tensors, n=budget.fmt_count(n_config), parts=parts)
 
 
-def check_loading_info(model: Any, info: dict[str, Any]) -> list[Phrase]:
+def check_loading_info(model: torch.nn.Module, info: dict[str, Any]) -> list[Phrase]:
     """What is wrong with a load, from transformers' loading info, one sentence each (a ``Phrase``, said
     in any language): weights the model has and the files lack (they would be random), tensors the files
     have and the model does not use, and tensors of the wrong shape. Empty when every weight came from

@@ -264,7 +264,7 @@ def _capture_hooks(sites: Parts, cap: Capture, model_name: str, last_only: bool)
 _HEAD_ALONE: dict[type, bool] = {}
 
 
-def _last_only_possible(model: Any, sites: Parts) -> bool:
+def _last_only_possible(model: torch.nn.Module, sites: Parts) -> bool:
     return (_HEAD_ALONE.get(type(model), True) and sites.final_norm is not None
             and isinstance(sites.lm_head, torch.nn.Linear)
             and "logits_to_keep" in inspect.signature(type(model).forward).parameters)

@@ -63,7 +63,7 @@ class KVTaken(Exception):  # not an error: a kv_only recording stops the module 
     """Raised by an attention call inside ``recording(kv_only=True)`` once its key and value are kept."""
 
 
-def allow_fast(model: Any) -> None:
+def allow_fast(model: torch.nn.Module) -> None:
     """Let calls that keep no weights run SDPA for this model's attention modules, if its HF class
     declares SDPA support (HF then guarantees SDPA computes what eager computes)."""
     if not getattr(model, "_supports_sdpa", False):

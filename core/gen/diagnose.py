@@ -28,7 +28,7 @@ from core.common.timing import Timing
 from core.engine import budget
 from core.engine import config as cfgread
 from core.engine.tokens import encode
-from core.engine.types import HeadGeometry, LoadedModel, ModelFacts, Phrase
+from core.engine.types import HeadGeometry, LoadedModel, ModelFacts, Phrase, Tokenizer
 from core.gen import generate, kvcalc
 
 # input lengths the prefill curve is measured at (cut at the chosen longest and at the context window)
@@ -72,7 +72,7 @@ def curve_lengths(longest: int, max_positions: int, lengths: Sequence[int] = CUR
     return out or [max(1, min(longest, room))]
 
 
-def text_of(tokenizer: Any, n_tokens: int) -> tuple[str, list[int]]:
+def text_of(tokenizer: Tokenizer, n_tokens: int) -> tuple[str, list[int]]:
     """Ordinary text of at least ``n_tokens`` tokens, and its first ``n_tokens`` ids."""
     base = tokenizer(BASE_TEXT, add_special_tokens=False)["input_ids"]
     k = n_tokens // max(1, len(base)) + 1

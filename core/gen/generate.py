@@ -29,7 +29,7 @@ from core.common.progress import Progress, noop
 from core.common.timing import Timing
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import LoadedModel, Phrase
+from core.engine.types import LoadedModel, Phrase, Tokenizer
 from core.gen.sampling import SamplingConfig, choose, next_token_distribution
 
 TOP_K = 10  # candidates kept per step
@@ -270,7 +270,7 @@ def run_without_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: i
     return NoCacheRun(out, secs, lens)
 
 
-def extended_prompt_ids(tokenizer: Any, prompt: str, chat: bool, min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
+def extended_prompt_ids(tokenizer: Tokenizer, prompt: str, chat: bool, min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
     """The prompt's ids, its *text* repeated until they are at least ``min_len`` tokens (at most ``max_len``).
 
     Repeating the text, not the ids, keeps a chat-templated prompt well formed: one system turn, one

@@ -28,7 +28,7 @@ import torch
 import core.backends as backends
 from core.common.paths import asset
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Tokenizer
 from core.toy import run as toy_run
 from core.toy import train as toy_train
 from core.toy.model import ToyConfig, ToyTransformer
@@ -53,7 +53,7 @@ def next_logprob(loaded: LoadedModel, rows: Rows) -> np.ndarray:
     return backends.next_token_logprob(loaded, rows).logp
 
 
-def final_norm(model: Any) -> torch.nn.Module:
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
     """The norm whose output the LM head reads: the toy's ``norm``, an HF decoder's ``model.norm``."""
     if isinstance(model, ToyTransformer):
         return model.norm
@@ -249,7 +249,7 @@ def document_text() -> tuple[str, str]:
     return text, f"{DOCUMENT} (Python {v.major}.{v.minor}.{v.micro}): the {len(keys)} help topics in key order, joined by blank lines; the first tokens"
 
 
-def document_ids(tokenizer: Any, n_tokens: int) -> tuple[np.ndarray, str]:
+def document_ids(tokenizer: Tokenizer, n_tokens: int) -> tuple[np.ndarray, str]:
     """The document's first ``n_tokens`` tokens (no special tokens) and its source."""
     text, source = document_text()
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from core.engine.tokens import TokenWindow, byte_groups, is_byte_label, token_labels, visible
 from core.engine.tokens import window as token_window
@@ -100,7 +101,7 @@ def kinds_from_special(special: Sequence[bool]) -> list[str]:
     return ["special" if s else "user" for s in special]
 
 
-def show(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, where: Any = None, **kw: Any) -> None:
+def show(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, where: DeltaGenerator | None = None, **kw: Any) -> None:
     """Draw the chips (``where``: a container; the main area by default)."""
     (where or st).markdown(chips_html(pieces, ids, **kw), unsafe_allow_html=True)
 
@@ -115,7 +116,7 @@ def _cut(values: Sequence[Any] | None, a: int, b: int) -> list[Any] | None:
     return None if values is None else list(values[a:b])
 
 
-def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: str, where: Any = None, size: int = PAGE,
+def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: str, where: DeltaGenerator | None = None, size: int = PAGE,
               param: str = "chips", kinds: Sequence[str] | None = None, titles: Sequence[str] | None = None,
               colours: Sequence[str] | None = None, notes: Sequence[str] | None = None, framed_tail: int = 0,
               **kw: Any) -> tuple[int, int]:

@@ -95,7 +95,7 @@ class Job:
             self.waiters = max(0, self.waiters + delta)
             self.alone_since = self._clock() if self.waiters == 0 else None
 
-    def report(self, done: int, total: int, words: Any = None) -> None:
+    def report(self, done: int, total: int, words: Phrase | str | None = None) -> None:
         """The computation's progress; raises ``Cancelled`` (out of the computation) once it is orphaned."""
         if self.orphaned():
             raise Cancelled(self.key)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from core.common import escape
 from core.engine.types import ConfigError
@@ -50,7 +51,7 @@ def put(key: str, value: Any) -> None:
     st.session_state[key] = value
 
 
-def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
+def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: DeltaGenerator | None = None,
               format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
     """A radio whose choice a link carries (``?param=``, one of ``options``), kept across relabelling."""
     first = ui.qp_choice(param, options, default)
@@ -73,7 +74,7 @@ def tabs_url(keys: Sequence[str], names: Sequence[str], *, key: str, param: str 
     return tabs
 
 
-def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
+def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: DeltaGenerator | None = None,
                   format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
     """A selectbox whose choice a link carries (``?param=``), kept across relabelling."""
     first = ui.qp_choice(param, options, default)
@@ -82,7 +83,7 @@ def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str,
     return v
 
 
-def toggle_url(label: str, default: bool, *, key: str, param: str, where: Any = None, **kw: Any) -> bool:
+def toggle_url(label: str, default: bool, *, key: str, param: str, where: DeltaGenerator | None = None, **kw: Any) -> bool:
     """A toggle a link carries as ``?param=1`` / ``0``."""
     v = bool((where or st).toggle(label, **hold(key, ui.qp_bool(param, default), (True, False)), **kw))
     ui.set_qp(**{param: "1" if v else "0"})
@@ -93,7 +94,7 @@ def _in_range(v: Any, lo: float, hi: float) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
 
 
-def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: str, where: Any = None, **kw: Any) -> int:
+def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: str, where: DeltaGenerator | None = None, **kw: Any) -> int:
     """A whole-number input a link carries (``?param=``, clamped to lo … hi)."""
     first = ui.qp_int(param, default, lo, hi)
     held = st.session_state.get(_held(key))
@@ -104,7 +105,7 @@ def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: s
     return v
 
 
-def slider_url(label: str, lo: float, hi: float, default: float, step: float, *, key: str, param: str, where: Any = None,
+def slider_url(label: str, lo: float, hi: float, default: float, step: float, *, key: str, param: str, where: DeltaGenerator | None = None,
                **kw: Any) -> float:
     """A number slider a link carries (``?param=``, clamped to lo … hi and snapped to ``step``)."""
     first = ui.qp_float(param, default, lo, hi, step)
@@ -116,7 +117,7 @@ def slider_url(label: str, lo: float, hi: float, default: float, step: float, *,
     return v
 
 
-def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: str, where: Any = None, **kw: Any) -> int:
+def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: str, where: DeltaGenerator | None = None, **kw: Any) -> int:
     """A whole-number slider over ``lo..hi`` (``where``: a column or container; the page by default).
 
     A range of one value is shown as text (``ui.only_value``) and returned; a session value left
@@ -160,7 +161,7 @@ def config_error(e: ConfigError) -> None:
 
 
 def map_window(key: str, n_tokens: int, cells: int = attnview.CELLS, *, param: str = "win", kind: str = "map",
-               where: Any = None) -> int | None:
+               where: DeltaGenerator | None = None) -> int | None:
     """For a prompt longer than ``cells``: the whole map averaged, or a window of exact weights from a
     chosen start (in the URL as ``param``, ``win`` by default). Returns the window's start, or None for
     the overview. ``kind``: "map" (a [T, T] map), "row" (one query's weights: summed bars) or "strip"
