@@ -104,10 +104,6 @@ def _with_first(out: Any, new: torch.Tensor) -> Any:
     return (new, *out[1:]) if isinstance(out, tuple) else new
 
 
-def _set_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
-    return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
-
-
 # ---------------------------------------------------------------------------------------------
 # the two runs every patched run reuses
 
@@ -170,7 +166,8 @@ def _hooks(base: Baseline, sites: roles.Parts, rows: Sequence[Patch | None], B: 
             h = _hidden_of(args, kwargs)
             if layer == start:  # the rows begin here, from the corrupted run's own stream (recorded)
                 h = base.resid[layer, 1, skip:].expand(B, -1, -1)  # [B, T − skip, d]
-            return _set_hidden(args, kwargs, write(h, "resid", layer))
+            h = write(h, "resid", layer)
+            return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
 
         return pre
 

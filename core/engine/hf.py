@@ -150,12 +150,9 @@ def _from_pretrained(path: str | Path, **kw: Any) -> Any:
 
 def own_weights(model: torch.nn.Module) -> None:
     """Every parameter copied out of the weights file into the process's own memory. transformers maps the
-    safetensors file (mmap) and the tensors read it in place: truncating the cached file under a running
-    server killed it with SIGBUS, and writing over it changed its weights silently (NaN). A tied weight (the
-    embedding and the LM head) is one Parameter: copied once, still tied. Cost, measured on the embedded model
-    (2026-12-06, shared 2-core machine): after one trace the same resident memory (939 → 940 MiB; the mapped
-    pages were resident anyway: file-backed 630 MiB before, anonymous now), no longer shared between replicas
-    through the page cache, and 1.2 s once per load."""
+    safetensors file (mmap) and the tensors read it in place, so truncating or rewriting the cached file under
+    a running server would crash it (SIGBUS) or change its weights silently. A tied weight is one Parameter:
+    copied once, still tied. The cost is a copy per load (the pages are no longer shared between replicas)."""
     with torch.no_grad():
         for p in model.parameters():  # each Parameter once, tied ones included
             p.data = p.data.clone()

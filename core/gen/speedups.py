@@ -83,10 +83,6 @@ def _check(ids: Sequence[int], max_new: int) -> None:
         raise ValueError(f"max_new must be 1 … {4 * MAX_NEW}")
 
 
-def _spread(samples: Sequence[float]) -> dict[str, Any]:
-    return timing.of(samples).to_dict()
-
-
 # ---------------------------------------------------------------------------------------------
 # Copies of the shared model (one at a time)
 
@@ -198,7 +194,7 @@ def kernels(loaded: LoadedModel, ids: Sequence[int], n_new: int = DEFAULT_NEW, r
                  "eager_vs_float64": gap("eager", "float64")},
         tokens=toks,
         fork={k: first_fork(toks["float64"], toks[k]) for k in KERNELS},
-        seconds_per_token={k: _spread(v) for k, v in secs.items()},
+        seconds_per_token={k: timing.of(v).to_dict() for k, v in secs.items()},
         n_new=int(n_new),
     )
 

@@ -189,13 +189,9 @@ def call_in(fn: Any, needle: str) -> Source | None:
     return None
 
 
-def _child_name(parent: Any, child: Any) -> str | None:
-    return next((n for n, c in parent.named_children() if c is child), None)
-
-
 def _calls(fn: Any, parent: Any, child: Any) -> Source | None:
     """Where ``fn`` (a forward of ``parent``) calls its part ``child``: the line with ``self.<name>(``."""
-    name = _child_name(parent, child) if child is not None else None
+    name = next((n for n, c in parent.named_children() if c is child), None) if child is not None else None
     return call_in(fn, f"self.{name}(") if name else None
 
 

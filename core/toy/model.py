@@ -1,19 +1,10 @@
 """The toy transformer: a whole decoder-only language model you can read in one file.
 
 Names follow Hugging Face's ``modeling_llama.py`` (``embed_tokens``, ``layers[i].self_attn.q_proj`` …,
-``input_layernorm``, ``post_attention_layernorm``, ``norm``, ``lm_head``) so the toy and the real model
-read alike, and so tiny HF weights can be copied in (``ToyTransformer.from_hf``) to prove that this
-file computes exactly what transformers computes.
-
-Unlike HF's model, every intermediate value is visible: pass ``probes={}`` to ``forward`` and it comes
-back filled with each site (raw scores, scaled scores, mask, softmax weights, per-head outputs, the
-concatenation, the gate/up/act of the MLP …), each under its name in the trace's registry of sites
-(``core.engine.trace.SITES``: ``attn_pattern``, ``mlp_out`` …; ``_probe`` refuses any other name).
-Tensors are [batch, …] inside the model; probes keep batch item 0 only, which is all the app ever traces.
-
-Next door in this package: the byte-level tokenizer (``tokenizer.py``), loading and tracing into a
-``core.engine.trace.Trace`` like the real tracer does (``run.py``), training (``train.py``) and the
-word-order demo (``word_order.py``: without positions, self-attention cannot tell "我喜欢你" from "你喜欢我").
+``norm``, ``lm_head``), so the toy and the real model read alike and tiny HF weights can be copied in
+(``ToyTransformer.from_hf``) to prove this file computes what transformers computes. Every intermediate
+value is visible: ``forward(probes={})`` fills each site under its name in ``core.engine.trace.SITES``
+(``_probe`` refuses any other), batch item 0 only.
 """
 
 from __future__ import annotations

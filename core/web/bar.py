@@ -1,12 +1,9 @@
 """The app's one progress bar: a ``core.common.progress.Progress`` drawn with ``st.progress``, its words said
 in the reader's language.
 
-``Bar(words)`` is called as any progress is, ``bar(done, total, words)``: it moves to ``done / total`` and
-says the computation's words (a Phrase, in the reader's language), or, until the computation says any (or
-always, with ``keep=True``), the bar's own ``words``, whose ``{done}``, ``{total}`` and ``{pct}`` are
-filled from the counts. ``share=True`` puts how far it is before the words ("42% · …", the model
-loader's). The model loader, the patching sweep, the attributions, the measurements (``core.web.measure``),
-the serving lab and the toy's live training all draw through it, in the script's thread.
+``bar(done, total, words)`` moves to ``done / total`` and says the computation's words, or (until it says
+any, or always with ``keep=True``) the bar's own, with ``{done}``, ``{total}``, ``{pct}`` filled in. Every
+long computation of the pages draws through it, in the script's thread.
 """
 
 from __future__ import annotations
