@@ -94,7 +94,7 @@ def _causal_or_none(mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.
     return out
 
 
-def _eager_for(module: Any) -> Callable:
+def _eager_for(module: torch.nn.Module) -> Callable:
     mod = sys.modules.get(type(module).__module__)
     fn = getattr(mod, "eager_attention_forward", None)
     if fn is None:
@@ -122,7 +122,7 @@ def _last_live_column(mask: torch.Tensor) -> int:
     return int(cols.max()) + 1
 
 
-def _eager_in_bands(eager: Callable, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+def _eager_in_bands(eager: Callable, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     mask: torch.Tensor | None, dtype: torch.dtype, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's own eager attention, called on bands of query rows, each with the key columns
     that band can see (a causal band of rows i … j-1 sees columns 0 … j-1; the rest are exactly 0
@@ -148,7 +148,7 @@ def _eager_in_bands(eager: Callable, module: Any, query: torch.Tensor, key: torc
     return torch.cat(outs, dim=1), weights
 
 
-def _last_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+def _last_row(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
               unmasked: bool, **kwargs: Any) -> torch.Tensor:
     """The last query's weights [B, H, 1, Tk] in float32: softmax(q·kᵀ·scaling + mask), the formula the fast
     path's SDPA call evaluated (its ``scaling``, 1/√dh when None; grouped keys read in place, query head h on
@@ -215,7 +215,7 @@ def _scalars(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
-def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any):
+def xray_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs: Any):
     rec: AttentionRecord | None = getattr(_local, "record", None)
     if rec is not None and rec.kv_only:
         rec.calls.append({"layer": getattr(module, "layer_idx", None), "key": key.detach(), "value": value.detach()})

@@ -233,7 +233,6 @@ def toy_text(tp: ToyPast) -> dict[str, Any]:
 # -- the embedded model, measured once and shipped ---------------------------------------------------------
 
 REFERENCE_FILE = "past_training.json"  # in assets/
-REAL_FACTOR = 1.5  # the document is this many times the trained length
 REAL_BIN = 512
 DOCUMENT = "pydoc_data.topics"
 

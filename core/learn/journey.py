@@ -8,7 +8,7 @@ import re
 import site
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,13 +165,13 @@ def shown_path(file: str) -> str:
     return f.as_posix()
 
 
-def _lines(fn: Any) -> tuple[str, list[str], int]:
+def _lines(fn: Callable) -> tuple[str, list[str], int]:
     fn = inspect.unwrap(fn)
     lines, start = inspect.getsourcelines(fn)
     return inspect.getsourcefile(fn) or "", lines, start
 
 
-def code_of(fn: Any) -> Source:
+def code_of(fn: Callable) -> Source:
     """Where ``fn`` is defined: the line of its ``def`` (after any decorators), read from its source file."""
     file, lines, start = _lines(fn)
     name = inspect.unwrap(fn).__name__
@@ -179,7 +179,7 @@ def code_of(fn: Any) -> Source:
     return Source(inspect.unwrap(fn).__qualname__, shown_path(file), start + i, file, lines[i].strip())
 
 
-def call_in(fn: Any, needle: str) -> Source | None:
+def call_in(fn: Callable, needle: str) -> Source | None:
     """The first line of ``fn``'s source that contains ``needle`` (where it calls a part), or None."""
     file, lines, start = _lines(fn)
     pat = re.compile(re.escape(needle) + (r"(?![A-Za-z0-9_])" if needle[-1:].isidentifier() else ""))  # self.h, not self.hidden
@@ -189,7 +189,7 @@ def call_in(fn: Any, needle: str) -> Source | None:
     return None
 
 
-def _calls(fn: Any, parent: Any, child: Any) -> Source | None:
+def _calls(fn: Callable, parent: Any, child: Any) -> Source | None:
     """Where ``fn`` (a forward of ``parent``) calls its part ``child``: the line with ``self.<name>(``."""
     name = next((n for n, c in parent.named_children() if c is child), None) if child is not None else None
     return call_in(fn, f"self.{name}(") if name else None

@@ -331,7 +331,7 @@ class ToyTransformer(nn.Module):
     # Copying a Hugging Face model
 
     @classmethod
-    def from_hf(cls, hf: Any) -> ToyTransformer:
+    def from_hf(cls, hf: nn.Module) -> ToyTransformer:
         """A toy holding the same weights as a HF Llama-family (Llama, Qwen2, Mistral) or GPT-2 model."""
         mt = hf.config.model_type
         if mt == "gpt2":
@@ -348,7 +348,7 @@ def _copy(dst: nn.Module, src: nn.Module, transpose: bool = False) -> None:
         dst.bias.data.copy_(src.bias.detach())
 
 
-def _from_llama(cls: Any, hf: Any) -> ToyTransformer:
+def _from_llama(cls: type[ToyTransformer], hf: nn.Module) -> ToyTransformer:
     c = hf.config
     rp = getattr(c, "rope_parameters", None) or {}
     if rp.get("rope_type", "default") != "default":
@@ -382,7 +382,7 @@ def _from_llama(cls: Any, hf: Any) -> ToyTransformer:
     return toy.eval()
 
 
-def _from_gpt2(cls: Any, hf: Any) -> ToyTransformer:
+def _from_gpt2(cls: type[ToyTransformer], hf: nn.Module) -> ToyTransformer:
     c = hf.config
     d = c.n_embd
     cfg = ToyConfig(
