@@ -1,15 +1,10 @@
 """Two prompts that differ in one fact, and the one number the section explains.
 
-A *clean* prompt ("The Eiffel Tower is in the city of") and a *corrupted* one ("The Colosseum is in
-the city of") make the model prefer different answers. The **logit difference**
-``logit(answer) − logit(foil)`` at the last position (e.g. " Paris" − " Rome") measures that
-preference in one number: high on the clean prompt, low on the corrupted one. Patching and
-attribution (``core.cause.patching`` / ``attribution``) each explain where it comes from.
-
-Activation patching copies an activation at (layer, position) from one run into the other, so
-both prompts must have the same number of tokens; the answer and the foil must each be one token.
-Everything that arrives from outside (a link, a text box, the command line) is checked here and
-refused with a ``PairError``: an i18n key and its fields, a sentence in either language.
+A *clean* prompt ("The Eiffel Tower is in the city of") and a *corrupted* one ("The Colosseum is in the
+city of") prefer different answers; the **logit difference** ``logit(answer) − logit(foil)`` at the last
+position measures it, and patching and attribution explain where it comes from. Patching needs both prompts
+the same number of tokens, and answer and foil one token each. What arrives from outside is checked here
+and refused with a ``PairError`` (an i18n key and its fields).
 """
 
 from __future__ import annotations
