@@ -233,7 +233,6 @@ def test_reach_matches_hand_jacobians():
     r = recurrence.reach_readout(res)
     assert float(r["factor"]) > 1.5 and res.rnn[0] < 1e-6 * res.rnn[-1]
     assert res.attention.min() > 0.1 * res.attention.max()
-    assert list(res.steps_rnn) == list(range(len(res.rnn), 0, -1)) and set(res.steps_attention) == {1}
 
 
 # ---------------------------------------------------------------------------------------------
