@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from core.stream.lens import LensTopK
 
 # Where each name of the API lives. They are imported on first use (PEP 562), so that a light entry point under
-# ``core`` (``python -m core.web.offer``, ``make run``'s setting check) does not pay for torch and transformers:
-# importing all of it took 4.6 s of every start of the server, before the server itself began to import them.
+# ``core`` (``python -m core.web.offer``, ``make run``'s setting check) does not pay for torch and transformers.
 _HOME = {
     **dict.fromkeys(("attention", "encode_prompt", "export_npz", "full_logits", "layer_detail", "load_model",
                      "next_tokens", "trace"), "core.backends"),

@@ -2,32 +2,14 @@
 
     make serve REPLICAS=4 PORT=8501          # or: .venv/bin/python -m deploy.serve --replicas 4 --port 8501
 
-One app process shares one model among its sessions and runs one forward pass at a time, so a hall needs
-several. Streamlit keeps a session in the process that holds its websocket, so the processes go behind a
-reverse proxy with sticky sessions. This launcher uses only standard parts:
-
-1. checks its arguments and the offered-models setting (XRAY_MODELS / XRAY_ALLOW_LOCAL, the same for every
-   replica) and says what is wrong in one sentence;
-2. starts N replicas, ``python -m core.web.server`` on 127.0.0.1 ports (each knows its number from
-   XRAY_REPLICA), each with its share of the cores for torch (cores ÷ N threads, OMP_NUM_THREADS: N
-   processes that each start one thread per core would fight over the same cores), and waits until each
-   answers ``/_stcore/health`` (the active check; one line each);
-3. fills deploy/nginx.conf.template into a fresh temp folder and runs nginx in the foreground
-   (``daemon off;``; pid, logs and temp files in that folder: no root, no write to /etc or /var);
-4. keeps checking every replica's health: one that exits, or fails three checks in a row, is marked
-   ``down`` in nginx's config and nginx reloads (nginx's own checks are passive: max_fails/fail_timeout);
-   one that exits is started again on its port (at most RESTARTS times in RESTART_WINDOW_S) and comes back
-   into rotation when it answers; one that still runs but fails FAILS_TO_RESTART checks in a row (frozen) is
-   killed and restarted the same way;
-5. if nginx stops (killed, crashed), kills what is left of it (its workers keep the port when only the
-   master dies: nginx runs in a process group of its own, so the whole group goes), waits for the port to
-   be free and starts it again (NGINX_TRIES attempts), the replicas running on; the hall stops only when
-   nginx cannot come back;
-6. on Ctrl-C (or SIGTERM/SIGHUP) stops nginx and every replica, kills what has not stopped after 20 s,
-   then nginx's whole process group, removes the temp folder, and says "nothing left running" only once
-   the ports are free. The children die with the launcher even if it is killed outright (PR_SET_PDEATHSIG
-   with SIGKILL: a replica busy in a forward pass, or one whose shutdown hangs, cannot outlive it and keep
-   its port and its memory).
+One process shares one model and runs one forward pass at a time, and Streamlit keeps a session in the
+process that holds its websocket: so several replicas go behind nginx with sticky sessions. The launcher
+checks its arguments and the offered-models setting; starts the replicas (``python -m core.web.server``
+on 127.0.0.1, each with cores ÷ N torch threads) and waits for ``/_stcore/health``; runs nginx in the
+foreground from deploy/nginx.conf.template in a temp folder (no root); marks a replica that exits or
+fails its checks ``down`` and restarts it (a bounded number of times), and restarts nginx if it dies;
+on Ctrl-C / SIGTERM stops everything and says "nothing left running" once the ports are free. The
+children die with the launcher even if it is killed outright (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations

@@ -2,28 +2,18 @@
 and the last position's attention beside them for contrast.
 
 f(E) = logit(answer) − logit(foil) at the last position, as a function of the embedding rows E [T, d]
-(the rows of the embedding matrix, before any position information: ``Trace.embeddings``).
+(``Trace.embeddings``, before any position information).
 
-* **gradient × input**: per token t, Σ_d ∂f/∂E[t,d] · E[t,d] — the first-order (linear) estimate of
-  how much f would change if token t's embedding were scaled to zero, alone.
-* **integrated gradients** (Sundararajan et al., 2017): per token t,
-  Σ_d (E − B)[t,d] · ∫₀¹ ∂f/∂E[t,d](B + α·(E − B)) dα, along the straight line from a baseline B
-  to the input. Its *completeness*: the token scores sum to f(E) − f(B), exactly for the integral,
-  up to the quadrature error here. The integral is taken by Gauss–Legendre quadrature with
-  ``steps`` nodes (Captum's default rule): the error shrinks as the steps grow.
+* **gradient × input**: per token t, Σ_d ∂f/∂E[t,d] · E[t,d], the first-order estimate of zeroing that row.
+* **integrated gradients** (Sundararajan et al., 2017): per token t, Σ_d (E − B)[t,d] · ∫₀¹ ∂f/∂E[t,d](B + α·(E − B)) dα,
+  by Gauss–Legendre quadrature with ``steps`` nodes; the scores sum to f(E) − f(B) up to the quadrature error.
+  The baseline B is the mean embedding row at every position but the first, which keeps its own: the first
+  position is pre-norm models' attention sink, and moving it makes f too rough along the path to integrate
+  (an all-zero baseline is worse still: RMSNorm near zero jumps by whole logits). So the first token gets no
+  integrated-gradients score, and the page says so.
 
-  The baseline B is "no particular token": the mean row of the embedding matrix at every position
-  — except the first, which keeps its own embedding. Pre-norm models use the first position as an
-  attention sink (every head can park its attention there); moving it along the path switches that
-  mechanism on and off and makes f so rough along the line that no practical number of steps
-  integrates it (on SmolLM2 the gap stays above the logit difference itself at 128 steps). So the
-  first token gets no integrated-gradients score by construction, and the page says so. The
-  all-zero baseline of the paper is worse still for these models: every RMSNorm divides by
-  √(mean x² + ε), so near zero the path crosses a region where f jumps by whole logits.
-
-Gradients are taken with respect to an embeddings leaf tensor handed to the model by a scoped
-forward hook on its embedding module (``core.engine.hooks``) — never through the shared parameters,
-whose ``requires_grad`` stays as it is; ``torch.autograd.grad`` asks for the leaf's gradient only.
+Gradients are taken on an embeddings leaf handed to the model by a scoped forward hook (``core.engine.hooks``),
+never through the shared parameters.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Two prompts that differ in one fact, and the one number the section explains.
 
-A *clean* prompt ("The Eiffel Tower is in the city of") and a *corrupted* one ("The Colosseum is in
-the city of") make the model prefer different answers. The **logit difference**
-``logit(answer) − logit(foil)`` at the last position (e.g. " Paris" − " Rome") measures that
-preference in one number: high on the clean prompt, low on the corrupted one. Patching and
-attribution (``core.cause.patching`` / ``attribution``) each explain where it comes from.
-
-Activation patching copies an activation at (layer, position) from one run into the other, so
-both prompts must have the same number of tokens; the answer and the foil must each be one token.
-Everything that arrives from outside (a link, a text box, the command line) is checked here and
-refused with a ``PairError``: an i18n key and its fields, a sentence in either language.
+A *clean* prompt ("The Eiffel Tower is in the city of") and a *corrupted* one ("The Colosseum is in the
+city of") prefer different answers; the **logit difference** ``logit(answer) − logit(foil)`` at the last
+position measures it, and patching and attribution explain where it comes from. Patching needs both prompts
+the same number of tokens, and answer and foil one token each. What arrives from outside is checked here
+and refused with a ``PairError`` (an i18n key and its fields).
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ import numpy as np
 from core.common.i18n import t
 from core.common.numbers import softmax, top_k
 from core.engine import tokens
-from core.engine.types import CodedError, EmptyPromptError
+from core.engine.types import CodedError, EmptyPromptError, Tokenizer
 
 MAX_TOKENS = 64  # a layer × position sweep is L·T patched runs: keep the pair short
 MAX_CHARS = 2_000  # what a text box or a link may carry for one prompt (and what the URL keeps)
@@ -114,7 +109,7 @@ class PairTokens:
             raise PairError("counts", n_clean=len(self.ids_clean), n_corrupted=len(self.ids_corrupted))
 
 
-def _prompt_ids(tokenizer: Any, text: str, which: str, max_tokens: int, max_positions: int | None = None) -> list[int]:
+def _prompt_ids(tokenizer: Tokenizer, text: str, which: str, max_tokens: int, max_positions: int | None = None) -> list[int]:
     if text is None or not text.strip():
         raise PairError(f"empty_{which}")
     if len(text) > MAX_CHARS:
@@ -129,7 +124,7 @@ def _prompt_ids(tokenizer: Any, text: str, which: str, max_tokens: int, max_posi
     return enc.ids
 
 
-def encode_pair(tokenizer: Any, clean: str, corrupted: str, max_tokens: int = MAX_TOKENS,
+def encode_pair(tokenizer: Tokenizer, clean: str, corrupted: str, max_tokens: int = MAX_TOKENS,
                 max_positions: int | None = None) -> PairTokens:
     """Both prompts as plain text (no chat template), each at most ``max_tokens`` tokens, and at most the
     model's own ``max_positions`` when it has fewer (refused with ``too_long_model``)."""
@@ -139,7 +134,7 @@ def encode_pair(tokenizer: Any, clean: str, corrupted: str, max_tokens: int = MA
                       tuple(tokens.readable_tokens(tokenizer, b)))
 
 
-def answer_id(tokenizer: Any, text: str, which: str) -> int:
+def answer_id(tokenizer: Tokenizer, text: str, which: str) -> int:
     """The one token ``text`` is (a leading space counts: " Paris" is not "Paris"); refused otherwise,
     saying how it tokenises."""
     if text is None or text == "":
@@ -163,14 +158,14 @@ class Answers:
     foil_text: str
 
 
-def answers(tokenizer: Any, answer: str, foil: str) -> Answers:
+def answers(tokenizer: Tokenizer, answer: str, foil: str) -> Answers:
     a, f = answer_id(tokenizer, answer, "answer"), answer_id(tokenizer, foil, "foil")
     if a == f:
         raise PairError("same_answer", text=tokens.visible(answer))
     return Answers(a, f, *tokens.readable_tokens(tokenizer, [a, f]))
 
 
-def fits(tokenizer: Any, p: Preset) -> bool:
+def fits(tokenizer: Tokenizer, p: Preset) -> bool:
     """Whether example pair ``p`` works with this tokenizer: both prompts the same number of tokens,
     the answer and the foil one token each (the Chinese pair splits into byte pieces on SmolLM2)."""
     try:
@@ -264,7 +259,7 @@ def logit_diff(logits: Any, answer: int, foil: int) -> np.ndarray | float:
     return float(d) if d.ndim == 0 else d
 
 
-def top_tokens(tokenizer: Any, logits: Sequence[float] | np.ndarray, k: int = 8) -> list[dict[str, Any]]:
+def top_tokens(tokenizer: Tokenizer, logits: Sequence[float] | np.ndarray, k: int = 8) -> list[dict[str, Any]]:
     """The k highest-scoring next tokens: id, visible text, logit and probability (softmax over all V)."""
     x = np.asarray(logits, dtype=np.float64)
     p = softmax(x)
@@ -273,7 +268,7 @@ def top_tokens(tokenizer: Any, logits: Sequence[float] | np.ndarray, k: int = 8)
     return [{"id": int(i), "token": n, "logit": float(x[i]), "p": float(p[i])} for i, n in zip(ids, names)]
 
 
-def compare_rows(tokenizer: Any, runs: dict[str, Any], by: str, k: int = 8) -> list[dict[str, Any]]:
+def compare_rows(tokenizer: Tokenizer, runs: dict[str, Any], by: str, k: int = 8) -> list[dict[str, Any]]:
     """The ``k`` most likely next tokens of run ``by``, with every run's probability of each: rows of
     {"id", "token", <run name>: p …}. ``runs``: name → next-token scores [V]."""
     probs = {name: softmax(v) for name, v in runs.items()}
@@ -282,7 +277,7 @@ def compare_rows(tokenizer: Any, runs: dict[str, Any], by: str, k: int = 8) -> l
     return [{"id": int(i), "token": n, **{name: float(p[i]) for name, p in probs.items()}} for i, n in zip(ids, names)]
 
 
-def suggest(tokenizer: Any, clean_logits: Any, corrupted_logits: Any) -> tuple[str, str] | None:
+def suggest(tokenizer: Tokenizer, clean_logits: Any, corrupted_logits: Any) -> tuple[str, str] | None:
     """Answer and foil texts from the runs themselves: the clean prompt's most likely next token, and
     the corrupted prompt's (or the clean prompt's runner-up when both agree). None when a token's text
     does not tokenise back to that one token (a piece of a UTF-8 character, say)."""

@@ -1,19 +1,13 @@
 """Activation patching (causal tracing): run the corrupted prompt, copy in ONE activation from the
 clean run, and see how much of the clean answer comes back.
 
-Sites (rows of ``core.engine.trace.SITES``): ``resid`` (entering block ``l`` at position ``t``), ``attn_out``,
-``mlp_out`` (what layer ``l``'s sub-layers add at ``t``), and ``z`` per head: one head's slice of the output
-projection's input at the last position (``roles.head_slice``, what head ablation zeroes).
-
-A batch of patched runs (``_forward_rows``) feeds the corrupted prompt once; from the first block any row
-patches, the hidden state is the corrupted run's own stream copied once per row, and each site's hooks write
-the clean activations into their rows. A sweep skips positions no run patches (``plan``: the corrupted run's
-keys and values of the first P positions are computed once, ``backends.prefix_kv``).
-
-Exact ends: a CPU matrix product may round a row differently by its slot in the batch, so the recording and a
-single patched run both use row 0 of a batch of two: patching nothing IS the corrupted run, copying the whole
-stream at layer 0 IS the clean run, bit for bit. In a sweep a run may differ from its single run in the last
-float32 bits (≈ 1e-5 on a logit difference). Hooks are scoped to the calling thread, passes hold the model's lock.
+Sites (rows of ``core.engine.trace.SITES``): ``resid``, ``attn_out``, ``mlp_out`` at (layer, position), and
+``z`` per head at the last position (``roles.head_slice``, what head ablation zeroes). A batch of patched
+runs (``_forward_rows``) copies the corrupted stream once per row from the first patched block; a sweep
+skips positions no run patches (``plan``, with ``backends.prefix_kv``). The recording and a single patched
+run both use row 0 of a batch of two, so the ends are exact: patching nothing IS the corrupted run, copying
+the whole stream at layer 0 IS the clean run, bit for bit (a sweep's runs may differ in the last float32
+bits). Hooks are scoped to the calling thread; passes hold the model's lock.
 """
 
 from __future__ import annotations
@@ -104,10 +98,6 @@ def _with_first(out: Any, new: torch.Tensor) -> Any:
     return (new, *out[1:]) if isinstance(out, tuple) else new
 
 
-def _set_hidden(args: tuple, kwargs: dict, h: torch.Tensor) -> tuple[tuple, dict]:
-    return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
-
-
 # ---------------------------------------------------------------------------------------------
 # the two runs every patched run reuses
 
@@ -170,7 +160,8 @@ def _hooks(base: Baseline, sites: roles.Parts, rows: Sequence[Patch | None], B: 
             h = _hidden_of(args, kwargs)
             if layer == start:  # the rows begin here, from the corrupted run's own stream (recorded)
                 h = base.resid[layer, 1, skip:].expand(B, -1, -1)  # [B, T − skip, d]
-            return _set_hidden(args, kwargs, write(h, "resid", layer))
+            h = write(h, "resid", layer)
+            return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
 
         return pre
 

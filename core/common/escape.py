@@ -1,18 +1,11 @@
 """The ONE escaping helper: text from outside (a link's parameters, a text box, a prompt, a token's text,
 a model's name or an error's message) shown as itself, never as markup.
 
-* ``md``: inside Markdown (Streamlit's ``st.markdown``/``st.caption``/``st.warning`` …, widget labels and
-  help): ``<``, ``>`` and ``&`` as entities (no HTML tag reaches the renderer), Markdown's active
-  characters backslash-escaped (no link ``[a](b)``, image ``![x](y)``, emphasis, heading, table, maths,
-  ``:colour[…]`` directive), line breaks as spaces, and GFM's *autolink literals* broken: Streamlit's
-  renderer (remark-gfm) turns a bare ``https://…``, ``www.…`` or ``name@host.tld`` in plain text into a link
-  after the backslashes are gone, so an invisible WORD JOINER (U+2060) goes after ``:`` of ``://``, between
-  ``www`` and its dot, and after ``@``: the text reads and copies the same, but no link is made.
-* ``code``: text quoted inside a Markdown `code span` (where nothing renders; a backtick would end it).
-* ``plot``: text in a plotly label (tick labels, hover text, point labels, titles, annotations): plotly
-  renders a subset of HTML there (``<b>``, ``<i>``, ``<br>``, ``<a href>``), so ``<``, ``>`` and ``&``
-  become entities, which plotly shows as the characters.
-* ``plot_all``: ``plot`` over a sequence (or a nested one) of labels.
+* ``md``: inside Markdown (``st.markdown``, captions, widget labels): ``<``, ``>``, ``&`` as entities,
+  Markdown's active characters backslash-escaped, line breaks as spaces, and GFM's autolink literals
+  (``https://…``, ``www.…``, ``name@host``) broken by an invisible WORD JOINER (U+2060).
+* ``code``: text quoted inside a Markdown `code span`.
+* ``plot`` / ``plot_all``: text in plotly labels, which render a subset of HTML: ``<``, ``>``, ``&`` as entities.
 """
 
 from __future__ import annotations

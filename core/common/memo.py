@@ -1,17 +1,11 @@
 """A cache bounded by bytes, not entries: a few long traces and many short ones both fit.
 
-``ByteLRU.get(key, compute)`` returns the cached value or computes it once — two sessions asking for
-the same key at the same moment wait for one computation instead of running two; with ``progress``,
-a long computation reports (done, total, words) through ``ByteLRU.reporter`` and every session waiting for
-it sees the same progress, not only the one that started it — and evicts the
-least recently used values until the total size is within the budget. A value bigger than the
-whole budget is returned but not kept. Values are shared, not copied: whatever is cached must be
-read-only (``Trace`` marks its arrays so).
-
-``expire(idle_s)`` drops the values no one has read for ``idle_s`` seconds, and ``expire_idle`` does so in every
-live ByteLRU (the server's trimming thread calls it): after a burst of sessions the traces they made do not
-hold the server's memory once nobody looks at them any more (issue 39: 1,035 → 3,432 MiB, still 3,362 MiB
-three minutes after the burst).
+``ByteLRU.get(key, compute)`` returns the cached value or computes it once (concurrent askers wait for the
+one computation and, with ``progress``, all see its reports through ``ByteLRU.reporter``), then evicts the
+least recently used values until the total is within the budget; a value bigger than the budget is
+returned but not kept. Values are shared, not copied: they must be read-only (``Trace`` marks its arrays so).
+``expire(idle_s)`` / ``expire_idle`` drop what nobody has read for ``idle_s`` seconds (the server's trimming
+thread), so a burst of sessions does not hold the server's memory afterwards.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """How big a model is before it exists: its parameter count read off ``config.json`` alone, what its
 float32 weights weigh, and how much this server lets one model take.
 
-The loader asks these questions *before* anything is allocated, so a config that describes a model
-too big for the machine is refused with the figure instead of filling the memory with random weights.
-
-* ``estimate_params(cfg)`` → parameters per role (embeddings, attention q/k/v/o with GQA, gated or
-  two-matrix MLP, norms, an untied LM head …); ``n_params(cfg)`` is their sum. Exact for the
-  Llama / Mistral / Mixtral / Qwen2 / Qwen3 / Gemma / Phi-3 / StableLM / Starcoder2 / GPT-2 / GPT-BigCode /
-  GPT-NeoX / OPT / BioGPT families (SmolLM2-135M: 134,515,008; Qwen2.5-0.5B: 494,032,768); other
-  families are approximated (it sizes a memory budget, it does not audit). The anatomy page's
-  estimate is this one too.
-* ``budget_bytes()`` → the most one model's float32 weights may take: ``XRAY_MEMORY_BUDGET_GB`` when
-  the operator sets it, else 40 % of the machine's memory (never less than 1 GB, so the embedded
-  SmolLM2, about 0.54 GB, always fits; it is never checked against the setting either).
-
-Works on JSON text, a ``config.json`` dict, a transformers config object, or the ``ModelConfig`` the
-loader read once (``core.engine.config.read``). Pure Python: no torch.
+The loader asks *before* anything is allocated, so a config too big for the machine is refused with the
+figure. ``estimate_params(cfg)`` gives parameters per role (exact for the Llama, Mistral, Qwen, Gemma,
+Phi-3, GPT-2, GPT-NeoX, OPT … families, approximate for others: it sizes a budget, it does not audit);
+``n_params`` is their sum (the anatomy page's estimate too). ``budget_bytes()`` is ``XRAY_MEMORY_BUDGET_GB``
+or 40 % of the memory, never under 1 GB, so the embedded SmolLM2 always fits. Pure Python: no torch.
 """
 
 from __future__ import annotations

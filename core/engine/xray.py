@@ -1,25 +1,13 @@
 """An attention implementation that *is* HF's eager attention, and can record what it sees.
 
-Models are loaded with ``attn_implementation="xray"``. For every attention call, this function
-hands the work to the model file's own ``eager_attention_forward`` (Llama's, Qwen2's, GPT-2's …),
-so the numbers are exactly HF eager's. If, and only if, the current thread has opened a
-``recording()`` block, it also keeps the inputs and the weights:
+Models are loaded with ``attn_implementation="xray"``. Each call goes to the model file's own
+``eager_attention_forward``, so the numbers are HF eager's; inside a ``recording()`` block of the current
+thread it also keeps ``query`` [B, H, Tq, dh] (after RoPE), ``key`` / ``value`` [B, Hkv, Tk, dh] (after
+the cache update) and ``weights`` [B, H, Tq, Tk]. Recording is keyed on the thread, so sessions share one model.
 
-* ``query``  [B, H, Tq, dh]  — after RoPE (the model applies it before calling us)
-* ``key``, ``value`` [B, Hkv, Tk, dh] — after the cache update: exactly what the KV cache holds
-* ``weights`` [B, H, Tq, Tk] — after mask and softmax
-
-Recording is keyed on the thread, so many browser sessions can share one model: nothing is stored
-on the model, and another thread's forward pass never lands in your record.
-
-**Two speeds.** Only a call whose weights are wanted (a ``recording()`` that keeps weights) runs
-eager attention, which materialises the [H, Tq, Tk] weights. Every other call — a plain forward,
-generation, ablation, and the trace itself, which derives weights later per layer on demand (see
-``core.engine.hf_trace.layer_detail``) — runs torch's fused scaled-dot-product attention through
-transformers' own ``sdpa_attention_forward``, for architectures whose HF class declares SDPA
-support (``_supports_sdpa``) and calls without a soft-cap. When the mask is exactly the causal
-triangle (or a single query row with nothing masked) it is handed to SDPA as ``is_causal`` / no
-mask, so the fused kernel runs; any other mask (sliding window, padding) is passed as it is.
+Only a call whose weights are wanted runs eager attention; every other call runs transformers'
+``sdpa_attention_forward`` (where the HF class supports SDPA and there is no soft-cap), with a plain
+causal mask handed over as ``is_causal`` so the fused kernel runs.
 """
 
 from __future__ import annotations
@@ -75,7 +63,7 @@ class KVTaken(Exception):  # not an error: a kv_only recording stops the module 
     """Raised by an attention call inside ``recording(kv_only=True)`` once its key and value are kept."""
 
 
-def allow_fast(model: Any) -> None:
+def allow_fast(model: torch.nn.Module) -> None:
     """Let calls that keep no weights run SDPA for this model's attention modules, if its HF class
     declares SDPA support (HF then guarantees SDPA computes what eager computes)."""
     if not getattr(model, "_supports_sdpa", False):
@@ -106,7 +94,7 @@ def _causal_or_none(mask: torch.Tensor | None, q_len: int, k_len: int) -> torch.
     return out
 
 
-def _eager_for(module: Any) -> Callable:
+def _eager_for(module: torch.nn.Module) -> Callable:
     mod = sys.modules.get(type(module).__module__)
     fn = getattr(mod, "eager_attention_forward", None)
     if fn is None:
@@ -134,7 +122,7 @@ def _last_live_column(mask: torch.Tensor) -> int:
     return int(cols.max()) + 1
 
 
-def _eager_in_bands(eager: Callable, module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+def _eager_in_bands(eager: Callable, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     mask: torch.Tensor | None, dtype: torch.dtype, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's own eager attention, called on bands of query rows, each with the key columns
     that band can see (a causal band of rows i … j-1 sees columns 0 … j-1; the rest are exactly 0
@@ -160,7 +148,7 @@ def _eager_in_bands(eager: Callable, module: Any, query: torch.Tensor, key: torc
     return torch.cat(outs, dim=1), weights
 
 
-def _last_row(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+def _last_row(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
               unmasked: bool, **kwargs: Any) -> torch.Tensor:
     """The last query's weights [B, H, 1, Tk] in float32: softmax(q·kᵀ·scaling + mask), the formula the fast
     path's SDPA call evaluated (its ``scaling``, 1/√dh when None; grouped keys read in place, query head h on
@@ -227,7 +215,7 @@ def _scalars(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
-def xray_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any):
+def xray_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs: Any):
     rec: AttentionRecord | None = getattr(_local, "record", None)
     if rec is not None and rec.kv_only:
         rec.calls.append({"layer": getattr(module, "layer_idx", None), "key": key.detach(), "value": value.detach()})

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from core.engine.tokens import has_chat_template, readable_tokens
-from core.engine.types import CodedError
+from core.engine.types import CodedError, Tokenizer
 
 ROLES = ("system", "user", "assistant")
 
@@ -81,7 +81,7 @@ def messages_from_records(records: Iterable[dict[str, Any]]) -> tuple[list[dict[
     return out, cut
 
 
-def _special_tokens(tokenizer: Any) -> list[str]:
+def _special_tokens(tokenizer: Tokenizer) -> list[str]:
     toks = set(getattr(tokenizer, "all_special_tokens", []) or [])
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
     for tok in added.values():
@@ -106,7 +106,7 @@ def split_special(text: str, specials: Sequence[str]) -> list[tuple[str, bool]]:
     return out
 
 
-def render(tokenizer: Any, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> ChatRendering:
+def render(tokenizer: Tokenizer, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> ChatRendering:
     """Apply the tokenizer's chat template and take the result apart for display."""
     if not has_chat_template(tokenizer):
         raise NoChatTemplateError("no_template")

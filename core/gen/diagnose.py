@@ -1,27 +1,11 @@
 """Diagnose a slow or wrong answer: the measurements behind the tutorial's symptom → root-cause table.
 
-Pure (no Streamlit). Every time is a ``Timing`` (median, spread, busy flag) from ``core.common.timing``;
-prefill and decode are timed the app's one way (``core.gen.generate``: a ``Stepper`` timed inside the
-model's lock). What is here:
-
-* ``measure_prefill_curve``: tokenising, prefill and decode-step time against input length, and
-  ``fit_prefill``, the curve t(n) = a + b·n + c·n² through the prefill medians (coefficients never
-  negative), whose linear part b·n is the per-token work (projections, MLP) and quadratic part c·n²
-  the attention over every earlier position. ``extrapolate`` carries it past what was measured —
-  always with its assumptions. ``fit_tpot``: the straight line TPOT(n) = a + b·n through the decode
-  medians at the same lengths, b being what one more cached position adds to every decode step.
-  ``exercise``: both curves read at the tutorial's 2K and 20K input tokens (the page's exercise).
-* ``measure_decode``: one request, tokenise → prefill → N decode steps, repeated: the streaming
-  timeline and total time against output length (≈ TTFT + N × TPOT).
-
-Prefill and decode are always timed by ``generate.measure_tpot``, the app's one way of measuring
-TTFT and TPOT (the Generation and KV-cache pages read the same function).
-* ``MemoryShape`` / ``memory_at`` / ``max_requests``: weights vs KV cache vs activations for
-  (context × concurrent requests) against a budget; the KV term is the calculator's formula
-  (``HeadGeometry.kv_bytes``: 2 × layers × KV heads × head_dim × bytes × tokens × requests).
-* ``temperature_demo``: a candidate distribution at several temperatures, exactly softmax(logits / T).
-
-The sentences and tables the page prints from these numbers are ``core.gen.report``'s (pure as well).
+Pure (no Streamlit). Every time is a ``Timing`` (``core.common.timing``), prefill and decode timed the
+app's one way (``generate.measure_tpot``). ``measure_prefill_curve`` and ``fit_prefill`` (t(n) = a + b·n + c·n²,
+coefficients never negative: per-token work and attention over earlier positions), ``extrapolate`` (always
+with its assumptions), ``fit_tpot`` and ``exercise`` (the tutorial's 2K → 20K); ``measure_decode`` (the
+streaming timeline); ``MemoryShape`` / ``memory_at`` / ``max_requests`` (weights vs KV cache vs activations
+against a budget); ``temperature_demo``. The page's sentences are ``core.gen.report``'s.
 """
 
 from __future__ import annotations
@@ -44,12 +28,11 @@ from core.common.timing import Timing
 from core.engine import budget
 from core.engine import config as cfgread
 from core.engine.tokens import encode
-from core.engine.types import HeadGeometry, LoadedModel, ModelFacts, Phrase
+from core.engine.types import HeadGeometry, LoadedModel, ModelFacts, Phrase, Tokenizer
 from core.gen import generate, kvcalc
 
 # input lengths the prefill curve is measured at (cut at the chosen longest and at the context window)
 CURVE_LENGTHS: tuple[int, ...] = (64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
-DEFAULT_LONGEST = 2048
 EXERCISE_FROM, EXERCISE_TO, EXERCISE_OUTPUT = 2_000, 20_000, 100  # the tutorial's exercise: 2K → 20K input, 100 output
 # The extrapolation's assumptions, as i18n keys (``diagnose.assume_<key>``): the page states every one.
 ASSUMPTIONS: tuple[str, ...] = ("same_machine", "shape_holds", "alone", "memory", "context")
@@ -89,7 +72,7 @@ def curve_lengths(longest: int, max_positions: int, lengths: Sequence[int] = CUR
     return out or [max(1, min(longest, room))]
 
 
-def text_of(tokenizer: Any, n_tokens: int) -> tuple[str, list[int]]:
+def text_of(tokenizer: Tokenizer, n_tokens: int) -> tuple[str, list[int]]:
     """Ordinary text of at least ``n_tokens`` tokens, and its first ``n_tokens`` ids."""
     base = tokenizer(BASE_TEXT, add_special_tokens=False)["input_ids"]
     k = n_tokens // max(1, len(base)) + 1

@@ -1,21 +1,11 @@
 """Generation step by step: one prefill, then one decode step per new token, with a KV cache.
 
-A ``Stepper`` belongs to one browser session (or one CLI run). The model is shared by every
-session, so nothing per-request lives on it: the KV cache lives in the Stepper, every forward pass
-holds ``loaded.lock``, and attention is read through the per-thread ``xray.recording()``.
-
-* ``prefill()`` runs the whole prompt once: every layer writes the K/V of every prompt position
-  into the cache, and the last position's logits choose the first new token. Its wall time is the
-  TTFT (time to first token).
-* ``step()`` feeds ONE token — the one chosen last — through the model. Only that token's q/k/v
-  are computed; its K/V are appended to the cache, and its query attends over every cached
-  position. Each step's wall time is one TPOT (time per output token).
-
-Times are measured with ``time.perf_counter`` *inside* the lock, so they count the computation,
-not the wait for another session's forward pass.
-
-``run_without_cache`` produces the same tokens by re-running the whole prefix for every token —
-the cost the cache saves. ``generate_record`` serves ``python -m core generate`` (``core/__main__.py``).
+A ``Stepper`` belongs to one session (or one CLI run); the shared model holds nothing per request: the
+KV cache lives in the Stepper, every forward pass holds ``loaded.lock``, and attention is read through the
+per-thread ``xray.recording()``. ``prefill()`` runs the whole prompt once (its time is the TTFT);
+``step()`` feeds the one token chosen last, appending its K/V (each step's time is one TPOT). Times are
+taken inside the lock, so they count the computation, not the wait. ``run_without_cache`` re-runs the whole
+prefix for every token (the cost the cache saves); ``generate_record`` serves ``python -m core generate``.
 """
 
 from __future__ import annotations
@@ -39,7 +29,7 @@ from core.common.progress import Progress, noop
 from core.common.timing import Timing
 from core.engine.tokens import encode, readable_tokens
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import LoadedModel, Phrase
+from core.engine.types import LoadedModel, Phrase, Tokenizer
 from core.gen.sampling import SamplingConfig, choose, next_token_distribution
 
 TOP_K = 10  # candidates kept per step
@@ -230,10 +220,6 @@ class Stepper:
         per = np.stack([r.kv_bytes_layers for r in self.records]).astype(np.int64)
         return toks, tot, per
 
-    def cache_kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """The cached K and V of one layer as numpy, [Hkv, T, dh] each."""
-        k, v = backends.cache_layers(self.cache)[layer]
-        return k[0].float().numpy(), v[0].float().numpy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +270,7 @@ def run_without_cache(loaded: LoadedModel, prompt_ids: Sequence[int], n_steps: i
     return NoCacheRun(out, secs, lens)
 
 
-def extended_prompt_ids(tokenizer: Any, prompt: str, chat: bool, min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
+def extended_prompt_ids(tokenizer: Tokenizer, prompt: str, chat: bool, min_len: int, max_len: int = MAX_PROMPT_TOKENS) -> list[int]:
     """The prompt's ids, its *text* repeated until they are at least ``min_len`` tokens (at most ``max_len``).
 
     Repeating the text, not the ids, keeps a chat-templated prompt well formed: one system turn, one

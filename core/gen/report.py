@@ -17,7 +17,7 @@ from core.common.numbers import human_bytes, three_significant
 from core.common.timing import Timing
 from core.engine import budget
 from core.engine.tokens import readable_tokens, sequence_labels, visible
-from core.engine.types import HeadGeometry, ModelFacts
+from core.engine.types import HeadGeometry, ModelFacts, Tokenizer
 from core.gen import diagnose as dg
 from core.gen.chat_template import ChatRendering
 from core.gen.generate import CacheComparison, Stepper, StepRecord, TpotMeasure
@@ -120,12 +120,12 @@ def compare_stop(c: CacheComparison, end_token: str, lang: str) -> str | None:
     return t("kv_cache.stopped_context", lang, k=c.n_done, n=c.n_requested)
 
 
-def compare_stop_of(c: CacheComparison, tokenizer: Any, lang: str) -> str | None:
+def compare_stop_of(c: CacheComparison, tokenizer: Tokenizer, lang: str) -> str | None:
     """``compare_stop`` with the end token the runs made, read by ``tokenizer``."""
     return compare_stop(c, readable_tokens(tokenizer, c.with_ids[-1:])[0] if c.with_ids else "", lang)
 
 
-def compare_tokens(c: CacheComparison, tokenizer: Any, lang: str) -> pd.DataFrame:
+def compare_tokens(c: CacheComparison, tokenizer: Tokenizer, lang: str) -> pd.DataFrame:
     """``compare_table`` of both runs' tokens as ``tokenizer`` labels them."""
     return compare_table(c, sequence_labels(tokenizer, c.with_ids), sequence_labels(tokenizer, c.without_ids), lang)
 

@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, Generat
 from core.common.progress import Progress, noop
 from core.engine.hooks import scoped_hooks
 from core.engine.tokens import encode
-from core.engine.types import CodedError, EmptyPromptError, LoadedModel, Phrase
+from core.engine.types import CodedError, EmptyPromptError, LoadedModel, Phrase, Tokenizer
 
 # ---------------------------------------------------------------------------------------------
 # bounds: a class shares one server, so one student's workload must stay short (seconds, not minutes)
@@ -226,7 +226,7 @@ def requests_from_rows(rows: Sequence[Mapping[str, Any]]) -> tuple[Request, ...]
                      for k, row in enumerate(rows, start=1))
 
 
-def encode_workload(tokenizer: Any, requests: Sequence[Request], max_positions: int | None) -> list[list[int]]:
+def encode_workload(tokenizer: Tokenizer, requests: Sequence[Request], max_positions: int | None) -> list[list[int]]:
     """Each request's prompt ids (the chat template applied where ``chat``), refusing — naming the line —
     a prompt of more than MAX_PROMPT_TOKENS tokens, one whose tokens plus ``max_new_tokens`` exceed the
     model's context, and workloads of more than MAX_TOTAL_PROMPT_TOKENS prompt tokens in all."""
@@ -280,7 +280,7 @@ def plain_model(loaded: LoadedModel) -> LoadedModel:
     return LoadedModel(plain, loaded.tokenizer, loaded.facts, loaded.spec, "hf", loaded.source)
 
 
-def _pad_id(tokenizer: Any, loaded: LoadedModel) -> int:
+def _pad_id(tokenizer: Tokenizer, loaded: LoadedModel) -> int:
     pad = getattr(tokenizer, "pad_token_id", None)
     return int(pad if pad is not None else min(loaded.eos_ids(), default=0))
 

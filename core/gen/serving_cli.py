@@ -2,14 +2,10 @@
 [--page-size N] [--blocks N] [--max-batch-tokens N] [--timeout S]``: a workload through transformers' continuous
 batching engine on the real model (``core.gen.serving``), saved as JSON.
 
-The command lives here, beside the lab it runs; ``core/__main__.py`` registers it and hands over its own
-command helpers (``cli``: the one-line ``error:`` parser, the output-file check and writer, and ``_run``,
-the shape every command shares), so the rules of the command line are written once, there. As for every
-command: the arguments, the workload file (every line: JSON, fields, types, ranges, duplicate ids) and
-the output path are checked before the model loads; the prompts' token lengths are checked with the
-tokenizer before the engine starts; every refusal is one ``error:`` line naming the workload's line,
-exit code 2, nothing written. A run in which the engine served no request (it refused every one) writes
-its report and exits 1 with a sentence. Progress goes to stderr in words, about once a second.
+``core/__main__.py`` registers the command and hands over its helpers (``cli``), so the command line's rules
+are written once there: arguments, the workload file and the output path are checked before the model
+loads, token lengths before the engine starts; a refusal is one ``error:`` line, exit code 2, nothing
+written. A run where the engine served no request writes its report and exits 1.
 """
 
 from __future__ import annotations

@@ -1,32 +1,20 @@
 """Cheaper decoding, and what it costs: another kernel, speculation, lower precision — measured on the model.
 
-Three kinds of speed-up, and the lesson is how they differ:
+* **Kernels** (``kernels``): the same weights through HF's eager attention, torch's fused SDPA and a
+  float64 copy as the reference; only rounding differs (largest logit difference, first changed greedy choice).
+* **Speculation** (``speculate``): transformers' own assisted generation (prompt lookup, or early exit
+  through the model's own first layers); greedy verification keeps exactly plain greedy's tokens.
+  ``_watching`` wraps the candidate generator transformers builds to record each round's drafts and
+  acceptances, changing nothing (it couples to ``get_candidates``, ``update_candidate_strategy`` and
+  ``num_matches``). Early exit cuts the shared model's ``config.num_hidden_layers`` while it drafts, so
+  the whole call holds ``loaded.lock``.
+* **Precision** (``precision``): copies of the float32 baseline whose weight matrices are quantised and
+  de-quantised by ``gguf``'s own quantizers, plus a real bfloat16 copy. A quantised variant runs float32
+  kernels, so its time measures the float kernel; only its numbers and bytes are low-bit. One copy lives
+  at a time (``LIVE``) and none replaces the shared model.
 
-* **Kernels** (``kernels``): the same weights through HF's eager attention, torch's fused SDPA (what the
-  app's ``xray`` attention runs when nothing is recorded) and a float64 copy (eager) as the reference. Only
-  rounding differs: the largest logit difference, and whether any greedy choice changes over a long
-  generation, say how much. (The float64 copy's rotary angles are still computed in float32: transformers'
-  rotary embedding computes them in float32 whatever the model's dtype.)
-* **Speculation** (``speculate``): transformers' own assisted generation — ``prompt_lookup_num_tokens``
-  (drafts copied from an n-gram of the prompt) or ``assistant_early_exit`` (drafts from the model's own
-  first layers, read through its final norm and head). Greedy verification keeps exactly the tokens plain
-  greedy decoding would choose. To show each round's drafts, ``_watching`` wraps the candidate generator
-  transformers builds (``GenerationMixin._get_candidate_generator``): it records what ``get_candidates``
-  returned and what ``update_candidate_strategy`` was told was accepted, and changes nothing. Where this
-  couples to transformers: those two method names and the argument ``num_matches``. Early exit couples
-  harder, inside transformers itself: ``EarlyExitCandidateGenerator`` sets the shared model's
-  ``config.num_hidden_layers`` to the exit layer while it drafts, so the whole call holds ``loaded.lock``
-  (every forward pass on the shared model does) and the traced pages never see the cut model.
-* **Precision** (``precision``): variants of the float32 baseline (itself the de-quantised Q4_1 GGUF) whose
-  every weight matrix is quantised and de-quantised by the ``gguf`` package's own quantizers, plus a
-  bfloat16 copy that really computes in bfloat16. A quantised variant runs the float32 kernels on its
-  de-quantised weights, so its time per token measures the float kernel, not a low-bit one; only its
-  numbers (and its bytes, counted as the quantised blocks) are low-bit. Variants are copies that share
-  nothing writable with the shared model, built one at a time (``variant`` / ``LIVE``), and never replace it.
-
-Every result is plain data (``to_dict`` / ``from_dict``) so a shipped reference run
-(``assets/decoding_reference.json``, written by ``tests/benchmarks/bench_decoding.py``) and a live run
-are drawn by the same code.
+Every result is plain data (``to_dict`` / ``from_dict``): the shipped reference run
+(``assets/decoding_reference.json``, tests/benchmarks/bench_decoding.py) and a live run are drawn by the same code.
 """
 
 from __future__ import annotations
@@ -93,10 +81,6 @@ def _check(ids: Sequence[int], max_new: int) -> None:
         raise ValueError("The prompt has no tokens.")
     if not 1 <= int(max_new) <= 4 * MAX_NEW:
         raise ValueError(f"max_new must be 1 … {4 * MAX_NEW}")
-
-
-def _spread(samples: Sequence[float]) -> dict[str, Any]:
-    return timing.of(samples).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +194,7 @@ def kernels(loaded: LoadedModel, ids: Sequence[int], n_new: int = DEFAULT_NEW, r
                  "eager_vs_float64": gap("eager", "float64")},
         tokens=toks,
         fork={k: first_fork(toks["float64"], toks[k]) for k in KERNELS},
-        seconds_per_token={k: _spread(v) for k, v in secs.items()},
+        seconds_per_token={k: timing.of(v).to_dict() for k, v in secs.items()},
         n_new=int(n_new),
     )
 
@@ -589,13 +573,6 @@ def precision(loaded: LoadedModel, ids: Sequence[int], names: Sequence[str] = VA
     progress(total, total, Phrase("decoding.progress_done"))
     return PrecisionResult([int(i) for i in ids], base_tokens, int(base_bytes), gguf_bytes, int(n_new), variants,
                            base_seconds)
-
-
-def gguf_tensor_bytes(path: Any) -> int:
-    """The bytes of every tensor stored in a GGUF file (its quantised blocks), read by gguf's own reader."""
-    from gguf import GGUFReader  # deferred: maps the whole file; only the benchmark and a live run ask
-
-    return int(sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from core.common.paths import asset
+from core.engine.types import Tokenizer
 from core.gen import serving
 
 DIR = asset("serving")
@@ -47,7 +47,7 @@ LAB_PART: dict[str, tuple[str, str]] = {
 SYMPTOM_SHAPE = {"slow_first": "long_in", "slow_answer": "long_out", "oom": "concurrent"}
 
 
-def smallest_pool(tokenizer: Any, reqs: Sequence[serving.Request], page_size: int, max_positions: int | None) -> int:
+def smallest_pool(tokenizer: Tokenizer, reqs: Sequence[serving.Request], page_size: int, max_positions: int | None) -> int:
     """The fewest blocks in which the workload's largest request fits alone (its prompt and every new
     token), plus one: the others must then wait their turn or be preempted, but none is refused."""
     ids = serving.encode_workload(tokenizer, reqs, max_positions)

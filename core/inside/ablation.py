@@ -26,7 +26,7 @@ from core.common.numbers import softmax_of_tensor, top_k
 from core.engine import roles, tokens
 from core.engine.hooks import scoped_hooks
 from core.engine.roles import out_proj  # the one finder of W_O (re-exported: ablation.out_proj)
-from core.engine.types import EmptyPromptError, LoadedModel
+from core.engine.types import EmptyPromptError, LoadedModel, Tokenizer
 
 MAX_TOKENS = 256  # each ablation is a fresh forward pass; keep it quick on a CPU
 
@@ -166,7 +166,7 @@ def effect(before: np.ndarray, after: np.ndarray) -> Effect:
     return Effect(kl_divergence(before, after), top, float(before[top]), float(after[top]), int(np.argmax(after)))
 
 
-def top_table(tokenizer: Any, before: np.ndarray, after: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
+def top_table(tokenizer: Tokenizer, before: np.ndarray, after: np.ndarray, k: int = 10) -> list[dict[str, Any]]:
     """Rows for a table: the k most likely tokens before and after, with both probabilities."""
     ids = list(dict.fromkeys([*top_k(before, k).tolist(), *top_k(after, k).tolist()]))
     names = tokens.visible_tokens(tokenizer, ids)  # the one label rule: ⏎, ␣, never a blank cell
@@ -190,7 +190,7 @@ def points_text(delta: float, lang: str) -> str:
     return t("ablation.pp", lang, v=points(delta))
 
 
-def top_frame(tokenizer: Any, before: np.ndarray, after: np.ndarray, lang: str, k: int = 8) -> pd.DataFrame:
+def top_frame(tokenizer: Tokenizer, before: np.ndarray, after: np.ndarray, lang: str, k: int = 8) -> pd.DataFrame:
     """``top_table`` as shown: translated headings, probabilities as percents, their change in
     percentage points (a heading says so) — text, so the table reads the same on a projector."""
     rows = [{**r, "p_before": f"{r['p_before']:.2%}", "p_after": f"{r['p_after']:.2%}", "delta": points(r["delta"])}

@@ -212,13 +212,7 @@ def token_sources(tokenizer: Tokenizer, text: str, prompt: str, ids: list[int], 
         return by_parts
     start = text.rfind(prompt)  # the user's message sits after the system preamble
     end = start + len(prompt)
-    try:
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets = enc["offset_mapping"]
-        if offsets and isinstance(offsets[0], list) and offsets[0] and isinstance(offsets[0][0], (list, tuple)):
-            offsets = offsets[0]
-    except Exception:  # a slow tokenizer has no offsets: we cannot tell, so say "template" for none
-        offsets = None
+    offsets = _offsets(tokenizer, text, False)  # None (a slow tokenizer): we cannot tell, so say "template" for none
     out = []
     for k, i in enumerate(ids):
         if i in special:
@@ -229,6 +223,17 @@ def token_sources(tokenizer: Tokenizer, text: str, prompt: str, ids: list[int], 
             s, e = offsets[k]
             out.append("user" if (s >= start and e <= end and e > s) else "template")
     return out
+
+
+def _offsets(tokenizer: Tokenizer, text: str, add_special: bool) -> list | None:
+    """The tokenizer's character offsets of ``text`` (one row), or None where it gives none (a slow tokenizer)."""
+    try:
+        offsets = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)["offset_mapping"]
+    except Exception:
+        return None
+    if offsets and isinstance(offsets[0], list) and offsets[0] and isinstance(offsets[0][0], (list, tuple)):
+        offsets = offsets[0]
+    return offsets
 
 
 def _sources_by_parts(tokenizer: Tokenizer, ids: list[int], special: set[int]) -> list[str] | None:
@@ -252,13 +257,7 @@ def _plain_sources(tokenizer: Tokenizer, text: str, ids: list[int], special: set
     (its characters lie in the text) or one the tokenizer added (a BOS: no characters)."""
     if not any(i in special for i in ids):
         return ["user"] * len(ids)
-    try:
-        enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
-        offsets = enc["offset_mapping"]
-        if offsets and isinstance(offsets[0], list) and offsets[0] and isinstance(offsets[0][0], (list, tuple)):
-            offsets = offsets[0]
-    except Exception:  # no offsets (a slow tokenizer): a control token is the tokenizer's
-        offsets = None
+    offsets = _offsets(tokenizer, text, True)  # None (a slow tokenizer): a control token is the tokenizer's
     out = []
     for k, i in enumerate(ids):
         if i not in special:

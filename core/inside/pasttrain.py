@@ -1,23 +1,13 @@
-"""Past the training length (seed 003, objective 3: the context limit is more than the position encoding).
+"""Past the training length: what a model does at positions its training never reached, measured.
 
-A model is trained on sequences of some length. Its position encoding may well accept more positions (RoPE
-has no table to run off the end of), but nothing in training told it what to do there. What happens is
-a measurement, not a config value, and this module makes two:
+* **the toy, live**: the trained toy (RoPE, trained on ``seq_len`` tokens: assets/toy/loss_curve.json) run
+  on held-out rows of its task many times that long, past ``max_positions`` too; the loss per bin of
+  positions, on every token and on the predictable ones (what the induction circuit can get right);
+* **the embedded model, shipped**: SmolLM2 on Python's ``pydoc_data.topics`` past its trained length, the
+  loss per bin beside a control (the same tokens rescored in a window inside the trained length); too slow
+  for a page visit, so ``python -m tests.benchmarks.bench_past_training --write`` writes assets/past_training.json.
 
-* **the toy, live**: the trained toy (RoPE) was trained on sequences of ``seq_len`` tokens (read from
-  assets/toy/loss_curve.json, written by ``make toy``); it is run on held-out rows of its own task
-  (random segments, each written twice) many times that long — past its config's ``max_positions`` too, which
-  RoPE does not enforce — and the loss is averaged per bin of positions, on every predicted token and on
-  the predictable ones (a second copy after its first letter: what the induction circuit can get right);
-* **the embedded model, shipped**: SmolLM2 on a natural English document (Python's own stdlib
-  documentation, ``pydoc_data.topics``) longer than its trained length, one plain HF forward (SDPA), the
-  loss per bin of positions, beside a control: the tokens past the trained length scored again in a window
-  that keeps them inside it (the same tokens, thousands of tokens of context, positions the model was
-  trained on). Too slow for a page visit on a 2-core CPU, so ``python -m tests.benchmarks.bench_past_training
-  --write`` measures it once and writes assets/past_training.json, labelled with its machine and date.
-
-Every log p comes from ``backends.next_token_logprob`` (the LM head on the final hidden states, in chunks),
-the one per-position loss of the app, fed by ``Rows``: what one forward pass left. No Streamlit here.
+Every log p comes from ``backends.next_token_logprob``, the app's one per-position loss. No Streamlit here.
 """
 
 from __future__ import annotations
@@ -38,7 +28,7 @@ import torch
 import core.backends as backends
 from core.common.paths import asset
 from core.engine.trace import MAX_TOKENS
-from core.engine.types import LoadedModel
+from core.engine.types import LoadedModel, Tokenizer
 from core.toy import run as toy_run
 from core.toy import train as toy_train
 from core.toy.model import ToyConfig, ToyTransformer
@@ -63,7 +53,7 @@ def next_logprob(loaded: LoadedModel, rows: Rows) -> np.ndarray:
     return backends.next_token_logprob(loaded, rows).logp
 
 
-def final_norm(model: Any) -> torch.nn.Module:
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
     """The norm whose output the LM head reads: the toy's ``norm``, an HF decoder's ``model.norm``."""
     if isinstance(model, ToyTransformer):
         return model.norm
@@ -243,7 +233,6 @@ def toy_text(tp: ToyPast) -> dict[str, Any]:
 # -- the embedded model, measured once and shipped ---------------------------------------------------------
 
 REFERENCE_FILE = "past_training.json"  # in assets/
-REAL_FACTOR = 1.5  # the document is this many times the trained length
 REAL_BIN = 512
 DOCUMENT = "pydoc_data.topics"
 
@@ -259,18 +248,13 @@ def document_text() -> tuple[str, str]:
     return text, f"{DOCUMENT} (Python {v.major}.{v.minor}.{v.micro}): the {len(keys)} help topics in key order, joined by blank lines; the first tokens"
 
 
-def document_ids(tokenizer: Any, n_tokens: int) -> tuple[np.ndarray, str]:
+def document_ids(tokenizer: Tokenizer, n_tokens: int) -> tuple[np.ndarray, str]:
     """The document's first ``n_tokens`` tokens (no special tokens) and its source."""
     text, source = document_text()
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
     if ids.size < n_tokens:
         raise ValueError(f"{DOCUMENT} has {ids.size:,} tokens, fewer than the {n_tokens:,} asked for")
     return ids[:n_tokens], source
-
-
-def trained_length(loaded: LoadedModel) -> int:
-    """The embedded model's trained length: its config's ``max_position_embeddings`` (SmolLM2's 8k stage)."""
-    return int(loaded.facts.max_positions)
 
 
 def measure_real(loaded: LoadedModel, n_tokens: int, trained: int, width: int = REAL_BIN, control: bool = True,

@@ -8,7 +8,7 @@ import re
 import site
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from core.engine.trace import Trace
 from core.engine.types import LoadedModel, Tokenizer
 
 MAX_NEW = 24  # new tokens the journey's loop shows at most
-# Above this many prompt tokens the loop waits for the reader's click (issue 28): the trace keeps no keys and
+# Above this many prompt tokens the loop waits for the reader's click: the trace keeps no keys and
 # values there (``KV_KEEP_MAX``), so the loop forms them again, and each of its MAX_NEW steps reads the whole
 # prompt's KV cache. Up to it, the trace is the prefill and the steps are cheap: the loop runs at once.
 DEFER_ABOVE = KV_KEEP_MAX
@@ -130,8 +130,7 @@ def greedy_continuation(loaded: LoadedModel, ids: Sequence[int], max_new: int = 
 
 
 # ---------------------------------------------------------------------------------------------
-# Where each stage was computed (seed 003's objective 1: annotate the data flow with evidence). Read
-# from the loaded model's own classes with ``inspect``, never typed by hand: a Llama gives
+# Where each stage was computed, read from the loaded model's own classes with ``inspect``, never typed by hand: a Llama gives
 # modeling_llama.py, a Qwen2 modeling_qwen2.py, the toy core/toy/model.py, each at its installed line.
 
 
@@ -166,13 +165,13 @@ def shown_path(file: str) -> str:
     return f.as_posix()
 
 
-def _lines(fn: Any) -> tuple[str, list[str], int]:
+def _lines(fn: Callable) -> tuple[str, list[str], int]:
     fn = inspect.unwrap(fn)
     lines, start = inspect.getsourcelines(fn)
     return inspect.getsourcefile(fn) or "", lines, start
 
 
-def code_of(fn: Any) -> Source:
+def code_of(fn: Callable) -> Source:
     """Where ``fn`` is defined: the line of its ``def`` (after any decorators), read from its source file."""
     file, lines, start = _lines(fn)
     name = inspect.unwrap(fn).__name__
@@ -180,7 +179,7 @@ def code_of(fn: Any) -> Source:
     return Source(inspect.unwrap(fn).__qualname__, shown_path(file), start + i, file, lines[i].strip())
 
 
-def call_in(fn: Any, needle: str) -> Source | None:
+def call_in(fn: Callable, needle: str) -> Source | None:
     """The first line of ``fn``'s source that contains ``needle`` (where it calls a part), or None."""
     file, lines, start = _lines(fn)
     pat = re.compile(re.escape(needle) + (r"(?![A-Za-z0-9_])" if needle[-1:].isidentifier() else ""))  # self.h, not self.hidden
@@ -190,13 +189,9 @@ def call_in(fn: Any, needle: str) -> Source | None:
     return None
 
 
-def _child_name(parent: Any, child: Any) -> str | None:
-    return next((n for n, c in parent.named_children() if c is child), None)
-
-
-def _calls(fn: Any, parent: Any, child: Any) -> Source | None:
+def _calls(fn: Callable, parent: Any, child: Any) -> Source | None:
     """Where ``fn`` (a forward of ``parent``) calls its part ``child``: the line with ``self.<name>(``."""
-    name = _child_name(parent, child) if child is not None else None
+    name = next((n for n, c in parent.named_children() if c is child), None) if child is not None else None
     return call_in(fn, f"self.{name}(") if name else None
 
 

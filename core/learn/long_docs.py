@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from core.common.paths import asset
+from core.engine.types import Tokenizer
 
 LONG_DIR = asset("long")
 
@@ -49,7 +49,7 @@ def which(prompt: str) -> str | None:
     return None
 
 
-def span_of(tokenizer: Any, text: str, ids: list[int], needle: str) -> tuple[int, int] | None:
+def span_of(tokenizer: Tokenizer, text: str, ids: list[int], needle: str) -> tuple[int, int] | None:
     """The token positions [a, b] (inclusive) of ``needle`` inside ``text`` (the exact string that was
     tokenised into ``ids``), from the tokenizer's own character offsets; None when the needle is not
     there, the tokenizer gives no offsets, or its ids differ from ``ids`` (e.g. a cut prompt)."""

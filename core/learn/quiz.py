@@ -1,15 +1,9 @@
 """The self-check quiz: questions as data, and a pure scoring function.
 
-The questions come from the tutorials' checklists and their lists of common misconceptions
-(attention weights are not probabilities of being right, the KV cache holds only K and V,
-temperature adds no knowledge, …). Their wording lives in ``assets/i18n/learn.json`` under
-``quiz.<id>.q`` (the question), ``quiz.<id>.o<i>`` (the options) and ``quiz.<id>.why`` (the
-explanation); here each question has only its shape: how many options, which one is right, and
-which page of the app shows the answer.
-
-Each attempt shows the options in its own order (``option_order``), drawn from a seed that the
-page keeps in the URL (``?quiz=``): the right answer is not always in the same place, and a
-shared link shows the same order to everyone who opens it.
+The questions come from the tutorials' checklists and misconceptions; their words are in
+``assets/i18n/learn.json`` (``quiz.<id>.q``, ``.o<i>``, ``.why``), and here each has only its shape: how many
+options, which is right, and which page shows the answer. Each attempt's option order (``option_order``)
+comes from a seed kept in the URL (``?quiz=``), so a shared link shows everyone the same order.
 """
 
 from __future__ import annotations

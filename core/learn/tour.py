@@ -46,7 +46,6 @@ STAGES: tuple[Stage, ...] = (
     Stage("kv_cache", ("kv_cache", "multihead"), "kv_cache"),
     Stage("next_token", ("generation",), "decoder_only"),
 )
-STAGE_KEYS = tuple(s.key for s in STAGES)
 
 
 @dataclass

@@ -1,15 +1,9 @@
 """Training vs inference, on the real model: teacher forcing and the one-position-at-a-time loop.
 
-In training the whole text is known. Its labels are the same ids shifted by one (inputs A B C D,
-labels B C D E), and ONE forward pass gives the logits at every position at once: the causal mask keeps
-position t from seeing t + 1 …, so row t of that pass is what the model would say after the prefix
-0 … t alone. The loss is the mean of the per-position cross-entropies −log p(label_t | prefix ≤ t).
-
-At inference the future does not exist yet: each new token needs its own forward step on what came
-before (``prefix_logits``: a separate pass of the prefix, the same numbers as row t of the parallel pass
-up to float rounding of two routes).
-
-Pure functions: numpy and ``core.backends`` (which tells the toy from an HF model); no Streamlit.
+In training the labels are the ids shifted by one (inputs A B C D, labels B C D E) and ONE forward pass
+gives every position's logits (the causal mask makes row t what the model says after 0 … t alone); the
+loss is the mean of −log p(label_t | prefix ≤ t). At inference each token needs its own step
+(``prefix_logits``: the same numbers up to the rounding of two routes). Pure: numpy and ``core.backends``.
 """
 
 from __future__ import annotations
@@ -26,15 +20,6 @@ from core.engine.types import LoadedModel
 
 MAX_POSITIONS = 256  # positions scored in one page view (each a bar of the loss figure)
 TOP = 8  # candidates compared between the parallel row and the separate prefix pass
-
-
-def shift_labels(ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(inputs, labels) for next-token training: inputs ids[0 … T−2], labels ids[1 … T−1] (A B C D E →
-    inputs A B C D, labels B C D E). The last id has no label inside the text; the first is never a label."""
-    a = np.asarray(ids, dtype=np.int64)
-    if a.ndim != 1 or a.size < 2:
-        raise ValueError("next-token labels need at least two tokens")
-    return a[:-1], a[1:]
 
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:

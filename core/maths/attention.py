@@ -566,9 +566,8 @@ def compare_implementations(n: int = 512, n_heads: int = 4, head_dim: int = 64, 
 
 
 # ---------------------------------------------------------------------------------------------
-# The quiet reference shipped with the app (issue 25): one measurement made on a named machine by
-# tests/benchmarks/bench_attention_reference.py --write, shown beside the live one, so that a class
-# sees a calm number even when the server it uses is busy.
+# The quiet reference shipped with the app (tests/benchmarks/bench_attention_reference.py --write), shown
+# beside the live measurement, so that a class sees a calm number even on a busy server.
 
 REFERENCE_FILE = "attention_timing.json"  # in assets/
 REFERENCE_LENGTHS = (256, 512, 1024, 2048, 4096, 8192)  # the cost tab's lengths (core.web.cache.TIMING_LENGTHS)

@@ -33,10 +33,9 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.1e}"
 
 
-# A figure's plot area, in px, when it spans the page's main column (``across`` figures side by side share
-# it): the narrowest it gets on a 1280-px screen with the sidebar open (the projector's is wider). A number
-# is written in its cell only if it fits there at the projector's smallest text (presenter.MIN_FONT, 18 px,
-# about 0.6 em a character): the ALiBi tab's 16 × 16 weights overflowed their cells (issue 40).
+# A figure's plot area, in px, across the page's main column on a 1280-px screen with the sidebar open
+# (``across`` figures share it). A number is written in its cell only if it fits at the projector's
+# smallest text (presenter.MIN_FONT, about 0.6 em a character).
 PLOT_PX = 640
 CELL_FONT = 18
 

@@ -1,16 +1,10 @@
 """Normalisation: LayerNorm against RMSNorm on one vector, and Pre-Norm against Post-Norm on a stack.
 
-LayerNorm (Ba et al. 2016) centres a vector on its mean and divides by its standard deviation;
-RMSNorm (Zhang & Sennrich 2019) skips the centring and divides by the root mean square. Both then
-multiply by a learned weight (LayerNorm also adds a learned bias); here the weight is 1 and the bias
-0, so what is left is what the norm itself does to the vector.
-
-Where the norm sits decides what the residual stream looks like: Post-Norm (the 2017 Transformer,
-BERT) normalises *after* each addition, ``Norm(x + Sublayer(x))``, so the stream is reset to one size
-after every sub-layer; Pre-Norm (GPT-2, Llama, SmolLM2) normalises only what *enters* a sub-layer,
-``x + Sublayer(Norm(x))``, so the stream is only ever added to and its size grows with depth. The
-growth is measured here on seeded, untrained toys of each placement (``core.toy.model``) and on the
-real model's traced stream.
+LayerNorm (Ba et al. 2016) centres a vector and divides by its standard deviation; RMSNorm (Zhang &
+Sennrich 2019) only divides by the root mean square (weight 1, bias 0 here). Post-Norm (the 2017
+Transformer, BERT), ``Norm(x + Sublayer(x))``, resets the stream's size after every sub-layer; Pre-Norm
+(GPT-2, Llama, SmolLM2), ``x + Sublayer(Norm(x))``, only adds to it, so its size grows with depth: measured
+on seeded untrained toys of each placement and on the real model's traced stream.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from transformers import GPT2Config
 
 import core.backends as backends
 from core.common import i18n
-from core.common.numbers import max_abs_diff
+from core.common.numbers import max_abs_diff, softmax
 from core.engine.roles import find_sites
 from core.engine.trace import SiteReader, Trace
 from core.engine.types import LoadedModel, ModelFacts
@@ -234,13 +234,6 @@ def alibi_bias(slopes: np.ndarray, T: int, causal: bool = True) -> np.ndarray:
     return bias
 
 
-def softmax_rows(s: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, in float64; a row's −∞ entries get weight exactly 0."""
-    s = np.asarray(s, dtype=np.float64)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    return w / w.sum(-1, keepdims=True)
-
-
 @dataclass(frozen=True)
 class AlibiDemo:
     """Seeded q, k (or equal scores), the ALiBi bias of every head, and the weights with and without it."""
@@ -264,7 +257,7 @@ def alibi_demo(n_heads: int = ALIBI_HEADS, T: int = 8, flat: bool = False, seed:
     slopes = alibi_slopes(n_heads)
     bias = alibi_bias(slopes, T)
     mask = alibi_bias(np.zeros(1), T)[0]  # [T, T] the causal mask alone (0 / −∞)
-    return AlibiDemo(q, k, slopes, scores, bias, softmax_rows(scores + mask), softmax_rows(scores[None] + bias))
+    return AlibiDemo(q, k, slopes, scores, bias, softmax(scores + mask), softmax(scores[None] + bias))
 
 
 def alibi_slopes_table(slopes: np.ndarray) -> pd.DataFrame:

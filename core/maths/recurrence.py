@@ -28,8 +28,6 @@ REACH_SEED = 0
 class Reach:
     rnn: np.ndarray  # [T] ‖∂h_T/∂x_t‖_F of the tanh RNN, t = 0 … T − 1
     attention: np.ndarray  # [T] ‖∂y_T/∂x_t‖_F of one causal self-attention head
-    steps_rnn: np.ndarray  # [T] sequential steps from x_t to the last output: T − t for the RNN
-    steps_attention: np.ndarray  # [T] 1 for attention, for every t
 
 
 def reach_layers(d: int = REACH_D, seed: int = REACH_SEED) -> tuple[nn.RNN, nn.Linear, nn.Linear, nn.Linear]:
@@ -68,7 +66,7 @@ def reach(T: int = REACH_T, d: int = REACH_D, seed: int = REACH_SEED) -> Reach:
     a = _jacobian_norms(lambda z: attention_last(z, q, k, v), x)
     for arr in (r, a):
         arr.flags.writeable = False
-    return Reach(r, a, T - np.arange(T), np.ones(T, dtype=int))
+    return Reach(r, a)
 
 
 def reach_readout(res: Reach) -> dict[str, str]:

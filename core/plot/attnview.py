@@ -1,13 +1,8 @@
-"""What of a [T, T] attention map a figure draws: the whole map, averaged into at most ``cells`` ×
-``cells`` blocks (the overview), or a window of exact cells. Written once for every page that draws
-attention (heads, masks, ablation, the stepper's prefill matrix), so that a 4,096-token prompt never
-sends 16 M cells to the browser and every figure says which of the two it shows.
-
-The same for a strip along positions (one query's weights over the keys, a [rows, T] table of
-per-position values): ``strip`` sums (weights: the bars still add up to the row) or averages the
-values of blocks of positions, or cuts a window of exact values; ``row_bars`` is what a bar chart
-of one attention row draws, hover text included. ``tick_index`` thins an axis to every k-th label
-(the rest is in the hover).
+"""What of a [T, T] attention map a figure draws: the whole map averaged into at most ``cells`` × ``cells``
+blocks (the overview), or a window of exact cells; written once for every page, so a 4,096-token prompt
+never sends 16 M cells to the browser and every figure says which it shows. ``strip`` does the same along
+positions (sums for weights, means otherwise), ``row_bars`` is one attention row's bar chart, and
+``tick_index`` thins an axis to every k-th label.
 """
 
 from __future__ import annotations
@@ -25,7 +20,6 @@ from core.common import i18n
 from core.engine.tokens import position_label
 
 CELLS = 64  # the most rows/columns a map figure draws (and the most bars a row figure draws)
-EXACT_UP_TO = CELLS  # a prompt this short is always drawn exactly
 TICKS = 24  # the most labelled ticks on a full-width axis: every k-th position, the others in the hover
 
 

@@ -1,20 +1,11 @@
 """The app's colours, once: every figure takes its colour scales, series colours and text colours from
 here, so they stay readable on a projector and for colour-blind eyes (WCAG 2.1 1.4.1, 1.4.3, 1.4.11).
 
-* ``SEQUENTIAL``: cividis, a scale made to read the same with every common colour vision deficiency
-  (Nuñez, Anderton & Renslow 2018) and monotonic in lightness, so a grey-scale projector keeps the order.
-  Its low end (#00224e) stands 15.7:1 against the white page, so a faint weight never vanishes into the
-  background as the low end of "Blues" did (#f7fbff, 1.04:1).
-* ``DIVERGING``: blue ↔ white ↔ vermillion (Okabe–Ito's ends), for signed values around zero.
-* ``SERIES``: the Okabe–Ito palette (2008) for lines and bars, each with a dash and a marker of its own, so
-  two series never differ by colour alone (the KV page's "with / without cache", the fits on the diagnose
-  page).
-* ``HIDDEN``: cells a mask hides. A light grey with a × pattern laid over (``hatch``): the hidden part of a
-  mask reads by pattern and lightness, not by hue.
-* ``INK`` / ``INK_SOFT``: text on the page's white; ``ink_on``: the text colour on a cell of any colour
-  (black or white, whichever contrasts more: at least 4.58:1 on any colour, 4.60:1 on these scales).
-
-No plotly here: a figure builder hands these values to plotly (``core/*/figures.py``).
+``SEQUENTIAL`` is cividis (the same for common colour vision deficiencies, monotonic in lightness, its
+low end dark enough to stand out on white); ``DIVERGING`` blue ↔ white ↔ vermillion for signed values;
+``SERIES`` the Okabe–Ito palette, each with its own dash and marker (never colour alone); ``HIDDEN`` a
+hatched light grey for masked cells; ``INK`` / ``INK_SOFT`` text on white, and ``ink_on`` the text colour
+that contrasts more on a cell of any colour. No plotly here (``core/*/figures.py`` hands these on).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Reading a model like the seeds' checklist: its config, where its parameters go, its block.
 
-Two sources, one vocabulary:
-
-* a *loaded* model: ``param_breakdown`` walks ``named_parameters()`` and sorts every tensor into
-  a role (embeddings, attention q/k/v/o, MLP, norms, LM head); the parts sum exactly to
-  ``model.num_parameters()`` (a tied LM head shares the embedding tensor, so it adds nothing);
-* a pasted ``config.json``: ``analyse_config`` reads the same checklist and ``estimate_params``
-  counts the parameters from the shapes alone (``core.engine.budget``'s count, the one the loader
-  checks a model's size with), e.g. Qwen2.5-0.5B-Instruct → 494,032,768, its published count.
+A *loaded* model: ``param_breakdown`` sorts every tensor of ``named_parameters()`` into a role; the parts
+sum exactly to ``model.num_parameters()``. A pasted ``config.json``: ``analyse_config`` reads the same
+checklist and ``estimate_params`` (``core.engine.budget``'s, the loader's) counts from the shapes alone.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ class NormSteps:
         return float(np.sqrt(np.mean(self.out.astype(np.float64) ** 2)))
 
 
-def norm_steps(module: Any, x: np.ndarray) -> NormSteps:
+def norm_steps(module: torch.nn.Module, x: np.ndarray) -> NormSteps:
     """What a norm module does to one vector, step by step, from its weights (float64 maths)."""
     w = _w(getattr(module, "weight", None))
     b = _w(getattr(module, "bias", None))

@@ -1,19 +1,10 @@
 """The toy transformer: a whole decoder-only language model you can read in one file.
 
 Names follow Hugging Face's ``modeling_llama.py`` (``embed_tokens``, ``layers[i].self_attn.q_proj`` …,
-``input_layernorm``, ``post_attention_layernorm``, ``norm``, ``lm_head``) so the toy and the real model
-read alike, and so tiny HF weights can be copied in (``ToyTransformer.from_hf``) to prove that this
-file computes exactly what transformers computes.
-
-Unlike HF's model, every intermediate value is visible: pass ``probes={}`` to ``forward`` and it comes
-back filled with each site (raw scores, scaled scores, mask, softmax weights, per-head outputs, the
-concatenation, the gate/up/act of the MLP …), each under its name in the trace's registry of sites
-(``core.engine.trace.SITES``: ``attn_pattern``, ``mlp_out`` …; ``_probe`` refuses any other name).
-Tensors are [batch, …] inside the model; probes keep batch item 0 only, which is all the app ever traces.
-
-Next door in this package: the byte-level tokenizer (``tokenizer.py``), loading and tracing into a
-``core.engine.trace.Trace`` like the real tracer does (``run.py``), training (``train.py``) and the
-word-order demo (``word_order.py``: without positions, self-attention cannot tell "我喜欢你" from "你喜欢我").
+``norm``, ``lm_head``), so the toy and the real model read alike and tiny HF weights can be copied in
+(``ToyTransformer.from_hf``) to prove this file computes what transformers computes. Every intermediate
+value is visible: ``forward(probes={})`` fills each site under its name in ``core.engine.trace.SITES``
+(``_probe`` refuses any other), batch item 0 only.
 """
 
 from __future__ import annotations
@@ -340,7 +331,7 @@ class ToyTransformer(nn.Module):
     # Copying a Hugging Face model
 
     @classmethod
-    def from_hf(cls, hf: Any) -> ToyTransformer:
+    def from_hf(cls, hf: nn.Module) -> ToyTransformer:
         """A toy holding the same weights as a HF Llama-family (Llama, Qwen2, Mistral) or GPT-2 model."""
         mt = hf.config.model_type
         if mt == "gpt2":
@@ -357,7 +348,7 @@ def _copy(dst: nn.Module, src: nn.Module, transpose: bool = False) -> None:
         dst.bias.data.copy_(src.bias.detach())
 
 
-def _from_llama(cls: Any, hf: Any) -> ToyTransformer:
+def _from_llama(cls: type[ToyTransformer], hf: nn.Module) -> ToyTransformer:
     c = hf.config
     rp = getattr(c, "rope_parameters", None) or {}
     if rp.get("rope_type", "default") != "default":
@@ -391,7 +382,7 @@ def _from_llama(cls: Any, hf: Any) -> ToyTransformer:
     return toy.eval()
 
 
-def _from_gpt2(cls: Any, hf: Any) -> ToyTransformer:
+def _from_gpt2(cls: type[ToyTransformer], hf: nn.Module) -> ToyTransformer:
     c = hf.config
     d = c.n_embd
     cfg = ToyConfig(

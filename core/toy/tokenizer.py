@@ -62,18 +62,8 @@ class ByteTokenizer:
         out.append(buf.decode("utf-8", errors="replace"))
         return "".join(out)
 
-    def batch_decode(self, seqs: Any, **kw: Any) -> list[str]:
-        return [self.decode(s, **kw) for s in seqs]
-
     def convert_ids_to_tokens(self, ids: Any) -> Any:
         if isinstance(ids, (int, np.integer)):
             return self.convert_ids_to_tokens([ids])[0]
         return [self._chars[i] if i < 256 else self.SPECIALS[i - 256] for i in (int(x) for x in ids)]
 
-    def convert_tokens_to_ids(self, toks: Any) -> Any:
-        if isinstance(toks, str):
-            return self._char_to_id[toks]
-        return [self._char_to_id[t] for t in toks]
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self._char_to_id)

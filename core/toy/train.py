@@ -1,24 +1,13 @@
 """Train the toy transformer on a task whose attention you can read: repeated random segments.
 
-Each training sequence is <bos> followed by random segments (5 … 40 letters), each written twice:
-``A A B B …``. The first copy of a segment cannot be predicted; the second can, *if* the model
-learns the two-step circuit known as an induction head (Olsson et al., 2022):
+Each sequence is <bos> and random segments (5 … 40 letters), each written twice: ``A A B B …``. The second
+copy is predictable only through an induction head (Olsson et al., 2022): a previous-token head in layer 0,
+and a layer-1 head that finds the earlier position whose *previous* token is the current one. Neither is
+useful without the other, so for the first ``SKIP_STEPS`` steps a quarter of the rows follow a rule only a
+previous-token head can exploit (the next letter is a function of the letter two back); then the induction
+head forms on the repeats alone. The second copy's loss collapses, the first stays at chance.
 
-1. a previous-token head (layer 0) copies "the token before me" into each position;
-2. an induction head (layer 1) looks for an earlier position whose *previous* token equals the
-   current token, and predicts what came after it then.
-
-A 2-layer model trained only on that data sits for thousands of steps on a shortcut ("predict a
-letter already seen"), because neither head is useful without the other. So for the first
-``SKIP_STEPS`` steps a quarter of the rows follow a fixed rule instead — the next letter is a
-function of the letter *two* back — which only a previous-token head can exploit. Layer 0 learns
-one within a few hundred steps, and the induction head then forms on the repeats alone.
-
-So the loss on the second copy collapses while the first copy stays at chance, at any segment
-length, and the attention patterns show a sub-diagonal (previous token) in layer 0 and a
-diagonal stripe one segment back (induction) in layer 1.
-
-Run ``make toy`` (``python -m core.toy.train``) (seeded; under 90 s on 2 CPU cores) to rewrite assets/toy/.
+Run ``make toy`` (``python -m core.toy.train``, seeded) to rewrite assets/toy/.
 """
 
 from __future__ import annotations

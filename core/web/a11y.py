@@ -1,29 +1,14 @@
 """Accessibility, in one place (WCAG 2.1 AA): the style every page shares and the one script that fixes
 what Streamlit's own markup leaves out. app.py calls ``apply`` once per run, before the page.
 
-The style (``CSS``):
-* captions (every ``st.caption``, the "numbers from the real model" badge) in ``palette.INK_SOFT``
-  at full opacity: 8.0:1 on white (Streamlit draws them at opacity 0.6: 3.88:1) (1.4.3);
-* the label of a control that is switched off stays readable (``DISABLED``, 5.1:1; Streamlit draws it at 2.29:1);
-* a 3-px focus ring on every focusable element (links, buttons, radios, switches, sliders, tabs,
-  expanders), in ``FOCUS`` (7.9:1 on white) (1.4.11, 2.4.7);
-* a page's sections are ``st.header`` (h2), drawn at the size Streamlit gives h3 (``st.subheader``,
-  which the pages used before), so the outline goes h1 → h2 without a jump and the page looks the same (1.3.1);
-* a figure's title (``presenter.chart``) as text above the figure: it wraps on a phone, where a title
-  inside the plot was cut and covered by the toolbar.
+The style (``CSS``): readable captions and switched-off labels (``palette.INK_SOFT``, ``DISABLED``), a
+3-px focus ring (``FOCUS``) on every focusable element, sections as h2 drawn at h3's size, and a figure's
+title as text above it (it wraps on a phone).
 
-The script (``SCRIPT``), run in the page itself (no iframe), once per page load, then on every change
-of the page (a MutationObserver, batched per animation frame):
-* ``<html lang>`` follows the chosen language (zh-Hans or en) (3.1.1), and text in the other script
-  (the language switch's "简体中文", Chinese examples on an English page) gets its own ``lang`` (3.1.2);
-* Streamlit's sidebar navigation puts each section's ``<header>`` and ``<li>`` items inside a ``<div>``
-  inside the ``<ul>`` (invalid list markup, axe's "list" and "listitem"): the outer list becomes
-  ``role="none"``, each section ``role="list"`` named by its header, the header ``role="none"``; the
-  markup is React's, so only attributes are set, never nodes moved;
-* every figure becomes ``role="figure"`` named by its title and one-sentence summary (1.1.1), its drawing
-  (the SVG layers) ``aria-hidden``: a screen reader no longer reads its tick numbers one by one, is told
-  that the values are in the table under it (``presenter.chart``'s "as a table" expander), and still
-  reaches the toolbar's two buttons (a ``role="img"`` may hold nothing focusable: axe's nested-interactive).
+The script (``SCRIPT``), run in the page on load and on every change (a MutationObserver): ``<html lang>``
+follows the language and text in the other script gets its own ``lang``; the sidebar's invalid list markup
+gets roles (attributes only: the markup is React's); every figure becomes ``role="figure"`` named by its
+title and summary, its SVG ``aria-hidden``, its toolbar still reachable.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The app's one progress bar: a ``core.common.progress.Progress`` drawn with ``st.progress``, its words said
 in the reader's language.
 
-``Bar(words)`` is called as any progress is, ``bar(done, total, words)``: it moves to ``done / total`` and
-says the computation's words (a Phrase, in the reader's language), or, until the computation says any (or
-always, with ``keep=True``), the bar's own ``words``, whose ``{done}``, ``{total}`` and ``{pct}`` are
-filled from the counts. ``share=True`` puts how far it is before the words ("42% · …", the model
-loader's). The model loader, the patching sweep, the attributions, the measurements (``core.web.measure``),
-the serving lab and the toy's live training all draw through it, in the script's thread.
+``bar(done, total, words)`` moves to ``done / total`` and says the computation's words, or (until it says
+any, or always with ``keep=True``) the bar's own, with ``{done}``, ``{total}``, ``{pct}`` filled in. Every
+long computation of the pages draws through it, in the script's thread.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from core.common.progress import share
 from core.engine.types import Phrase, say
 
 
-def text(done: int, total: int, words: Any, lang: str, share_first: bool = False) -> str:
+def text(done: int, total: int, words: Phrase | str | None, lang: str, share_first: bool = False) -> str:
     """What a bar says: ``words`` in ``lang`` (a Phrase of the catalogue; plain text as it is), after how
     far it is when ``share_first`` ("42% · Loading …"; the share capped to 0 … 100 %)."""
     said = "" if words is None else say(words, lang)
@@ -29,7 +26,7 @@ def text(done: int, total: int, words: Any, lang: str, share_first: bool = False
 class Bar:
     """A progress bar in the page (or in ``slot``, an element it redraws); a ``Progress`` to pass on."""
 
-    def __init__(self, words: Any = None, *, keep: bool = False, share_first: bool = False, slot: Any = None,
+    def __init__(self, words: Phrase | str | None = None, *, keep: bool = False, share_first: bool = False, slot: Any = None,
                  lang: str | None = None) -> None:
         self.own, self.keep, self.share_first = words, keep, share_first
         self.lang = lang or st.session_state.get("lang", "en")
@@ -38,7 +35,7 @@ class Bar:
         if slot is not None:
             self.draw()
 
-    def __call__(self, done: int, total: int, words: Any = None) -> None:
+    def __call__(self, done: int, total: int, words: Phrase | str | None = None) -> None:
         self.done, self.total = int(done), int(total)
         if words is not None:
             self.said = words

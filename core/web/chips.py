@@ -1,15 +1,9 @@
 """The one token-chip renderer: a prompt's tokens as coloured chips, the same on every page.
 
-Each chip shows the token's label by the one label rule (``core.engine.tokens.token_labels``: ␣
-for a space, ⏎ for a newline, and for a byte token the character its bytes belong to beside the
-bytes, 苹‹E8›), optionally its position before it and its id under it. The byte tokens of one
-character are framed together, with the character over the frame. Text is always HTML-escaped. ``kinds`` colours a chip by where the
-token came from: the user's text (rotating pastels, so neighbours are told apart), the chat
-template (dotted grey) or a special token (dashed red).
-
-A long prompt (thousands of tokens) is shown a page at a time: ``show_page`` draws at most ``PAGE``
-chips from a start the user picks (in the URL as ``chips``), with a line saying which tokens of how
-many these are; a chip at the page's edge keeps the character it shares with its neighbour outside.
+Each chip shows the token's label by the one label rule (``core.engine.tokens.token_labels``), optionally
+its position and id; the byte tokens of one character are framed together under it. Text is always
+HTML-escaped. ``kinds`` colours a chip by its source: the user's text, the chat template or a special token.
+A long prompt is shown a page at a time (``show_page``: ``PAGE`` chips from a start kept in the URL as ``chips``).
 """
 
 from __future__ import annotations
@@ -20,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from core.engine.tokens import TokenWindow, byte_groups, is_byte_label, token_labels, visible
 from core.engine.tokens import window as token_window
@@ -106,7 +101,7 @@ def kinds_from_special(special: Sequence[bool]) -> list[str]:
     return ["special" if s else "user" for s in special]
 
 
-def show(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, where: Any = None, **kw: Any) -> None:
+def show(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, where: DeltaGenerator | None = None, **kw: Any) -> None:
     """Draw the chips (``where``: a container; the main area by default)."""
     (where or st).markdown(chips_html(pieces, ids, **kw), unsafe_allow_html=True)
 
@@ -121,7 +116,7 @@ def _cut(values: Sequence[Any] | None, a: int, b: int) -> list[Any] | None:
     return None if values is None else list(values[a:b])
 
 
-def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: str, where: Any = None, size: int = PAGE,
+def show_page(pieces: Sequence[Any], ids: Sequence[int] | None = None, *, key: str, where: DeltaGenerator | None = None, size: int = PAGE,
               param: str = "chips", kinds: Sequence[str] | None = None, titles: Sequence[str] | None = None,
               colours: Sequence[str] | None = None, notes: Sequence[str] | None = None, framed_tail: int = 0,
               **kw: Any) -> tuple[int, int]:

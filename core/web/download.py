@@ -2,13 +2,10 @@
 anything is built, with the size it would have and the command that writes it to disk instead.
 
 The file holds every contract site of every layer and the full logits, float32 (attention weights up to
-``PATTERN_EXPORT_MAX`` tokens): about 0.5 MB a token plus 0.54 KB per token² of attention — 1.97 GB at
-4,096 tokens. Building it holds the stacked arrays and the compressed file in memory at once, so one click on
-a long trace took a server from 2.4 to 8.3 GB (issue 39). ``size_bound`` is an upper bound of the file's size,
-computed from the trace's shapes alone (each array's bytes, which deflate never grows by more than a few per
-thousand, plus the zip's and .npy headers' and ``meta``'s bytes); past the limit the page says so in the
-reader's language. Under it, one file is built at a time per server (``BUILD``): a burst of clicks queues
-instead of stacking copies.
+``PATTERN_EXPORT_MAX`` tokens), and building it holds the stacked arrays and the compressed file in memory at
+once. ``size_bound`` bounds the file's size from the trace's shapes alone (deflate never grows an array by more
+than a few per thousand, plus the headers and ``meta``). Under the limit, one file is built at a time per
+server (``BUILD``): a burst of clicks queues instead of stacking copies.
 """
 
 from __future__ import annotations

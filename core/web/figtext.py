@@ -1,12 +1,7 @@
 """A figure in words and numbers: its name, a one-sentence summary and its values as tables, read from
-the plotly figure itself, so what a screen reader or a keyboard reaches is exactly what is drawn
-(WCAG 2.1 1.1.1: a text alternative for every non-text content). ``presenter.chart`` shows the summary
-as the figure's accessible name and the tables in an expander under it.
-
-Read per trace: a heatmap → a table of its cells (row labels × column labels, as the axes label them),
-or, above ``MAX_CELLS`` cells, the ``TOP`` largest with their row and column; bars → label and value;
-lines and points → x and y (text labels where the points carry them). Traces that only decorate (a
-hatch over hidden cells, hover-less shapes) are left out. Pure: no Streamlit here.
+the plotly figure itself, so what a screen reader reaches is exactly what is drawn (WCAG 2.1 1.1.1).
+Heatmaps give their cells (or the ``TOP`` largest above ``MAX_CELLS``), bars label and value, lines and
+points x and y; decorative traces are left out. Pure: no Streamlit here.
 """
 
 from __future__ import annotations

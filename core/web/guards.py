@@ -1,31 +1,18 @@
 """Guards around Streamlit for values a crafted browser message can send, installed once when core.web.ui
 is imported (app.py and every page import it).
 
-* A number input's value NaN or ±∞ (the browser's message carries a double; the page's own input never
-  sends one): Streamlit reads it with ``int(value)`` for a whole-number input, which raises before the
-  script runs — on this run and on every later one (the session keeps the value), so the session was
-  broken for good. The guard reads such a value as "nothing sent": the input shows its default.
+* A number input's value NaN or ±∞: Streamlit's ``int(value)`` would raise on every later run of the
+  session; the guard reads it as "nothing sent" (the input shows its default).
+* Browser history: ``url_batch`` (around every script run) sends the run's query-parameter writes once,
+  at the end, and ``HISTORY_SCRIPT`` turns a push that only changes the query string into a replace, so
+  one Back leaves a page.
+* ``clear_cache``: Streamlit's "Clear cache" (which any visitor can send) clears the asking session's own
+  state only, never the model, traces, jobs or rate limits every visitor shares.
+* A websocket from a foreign origin is refused without Streamlit's lookup of this machine's address on
+  the Internet.
 
-* Browser history: Streamlit's frontend pushes a history entry for every query-parameter message whose
-  query string differs from the address bar's, and the server sends one such message per
-  ``st.query_params`` write. A page view that wrote lang, model, prompt, chat, layer, head … one after the
-  other pushed 4–10 entries, so Back needed as many presses to leave it. ``url_batch`` (around every
-  script run: app.py) holds the run's writes and sends the URL once, at the run's end, if it changed;
-  ``HISTORY_SCRIPT`` (run in the page with core.web.a11y's script) makes a push that only changes the
-  query string of the page shown a replace: moving a slider or opening a page no longer adds entries of
-  its own, and one Back leaves the page.
-
-* ``clear_cache``: Streamlit's "Clear cache" (the ``c`` key, the main menu, or the websocket message any
-  visitor can send by hand) empties every ``st.cache_data`` / ``st.cache_resource`` of the process — the
-  model, every trace, the jobs and the rate limits of every visitor. The guard makes it clear the asking
-  session's own state only: no visitor's action changes what another visitor gets.
-
-* A websocket from a foreign origin: Streamlit's origin check looks this machine's external address up on
-  the Internet (checkip.amazonaws.com) to compare; a refused connection made the server call outside. The
-  guard answers "unknown" without any lookup (the check then refuses, as it should).
-
-Streamlit's serde class and its query-parameter object are internal: ``install`` says whether the guard is in place (a test holds it) and
-does nothing on a Streamlit without it rather than fail the import.
+Streamlit's serde class and query-parameter object are internal: ``install`` says whether the guard is in
+place (a test holds it) and does nothing on a Streamlit without it rather than fail the import.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """Long computations that outlive a script run, and the server's limit on fresh measurements.
 
-A Streamlit rerun (a language switch, a slider moved, a second press) stops the running script at its
-next element; a computation made in the script's own thread is lost with it, and the next run starts it
-again from zero. Here a long computation (a patching sweep, the attributions, a timing measurement)
-runs in a thread of its own, keyed: the script only waits on it, drawing its progress (``wait``; the job's
-``report`` is the computation's ``core.common.progress.Progress``), and a
-rerun waits again on the same key, so it picks the work up where it is, never restarting it. The
-finished results are kept (least recently used first out, bounded in entries: they are small — grids
-and timings, not traces). Two sessions asking for the same key share one computation.
+A Streamlit rerun stops the script at its next element, so a long computation (a patching sweep, the
+attributions, a timing) runs in a thread of its own, keyed: the script only ``wait``s on it, drawing its
+progress, and a rerun waits again on the same key instead of restarting it. Finished results are kept
+(LRU, bounded). Two sessions asking for the same key share one computation.
 
-Measurements time the machine every student shares, so they are rationed: ``Limiter`` caps the fresh
-ones per server per minute (``XRAY_MEASURES_PER_MIN``, 4 by default) and per browser (half of them, at
-least one: four tabs of one student never take the whole server's quota), and ``Runner.measure`` gives a
-session at most one measurement in flight. A refusal is a ``Refused`` (why, and in how many seconds to
-retry) for the page to say in its language; waiting on a running or finished one is never refused.
-
-Heavy jobs (sweeps, attributions, measurements: ``heavy=True``) run at most ``XRAY_JOBS`` at a time per
-server (1 by default: on a few cores, two at once only slow every student's pages); the others wait their
-turn inside their thread, their bar saying how many are ahead. A job nobody waits on any more — every
-session that waited has gone (its tab closed: ``wait``'s ``alive`` says so) or moved on, for ``ORPHAN_S``
-seconds — is cancelled at its next progress report (``Cancelled``), its slot given to the next; it is
-computed anew if someone asks again.
+``Limiter`` rations fresh measurements per server per minute (``XRAY_MEASURES_PER_MIN``) and per browser;
+``Runner.measure`` gives a session one measurement in flight; a refusal is a ``Refused`` (why, and when to
+retry). Heavy jobs run at most ``XRAY_JOBS`` at a time, the others queued; a job nobody has waited on for
+``ORPHAN_S`` seconds is cancelled at its next progress report (``Cancelled``).
 
 No Streamlit here: ``core.web.cache`` holds the one ``Runner`` per process (``st.cache_resource``).
 """
@@ -107,7 +95,7 @@ class Job:
             self.waiters = max(0, self.waiters + delta)
             self.alone_since = self._clock() if self.waiters == 0 else None
 
-    def report(self, done: int, total: int, words: Any = None) -> None:
+    def report(self, done: int, total: int, words: Phrase | str | None = None) -> None:
         """The computation's progress; raises ``Cancelled`` (out of the computation) once it is orphaned."""
         if self.orphaned():
             raise Cancelled(self.key)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from core.gen import workloads
 from core.web import ui
@@ -110,7 +111,7 @@ def label_document(page: Any) -> None:
     st.set_page_config(page_title=f"{page.title} · {APP_NAME}")
 
 
-def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", where: Any = None,
+def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", where: DeltaGenerator | None = None,
               query: dict[str, str] | None = None) -> None:
     """A link to a registered page (``where``: a container; the main area by default; ``query``: view
     settings the link opens, e.g. one part of a page), keeping the language."""
@@ -120,12 +121,12 @@ def page_link(stem: str, *, label: str | None = None, icon: str = "➡️", wher
                             query_params={"lang": ui.lang(), **query} if query else None)
 
 
-def see_page(stem: str, *, where: Any = None) -> None:
+def see_page(stem: str, *, where: DeltaGenerator | None = None) -> None:
     """The "See the page: …" link under a stage or an answer."""
     page_link(stem, label=ui.t("ui.see_page", page=ui.t(f"page.{stem}")), where=where)
 
 
-def serving_link(shape: str, *, where: Any = None) -> None:
+def serving_link(shape: str, *, where: DeltaGenerator | None = None) -> None:
     """A link to the part of the serving lab that runs the request shape ``shape`` (``workloads.LAB_PART``)."""
     part, preset = workloads.LAB_PART[shape]
     page_link("serving", label=ui.t(f"serving.link_{shape}"), icon="🚦", where=where, query={"part": part, "workload": preset})

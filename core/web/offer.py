@@ -1,19 +1,10 @@
 """Which models this server offers, from the operator's setting (``core.common.settings``). Pure Python: no Streamlit.
 
-A shared link may only *name* an offered model, by its id; it never carries a path. The operator
-chooses what is offered:
-
-* ``XRAY_MODELS``: a comma-separated list of ``id=target`` or bare ``target`` entries, where a target
-  is a folder (``/models/Qwen2.5-0.5B-Instruct``, ``~/models/x``) or an id already in the Hugging Face
-  cache (``Qwen/Qwen2.5-0.5B-Instruct``). A bare entry's id is its folder name, or the cache id itself.
-  The embedded SmolLM2 (id ``SmolLM2-135M-Instruct``) and the toy (id ``toy``) are always offered.
-* ``XRAY_ALLOW_LOCAL=1``: the sidebar also gets a free "local folder" box (right for a laptop, wrong
-  for a shared server). Off by default.
-
-Folders are canonicalised (``Path(...).expanduser().resolve()``), so ``<P>``, ``<P>/`` and ``<P>/.``
-are one model, loaded once. A malformed setting raises ``OfferError`` (a ``SettingsError``) with a sentence
-for the operator; ``python -m core.web.offer`` checks the setting and prints what is offered (``make run``
-does so before it starts the server).
+A shared link may only *name* an offered model, by its id, never a path. ``XRAY_MODELS`` lists ``id=target``
+or bare ``target`` entries (a folder, or an id in the Hugging Face cache; a bare entry's id is its folder
+name or the cache id); the embedded SmolLM2 and the toy are always offered. ``XRAY_ALLOW_LOCAL=1`` adds a
+free "local folder" box (for a laptop, not a shared server). Folders are canonicalised, so one model loads
+once. A malformed setting raises ``OfferError``; ``python -m core.web.offer`` checks it and prints the offer.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """The frame every page shares, drawn once: a page is one function, as in Streamlit's own gallery.
 
-A page file (``pages/<stem>.py``) registers a row in ``core.web.nav.PAGES`` (section, stem, icon, intro
-key, what it needs, its sources) and ends with one line::
+A page file (``pages/<stem>.py``) registers a row in ``core.web.nav.PAGES`` and ends with one line::
 
     def render(loaded, tr) -> None:   # the arguments follow the row's ``needs``
         ...                           # read widgets → call core → draw
 
     page.run(render)
 
-``run`` draws the header (title ``page.<stem>``, the row's intro), loads what the row ``needs`` and stops
-early, with the reason already shown, when it cannot; then calls ``render``; and it draws the row's
-``presenter.sources`` either way. What ``render`` receives:
-
-- ``needs="nothing"``: ``render()`` (the page loads what it wants itself, e.g. after its own inputs);
-- ``needs="model"``: ``render(loaded)`` (``ui.loaded_model``);
-- ``needs="trace"``: ``render(tr)`` (``ui.current_trace``, the shared prompt's cached trace);
-- ``needs="pair"``: ``render(loaded, tr)`` (``ui.model_and_trace``).
-
-The trace and the model cross into ``core.web.cache`` as objects (a trace knows what it was made from:
-``tr.key``): pass them on (``ui.site(tr, "attn_pattern", layer)``), never a spec or a prompt read again.
-A new page: write ``render``, add its ``Page`` row and its ``page.<stem>`` / intro keys in both languages.
+``run`` draws the header (``page.<stem>`` and the row's intro), loads what the row ``needs`` (nothing →
+``render()``, model → ``render(loaded)``, trace → ``render(tr)``, pair → ``render(loaded, tr)``) or stops
+with the reason shown, calls ``render``, and draws the row's ``presenter.sources`` either way. Pass the
+trace and the model on as objects (``ui.site(tr, "attn_pattern", layer)``), never a spec or prompt read again.
 """
 
 from __future__ import annotations

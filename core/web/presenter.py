@@ -111,9 +111,8 @@ pio.templates[LOOK].layout.update(font=dict(color=palette.INK), title=dict(font=
                                   legend=dict(font=dict(color=palette.INK)), xaxis=_AXIS, yaxis=_AXIS,
                                   colorscale=dict(sequential=palette.SEQUENTIAL, diverging=palette.DIVERGING),
                                   colorway=palette.categorical(7))
-# plotly's toolbar cut to two buttons (download as PNG, reset the axes): the full one added 8 tab stops to the
-# keyboard's path per figure, and the title it covered on a phone is now text above the figure. Zoom by dragging
-# still works, and every value is in the figure's table.
+# plotly's toolbar cut to two buttons (download as PNG, reset the axes): fewer tab stops per figure; zoom by
+# dragging still works, and every value is in the figure's table.
 CONFIG = {"modeBarButtons": [["toImage", "resetScale2d"]], "displaylogo": False}
 PROJECTOR_MAX_H = 600  # px: a figure and its title fit a 1280 × 720 projector without scrolling
 

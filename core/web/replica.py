@@ -1,13 +1,7 @@
-"""Behind ``make serve`` (deploy/serve.py: several app processes, "replicas", behind nginx): which replica
-this is, and the notice a browser gets when the process that held its session stopped.
-
-A session lives in one process. When that process stops, Streamlit's frontend reconnects through nginx to
-another replica, offering its old session id; the new process does not know it and opens a fresh session.
-The first run of that session tells the student what happened: the view comes back from the URL (page,
-language, model, prompt, layer, head, step), anything else (the stepper's tokens, quiz answers) starts again.
-
-The frontend reruns the page on reconnecting only when it has a timed fragment; ``keep_alive`` adds an
-empty one behind the launcher, so the page is redrawn (with the notice) at once, not at the next click.
+"""Behind ``make serve`` (deploy/serve.py): which replica this is, and the notice a browser gets when the
+process that held its session stopped. The reconnected session on another replica comes back from the
+URL (page, language, model, prompt, layer, head, step); the rest starts again, and the first run says so.
+``keep_alive`` adds an empty timed fragment behind the launcher, so the frontend redraws at once on reconnecting.
 """
 
 from __future__ import annotations

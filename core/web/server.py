@@ -37,13 +37,10 @@ def give_back_freed_memory() -> bool:
     freed: a server that once traced a long prompt would hold that memory for good. A fixed threshold
     (``mallopt``) keeps every block of 1 MB and more in its own mapping, unmapped when freed.
 
-    Smaller blocks (Python objects, page messages, torch's small tensors) come from malloc's arenas,
-    and glibc gives each busy thread one of its own, up to 8 per core: after 20 sessions at once (each
-    a thread) the freed pieces lie spread over many arenas, held by malloc after every session closed
-    (``start_trimming`` hands free pages back). So the arenas are capped at ``ARENAS``
-    (``M_ARENA_MAX``, what ``MALLOC_ARENA_MAX=2`` sets; an operator's own ``MALLOC_ARENA_MAX`` wins),
-    before any thread is started. Returns whether the C library took the settings (False where it is
-    not glibc)."""
+    Smaller blocks come from malloc's arenas, up to 8 per core, one per busy thread (a session), where freed
+    pieces stay spread; so the arenas are capped at ``ARENAS`` (what ``MALLOC_ARENA_MAX=2`` sets; an
+    operator's own ``MALLOC_ARENA_MAX`` wins) before any thread starts. Returns whether the C library took
+    the settings (False where it is not glibc)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8  # from <malloc.h>

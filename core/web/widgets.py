@@ -1,22 +1,10 @@
 """Widgets whose range or text comes from the model, the prompt or the user, made safe once.
 
-* ``int_slider``: a slider over ``lo..hi`` that never fails. Ranges come from the prompt (T
-  positions), the model (layers, heads) or the stepper (passes), and any of them may hold a single
-  value (a one-token prompt, a one-layer or one-head model, the pass right after prefill): Streamlit
-  refuses a slider whose ends are equal, so the single value is shown as text instead. A value kept
-  in the session from a longer prompt is pulled back into the new range.
-* ``layer_slider`` / ``layer_head_pickers``: the layer (and head) pickers bound to the URL, built on it.
-* ``hold`` / ``put``: a widget's value kept by the page itself and handed to the widget before it
-  is drawn — so it survives a relabelling (a language switch; a label that names the current
-  layer: Streamlit remembers a radio's choice by its label), leaving the page and coming back, and
-  a button that moves it (the browser is told to show the new value, not only the server).
-* ``radio_url`` / ``toggle_url`` / ``number_url`` / ``slider_url``: widgets whose value a link
-  carries (``?param=``): read once, validated where it enters (unknown choices dropped, numbers
-  clamped to the widget's range), written back on every run.
-* ``md`` / ``code``: text a user typed (or a token of it) made inert where the page renders Markdown:
-  no HTML tag, no image or link (autolinks too), no emphasis; ``code`` for text quoted inside a `code span`.
-  Both are ``core.common.escape``'s, the one escaping helper (``escape.plot`` for plotly labels).
-* ``config_error``: a ConfigError as a sentence in the user's language, its detail made inert.
+``int_slider`` never fails (a single-value range is shown as text, a kept value is pulled into range);
+``layer_slider`` / ``layer_head_pickers`` are bound to the URL; ``hold`` / ``put`` keep a widget's value
+across relabelling and page changes; ``*_url`` widgets read a link's ``?param=`` once, validated, and
+write it back; ``md`` / ``code`` make typed text inert in Markdown (``core.common.escape``);
+``config_error`` says a ConfigError in the user's language.
 """
 
 from __future__ import annotations
@@ -25,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from core.common import escape
 from core.engine.types import ConfigError
@@ -62,7 +51,7 @@ def put(key: str, value: Any) -> None:
     st.session_state[key] = value
 
 
-def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
+def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: DeltaGenerator | None = None,
               format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
     """A radio whose choice a link carries (``?param=``, one of ``options``), kept across relabelling."""
     first = ui.qp_choice(param, options, default)
@@ -74,8 +63,7 @@ def radio_url(label: str, options: Sequence[Any], default: Any, *, key: str, par
 def tabs_url(keys: Sequence[str], names: Sequence[str], *, key: str, param: str = "tab") -> Sequence[Any]:
     """``st.tabs`` (``names``, one per ``keys``) whose open tab a link carries (``?param=``, one of ``keys``)
     and the URL follows. The tab a visit opens on is read from the URL once, while the widget is new: it is
-    part of the widget's identity, so reading it again after a click (the URL then names the clicked tab)
-    made a new widget, back on that tab, and the next click was lost (issue 40: every second click)."""
+    part of the widget's identity, so reading it again after a click would make a new widget and lose the next click."""
     opened = f"{key}__opened_on"
     if key not in st.session_state or opened not in st.session_state:
         st.session_state[opened] = ui.qp_choice(param, keys, keys[0])
@@ -86,7 +74,7 @@ def tabs_url(keys: Sequence[str], names: Sequence[str], *, key: str, param: str 
     return tabs
 
 
-def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: Any = None,
+def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str, param: str, where: DeltaGenerator | None = None,
                   format_func: Callable[[Any], str] = str, **kw: Any) -> Any:
     """A selectbox whose choice a link carries (``?param=``), kept across relabelling."""
     first = ui.qp_choice(param, options, default)
@@ -95,7 +83,7 @@ def selectbox_url(label: str, options: Sequence[Any], default: Any, *, key: str,
     return v
 
 
-def toggle_url(label: str, default: bool, *, key: str, param: str, where: Any = None, **kw: Any) -> bool:
+def toggle_url(label: str, default: bool, *, key: str, param: str, where: DeltaGenerator | None = None, **kw: Any) -> bool:
     """A toggle a link carries as ``?param=1`` / ``0``."""
     v = bool((where or st).toggle(label, **hold(key, ui.qp_bool(param, default), (True, False)), **kw))
     ui.set_qp(**{param: "1" if v else "0"})
@@ -106,7 +94,7 @@ def _in_range(v: Any, lo: float, hi: float) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
 
 
-def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: str, where: Any = None, **kw: Any) -> int:
+def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: str, where: DeltaGenerator | None = None, **kw: Any) -> int:
     """A whole-number input a link carries (``?param=``, clamped to lo … hi)."""
     first = ui.qp_int(param, default, lo, hi)
     held = st.session_state.get(_held(key))
@@ -117,7 +105,7 @@ def number_url(label: str, lo: int, hi: int, default: int, *, key: str, param: s
     return v
 
 
-def slider_url(label: str, lo: float, hi: float, default: float, step: float, *, key: str, param: str, where: Any = None,
+def slider_url(label: str, lo: float, hi: float, default: float, step: float, *, key: str, param: str, where: DeltaGenerator | None = None,
                **kw: Any) -> float:
     """A number slider a link carries (``?param=``, clamped to lo … hi and snapped to ``step``)."""
     first = ui.qp_float(param, default, lo, hi, step)
@@ -129,7 +117,7 @@ def slider_url(label: str, lo: float, hi: float, default: float, step: float, *,
     return v
 
 
-def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: str, where: Any = None, **kw: Any) -> int:
+def int_slider(label: str, lo: int, hi: int, value: int | None = None, *, key: str, where: DeltaGenerator | None = None, **kw: Any) -> int:
     """A whole-number slider over ``lo..hi`` (``where``: a column or container; the page by default).
 
     A range of one value is shown as text (``ui.only_value``) and returned; a session value left
@@ -173,7 +161,7 @@ def config_error(e: ConfigError) -> None:
 
 
 def map_window(key: str, n_tokens: int, cells: int = attnview.CELLS, *, param: str = "win", kind: str = "map",
-               where: Any = None) -> int | None:
+               where: DeltaGenerator | None = None) -> int | None:
     """For a prompt longer than ``cells``: the whole map averaged, or a window of exact weights from a
     chosen start (in the URL as ``param``, ``win`` by default). Returns the window's start, or None for
     the overview. ``kind``: "map" (a [T, T] map), "row" (one query's weights: summed bars) or "strip"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from gguf import GGUFReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from core import backends
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spec_acceptance[{m},{pk}]={acc} drafted={r.drafted} passes={r.verify_passes}/{r.plain_passes} "
                   f"same_as_plain={r.same}")
 
-    gguf_bytes = S.gguf_tensor_bytes(embedded_gguf_path())
+    gguf_bytes = int(sum(int(t.n_bytes) for t in GGUFReader(str(embedded_gguf_path())).tensors))  # the GGUF's tensor bytes
     pr = S.precision(loaded, ids["free"], a.variants, a.n_new, reps=a.reps, gguf_bytes=gguf_bytes, progress=say)
     print(f"baseline_weight_bytes={pr.base_bytes} gguf_q4_1_bytes={gguf_bytes}")
     for v in pr.variants:

@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     loaded = backends.load_model(None)
     loaded.model.set_attn_implementation("sdpa")  # a plain HF forward: no recording, PyTorch's fused attention
-    trained = pasttrain.trained_length(loaded)
-    n = a.tokens or int(pasttrain.REAL_FACTOR * trained)
+    trained = int(loaded.facts.max_positions)  # the trained length: SmolLM2's 8k stage
+    n = a.tokens or int(1.5 * trained)  # the document: 1.5 times the trained length
     cfg = loaded.model.config
     name = getattr(cfg, "_model_name_or_path", "") or getattr(cfg, "name_or_path", "")
     model = f"{EMBEDDED_ID} (GGUF name: {name}; {loaded.source}); max_position_embeddings {cfg.max_position_embeddings}, rope_theta {cfg.rope_parameters['rope_theta']:g}"

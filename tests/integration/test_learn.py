@@ -187,7 +187,7 @@ def test_tour_page_next_through_all_stages(smol, lang):
         if stage.key == "kv_cache":
             assert at.metric[0].value == f"{46080 * n_tok:,} B"
         at.button(key="tour_next_top").click().run()
-    assert seen == list(tour.STAGE_KEYS)
+    assert seen == [s.key for s in tour.STAGES]
     assert not at.exception and at.header[0].value.startswith("1. ")  # the last Next restarts the tour
     assert at.button(key="tour_back_bottom").disabled  # no Back from the first stage
     at.button(key="tour_next_bottom").click().run()

@@ -36,7 +36,7 @@ def test_pages_list_parsed():
 @pytest.mark.parametrize("lang", i18n.LANGS)
 def test_tour_stages_have_text_and_valid_pages(lang):
     cat = i18n.catalogue()
-    assert tour.STAGE_KEYS == ("text", "tokens", "embeddings", "blocks", "hidden", "logits", "sampling", "kv_cache",
+    assert tuple(s.key for s in tour.STAGES) == ("text", "tokens", "embeddings", "blocks", "hidden", "logits", "sampling", "kv_cache",
                                "next_token")
     for s in tour.STAGES:
         for part in ("title", "body"):
@@ -104,7 +104,7 @@ def test_visible_and_chips_escape():
 def test_tour_every_stage_on_tiny_models(tiny_loaded, arch):
     loaded = tiny_loaded[arch]
     tr = backends.trace(loaded, "Hello `world` $x$ <b>")
-    for key in tour.STAGE_KEYS:
+    for key in (s.key for s in tour.STAGES):
         v = tour.stage_view(key, tr, _decode(loaded), layer=99)  # an out-of-range layer is clamped
         assert v.metrics
         for s in v.fill.values():

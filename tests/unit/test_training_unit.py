@@ -9,18 +9,10 @@ from __future__ import annotations
 
 import floats
 import numpy as np
-import pytest
 import torch
 
 from core import backends
 from core.learn import training
-
-
-def test_labels_are_the_inputs_shifted_by_one():
-    inputs, labels = training.shift_labels([10, 11, 12, 13, 14])  # A B C D E
-    assert inputs.tolist() == [10, 11, 12, 13] and labels.tolist() == [11, 12, 13, 14]  # A B C D → B C D E
-    with pytest.raises(ValueError):
-        training.shift_labels([7])
 
 
 def test_cross_entropy_by_hand():
