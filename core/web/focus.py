@@ -17,7 +17,6 @@ import re
 
 import streamlit as st
 
-PARAM = "focus"
 NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 HOLD_MS = 25_000
 TOP_PX = 72  # where the view's top lands: below Streamlit's header bar (3.75 rem)
@@ -47,7 +46,7 @@ _SCRIPT = """<style>#__ID__, .st-key-__ID__ { scroll-margin-top: __TOP__px; }</s
 
 def wanted() -> str | None:
     """The view the URL asks for (``?focus=``), or None (absent, or not a name: dropped)."""
-    raw = st.query_params.get("focus")  # PARAM, spelled out: tests/test_lessons.py reads a page's parameters from its source
+    raw = st.query_params.get("focus")  # spelled out: tests/test_lessons.py reads a page's parameters from its source
     return raw if isinstance(raw, str) and NAME.fullmatch(raw) else None
 
 

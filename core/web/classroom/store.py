@@ -295,10 +295,6 @@ class ClassStore:
         if outcome != "ok":
             raise ClassError(outcome)
 
-    def purge(self) -> int:
-        """Delete every class past its end; how many."""
-        return self._purge(self.clock())
-
     # --- backend primitives ---------------------------------------------------------------------------
     def _insert_class(self, cid: str, code: str, secret: str, now: float, expires: float) -> bool: raise NotImplementedError
     def _class(self, cid: str) -> dict[str, Any] | None: raise NotImplementedError
