@@ -126,7 +126,10 @@ def panel(loaded: LoadedModel, tr: Trace) -> None:
         return
     name = ui.model_label()
     job = _job((*key, a.pos, a.token), lambda report: compute(loaded, tr, a.pos, a.token, model_name=name, progress=report))
-    _show_job(job, loaded, link=(tr, a))
+    query = {"model": ui.model_id(), "prompt": tr.key.prompt, "chat": "1" if tr.key.chat else "0", QP_POS: str(a.pos)}
+    if a.token is not None:
+        query[QP_TOK] = str(a.token)
+    _show_job(job, loaded, link=("logits", query))
 
 
 def panel_ids(loaded: LoadedModel, ids: Sequence[int], token: int, where: tuple, link: dict[str, str] | None = None) -> None:
@@ -156,9 +159,9 @@ def _show_job(job: Any, loaded: LoadedModel, link: tuple | None) -> None:
         show(rc, link)
 
 
-def show(rc: receipt.Receipt, link: tuple | None = None) -> None:
+def show(rc: receipt.Receipt, link: tuple[str, dict[str, str]] | None = None) -> None:
     """The receipt: its sections' sentences (tokens as inert code spans), the lens curve, the card downloads,
-    the link that opens it again."""
+    the link that opens it again (``link``: the page's stem and the query that opens it there)."""
     lang = ui.lang()
     said = receipt.lines(rc, receipt.md_token)
     with st.container(border=True, key="receipt"):  # a link can open at it (?focus=receipt: the lessons' receipt step)
@@ -175,15 +178,8 @@ def show(rc: receipt.Receipt, link: tuple | None = None) -> None:
                                 width="stretch")
         ui.badge("model")
         _downloads(rc)
-        if link is not None and link[0] == "generation":  # the stepper's: its page, replaying the run to the step
-            nav.page_link("generation", label=ui.t("receipt.link"), icon="🔗", query=link[1])
-        elif link is not None:
-            tr, a = link
-            k = tr.key
-            query = {"model": ui.model_id(), "prompt": k.prompt, "chat": "1" if k.chat else "0", QP_POS: str(a.pos)}
-            if a.token is not None:
-                query[QP_TOK] = str(a.token)
-            nav.page_link("logits", label=ui.t("receipt.link"), icon="🔗", query=query)
+        if link is not None:
+            nav.page_link(link[0], label=ui.t("receipt.link"), icon="🔗", query=link[1])
 
 
 def _downloads(rc: receipt.Receipt) -> None:
