@@ -167,7 +167,7 @@ def show(rc: receipt.Receipt, link: tuple[str, dict[str, str]] | None = None) ->
     with st.container(border=True, key="receipt"):  # a link can open at it (?focus=receipt: the lessons' receipt step)
         st.header(ui.t("receipt.title", tok=receipt.md_token(rc.token)))
         st.caption(ui.t("receipt.context", model=escape.md(rc.model), pos=rc.pos, n=rc.n_tokens,
-                        prompt=receipt.md_token("".join(rc.tokens[-24:]))))
+                        prompt=receipt.md_token(rc.tail)))
         for sec in receipt.SECTIONS:
             if not said[sec]:
                 continue

@@ -19,7 +19,7 @@ from core import backends
 from core.cause import attribution, card, patching, receipt
 from core.common import i18n
 from core.common.numbers import softmax
-from core.engine import roles
+from core.engine import roles, tokens
 from core.engine.types import say
 from core.gen import generate
 from core.gen.sampling import SamplingConfig
@@ -200,3 +200,14 @@ def test_stepper_link_for_another_step_is_said(smol, lang):
         said = i18n.t("receipt.bad_link_step", lang, step=1, pos=pos, tok=receipt.md_token(rec.token))
         assert [w.value for w in at.warning] == [said]
         assert not any(i18n.t("receipt.h_formed", lang) in m.value for m in at.markdown)
+
+
+def test_the_heading_quotes_the_context_as_text(smol):
+    """The receipt's heading quotes the context's last tokens decoded together: a Chinese prompt reads as its
+    characters (each token alone shows bytes such as ‹E5 BE›), and the quote ends where the context ends."""
+    ids = backends.encode_prompt(smol, "小明批评了小红，因为她迟到了。然后她").ids
+    tail = receipt._tail(smol.tokenizer, ids)
+    assert "‹" not in tail and tail.endswith("然后她") and "迟到了" in tail
+    assert len(ids) > receipt.TAIL and any("‹" in t for t in tokens.visible_tokens(smol.tokenizer, ids))
+    short = backends.encode_prompt(smol, EIFFEL).ids
+    assert receipt._tail(smol.tokenizer, short) == tokens.visible(smol.tokenizer.decode(short))
