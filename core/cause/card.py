@@ -80,7 +80,7 @@ def png(rc: receipt.Receipt, lang: str) -> bytes:
     inner = WIDTH - 2 * MARGIN
     blocks: list[tuple[str, ImageFont.ImageFont, str]] = [
         (i18n.t("receipt.title", lang, tok=f"«{rc.token}»"), title, palette.INK),
-        (i18n.t("receipt.context", lang, model=rc.model, pos=rc.pos, n=rc.n_tokens, prompt="«" + "".join(rc.tokens[-24:]) + "»"),
+        (i18n.t("receipt.context", lang, model=rc.model, pos=rc.pos, n=rc.n_tokens, prompt="«" + rc.tail + "»"),
          small, palette.INK_SOFT)]
     for sec in receipt.SECTIONS:
         if said[sec]:

@@ -129,10 +129,11 @@ def fig_receipt_lens(curve: np.ndarray, top1: int | None, top5: int | None, toke
     x = list(range(len(y)))
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines+markers", line=palette.line("main"), marker=palette.marker("main"),
                                name=escape.plot(token), hovertemplate="%{x}: p = %{y:.4f}<extra></extra>"))
-    for at, key, dash in ((top5, "receipt.fig_top5", "dot"), (top1, "receipt.fig_top1", "dash")):
+    # the two labels one above the other: a top-1 a few boundaries after the top 5 wrote over it at the same height
+    for at, key, dash, where in ((top5, "receipt.fig_top5", "dot", "bottom left"), (top1, "receipt.fig_top1", "dash", "top left")):
         if at is not None:
             fig.add_vline(x=at, line_dash=dash, line_color=palette.INK_SOFT, annotation_text=i18n.t(key, lang, l=at),
-                          annotation_position="top left")
+                          annotation_position=where)
     fig.update_layout(title=i18n.t("receipt.fig_title", lang, tok=escape.plot(token)), height=300, margin=dict(t=60, b=40),
                       xaxis_title=i18n.t("receipt.fig_x", lang), yaxis_title=i18n.t("receipt.fig_y", lang), yaxis_range=[0, 1],
                       showlegend=False)

@@ -46,6 +46,7 @@ from core.engine.types import LoadedModel, Phrase, Tokenizer, UnsupportedArchite
 
 BUDGET_TOKENS = pair.MAX_TOKENS  # attribution and patching run on prefixes up to this many tokens (~3 s at 64 here)
 N_SOURCES = 3  # prompt tokens confirmed by patching
+TAIL = 24  # tokens of the context that the receipt's heading quotes
 N_COMPONENTS = 5  # heads and MLPs listed
 TOP5 = 5
 SHARE = 0.10  # the rival's share of samples the temperature line asks about
@@ -143,6 +144,7 @@ class Receipt:
     forward_passes: int = 0
     rows_positions: int = 0  # Σ over the forward passes of batch rows × positions fed
     notes: tuple[Phrase, ...] = field(default=())
+    tail: str = ""  # the context's last TAIL tokens decoded together, made visible (whole characters, not ‹E5 BE› bytes)
 
     @property
     def n_tokens(self) -> int:
@@ -378,7 +380,16 @@ def make(loaded: LoadedModel, ids: Sequence[int], pos: int, logits: np.ndarray, 
     progress(STEPS, STEPS, Phrase("receipt.progress_done"))
     return Receipt(model_name, pieces, pos, token, tokens.visible_tokens(loaded.tokenizer, [token])[0],
                    float(softmax(z)[token]), token == chosen_id, fm, read, carried, n_comp, rival, tuple(unavailable),
-                   counter.passes, counter.rows_positions, tuple(notes))
+                   counter.passes, counter.rows_positions, tuple(notes), _tail(loaded.tokenizer, ids))
+
+
+def _tail(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The last ``TAIL`` tokens decoded together (a Chinese character split over tokens reads as itself), from a
+    token where a character starts (one more, up to 3, while the text would start inside a character)."""
+    start = max(0, len(ids) - TAIL)
+    while start > 0 and len(ids) - start < TAIL + 3 and tokenizer.decode(ids[start:]).startswith("\ufffd"):
+        start -= 1
+    return tokens.visible(tokens.decoded_text(tokenizer, ids[start:]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +543,7 @@ def card_markdown(rc: Receipt, lang: str) -> str:
     said = lines(rc, md_token)
     out = [f"# {i18n.t('receipt.title', lang, tok=md_token(rc.token))}", "",
            i18n.t("receipt.context", lang, model=escape.md(rc.model), pos=rc.pos, n=rc.n_tokens,
-                  prompt=md_token("".join(rc.tokens[-24:]))), ""]
+                  prompt=md_token(rc.tail)), ""]
     for sec in SECTIONS:
         if said[sec]:
             out += [f"## {i18n.t(f'receipt.h_{sec}', lang)}", ""]

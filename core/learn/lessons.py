@@ -34,6 +34,13 @@ ZH_PROMPT = "2加3等于几？"
 # on the bare question SmolLM2 writes "2 + 3 = 5." and runs on in English to the limit; asked for the sum only,
 # it writes "2 + 3 = 5." and ends its turn (<|im_end|>), so the step's answer is what the page shows.
 ZH_FLOW_PROMPT = ZH_PROMPT + "只回答算式。"
+# Each lesson ends on the reveal, "why did it say that?": the receipt (core.web.receipt) of the answer's key
+# token, opened on the stepper replaying the greedy answer to that token's step (its link's own format: the run's
+# settings, ``step``, and ``why`` = the position the step reads up to, ``why_tok`` = the token). SmolLM2 writes
+# "The capital of France is Paris." (" Paris", id 7042, is step 5 after 37 prompt tokens) and "2 + 3 = 5." ("5",
+# id 37, is step 6 after 50); tests/integration/test_lessons_integration.py replays both.
+EN_WHY = {"greedy": "1", "max": 16, "step": 5, "why": 41, "why_tok": 7042}
+ZH_WHY = {"greedy": "1", "max": 16, "step": 6, "why": 55, "why_tok": 37}
 
 
 @dataclass(frozen=True)
@@ -85,29 +92,31 @@ SHE_VIEW = ("layer", "head", "pos")  # the parameters a "she" step takes from ex
 EN = Route("en", EN_PROMPT, True, (
     Step("flow", "journey", 4, _q(layer=15), focus="journey_s2"),
     Step("ids", "tokens", 4, focus="iddist"),
-    Step("context", "context", 5, _q(pair="en"), focus="context_fig"),
-    Step("formula", "attention_lab", 6, _q(tab="calc"), focus="attention_lab_tab"),
+    Step("context", "context", 4, _q(pair="en"), focus="context_fig"),
+    Step("formula", "attention_lab", 5, _q(tab="calc"), focus="attention_lab_tab"),
     Step("mask", "masks", 3, _q(layer=0, head=0), focus="masks_fig_causal_grid"),
-    Step("sink", "heads", 5, _q(layer=15, head=0, show="layer", hide="0"), focus="heads_grid"),
+    Step("sink", "heads", 4, _q(layer=15, head=0, show="layer", hide="0"), focus="heads_grid"),
     Step("gqa", "multihead", 4, _q(layer=15), focus="sharing"),
     Step("block", "residual", 4, _q(layer=15), focus="block"),
     Step("sampling", "logits", 4, _q(temp="0.5"), focus="logits_candidates"),
     Step("training", "training", 3, focus="shift"),
     Step("decode", "generation", 3, _q(greedy="1", max=16), focus="generation_prefill"),
+    Step("why", "generation", 3, _q(**EN_WHY), focus="receipt"),
 ))
 
 ZH = Route("zh", ZH_PROMPT, True, (
     Step("flow", "journey", 4, _q(layer=15), prompt=ZH_FLOW_PROMPT, focus="journey_s7"),
-    Step("cost", "tokens", 5, chat=False, focus="chips"),
+    Step("cost", "tokens", 4, chat=False, focus="chips"),
     Step("apple", "context", 5, _q(pair="zh_ctx"), focus="context_fig"),
     Step("order", "positions", 4, _q(tab="relative"), focus="positions_tab"),
-    Step("worked", "attention_lab", 6, _q(tab="calc"), focus="attention_lab_tab"),
+    Step("worked", "attention_lab", 5, _q(tab="calc"), focus="attention_lab_tab"),
     Step("mask", "masks", 3, _q(layer=0, head=0), focus="masks_fig_causal_grid"),
-    Step("she", "heads", 6, _q(show="layer", hide="0"), prompt=examples.SHE.prompt, chat=False, view="she", focus="query"),
+    Step("she", "heads", 5, _q(show="layer", hide="0"), prompt=examples.SHE.prompt, chat=False, view="she", focus="query"),
     Step("gqa", "multihead", 4, _q(layer=15), focus="sharing"),
     Step("block", "residual", 3, _q(layer=15), focus="block"),
     Step("temperature", "logits", 3, _q(temp="0.5"), focus="logits_candidates"),
     Step("prefill", "kv_cache", 2, focus="compare"),
+    Step("why", "generation", 3, _q(**ZH_WHY), prompt=ZH_FLOW_PROMPT, focus="receipt"),
 ))
 
 ROUTES: dict[str, Route] = {r.key: r for r in (EN, ZH)}

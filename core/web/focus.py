@@ -7,7 +7,9 @@ the element's id) or an element's ``key`` (a chart, a widget, a keyed container:
 can be neither markup nor a selector of its own; an unknown name finds nothing and the page stays at its top.
 
 The scroll is kept while the page is still drawing (figures above the view arrive late and push it down),
-for at most ``HOLD_MS``, and given up at the reader's first wheel, touch, key or click: it never fights them.
+for at most ``HOLD_MS`` from the view's first appearance (a view computed on the server, like a receipt, may
+appear long after the page starts: it is waited for up to ``WAIT_MS``), and given up at the reader's first
+wheel, touch, key or click: it never fights them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import streamlit as st
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
 HOLD_MS = 25_000
+WAIT_MS = 300_000  # a view not drawn by then is not waited for
 TOP_PX = 72  # where the view's top lands: below Streamlit's header bar (3.75 rem)
 
 _SCRIPT = """<style>#__ID__, .st-key-__ID__ { scroll-margin-top: __TOP__px; }</style><script>
@@ -26,14 +29,15 @@ _SCRIPT = """<style>#__ID__, .st-key-__ID__ { scroll-margin-top: __TOP__px; }</s
   const name = __NAME__, tag = location.pathname + "#" + name;
   if (window.__xrFocus === tag) return;
   window.__xrFocus = tag;
-  const t0 = Date.now();
-  let stop = false;
+  const start = Date.now();
+  let t0 = null, stop = false;
   for (const ev of ["wheel", "touchstart", "keydown", "mousedown"]) window.addEventListener(ev, () => { stop = true; }, {once: true, capture: true, passive: true});
   const find = () => document.getElementById(name) || document.querySelector(".st-key-" + name);
   const tick = () => {
-    if (stop || Date.now() - t0 > __HOLD__) return;
+    if (stop || Date.now() - start > __WAIT__ || (t0 !== null && Date.now() - t0 > __HOLD__)) return;
     const el = find();
     if (el && el.getClientRects().length) {
+      if (t0 === null) t0 = Date.now();
       const top = el.getBoundingClientRect().top;
       if (top < __TOP__ - 8 || top > __TOP__ + 8) el.scrollIntoView({block: "start"});
     }
@@ -55,7 +59,7 @@ def script(name: str) -> str:
     if not NAME.fullmatch(name):
         raise ValueError(f"not a view name: {name!r}")
     return (_SCRIPT.replace("__ID__", name).replace("__NAME__", json.dumps(name)).replace("__TOP__", str(TOP_PX))
-            .replace("__HOLD__", str(HOLD_MS)))
+            .replace("__HOLD__", str(HOLD_MS)).replace("__WAIT__", str(WAIT_MS)))
 
 
 def apply() -> None:

@@ -12,10 +12,15 @@ import pytest
 from helpers.lessons import _split
 
 from conftest import all_text, app_run
-from core import encode_prompt, trace
+from core import backends, encode_prompt, trace
+from core.cause import receipt
 from core.common import i18n
+from core.engine.types import say
+from core.gen import generate
+from core.gen.sampling import SamplingConfig
 from core.inside import embeddings
 from core.learn import examples, lessons
+from core.web import receipt as web_receipt
 from core.web import ui
 
 
@@ -30,7 +35,9 @@ def _ranges(smol, route, step, q) -> dict[str, tuple[int, int]]:
     f = smol.facts
     T = len(encode_prompt(smol, q["prompt"], chat=q["chat"] == "1").ids)
     top = f.n_layers if step.page == "journey" else f.n_layers - 1  # the journey's slider runs over the boundaries 0 … L
-    return {"layer": (0, top), "head": (0, f.n_heads - 1), "pos": (0, T - 1), "max": (1, 256)}
+    n = int(q.get("max", 1))  # the stepper's passes: its step, and the receipt's position within prompt and answer
+    return {"layer": (0, top), "head": (0, f.n_heads - 1), "pos": (0, T - 1), "max": (1, 256), "step": (0, n - 1),
+            "why": (0, T + n - 2), "why_tok": (0, f.vocab_size - 1)}
 
 
 CHOICES = {"tab": ("calc", "scale", "cost", "relative"), "pair": tuple(embeddings.CONTEXT_PAIRS), "show": ("layer", "head")}
@@ -174,3 +181,44 @@ def test_presenter_mode_shows_the_route_with_links_that_keep_it(smol):
     text = all_text(at)
     assert "present=1" in text and "lang=en" in text
     assert i18n.t("lessons.self_title", "zh") not in [h.value for h in at.header]
+
+
+# ---------------------------------------------------------------------------------------------
+# the reveal: the receipt of the answer's key token
+
+
+@pytest.mark.parametrize(("route_key", "word"), [("en", "Paris"), ("zh", "5")])
+def test_the_receipt_step_opens_the_answers_token_and_its_answer_holds(smol, route_key, word):
+    """Each lesson's last step: its link replays the greedy answer on the stepper's own route to the pass that
+    writes the key token (its ``why_tok``, at the position ``why`` the pass reads up to), and opens that token's
+    receipt, sentence by sentence the receipt made on that context, in the lesson's language; the teacher's
+    answer says what that receipt measures (late in the depth, a late MLP, and which source removal confirms)."""
+    route = lessons.ROUTES[route_key]
+    step = next(s for s in route.steps if s.key == "why")
+    q = dict(step.query)
+    n = int(q["step"])
+    ids = encode_prompt(smol, route.prompt_of(step), chat=route.chat_of(step)).ids
+    stp = generate.Stepper(smol, ids, SamplingConfig(greedy=True), int(q["max"]))
+    stp.run(n + 1)
+    tok = stp.records[n].token_id
+    assert (tok, int(q["why"])) == (int(q["why_tok"]), len(ids) + n - 1)
+    assert smol.tokenizer.decode([tok]).strip() == word
+    ctx = tuple(stp.all_ids[: len(ids) + n])
+    rc = web_receipt.compute(smol, backends.trace_ids(smol, ctx), len(ctx) - 1, tok)
+    at = _open(route_key, "why")
+    shown = "\n".join(m.value for m in at.markdown)
+    for said in (p for ps in receipt.lines(rc, receipt.md_token).values() for p in ps):
+        assert say(said, route_key) in shown, said.key
+    L, p = smol.facts.n_layers, rc.read.p
+    assert rc.formed.top1 is not None and rc.formed.top1 >= 2 * L / 3  # "only in the last third of the layers"
+    most = min(rc.carried, key=lambda c: c.dp)
+    assert most.kind == "mlp" and most.layer >= 2 * L / 3  # "carried most by a late layer's MLP"
+    text = {s.pos: smol.tokenizer.decode([ctx[s.pos]]) for s in rc.read.sources}
+    if route_key == "en":  # "capital": scored against Paris, and replacing it makes Paris all but vanish
+        cap = next(s for s in rc.read.sources if text[s.pos].strip() == "capital")
+        assert cap.score < 0 and cap.p_after < 0.1 * p
+    else:  # "加" ranked first but not confirmed; the "+" it wrote and the space after it confirmed
+        first = rc.read.sources[0]
+        assert text[first.pos] == "加" and not first.confirmed and abs(first.dp) < 0.1 * p
+        written = [s for s in rc.read.sources if s.pos >= len(ids)]
+        assert [text[s.pos] for s in written] == [" +", " "] and all(s.confirmed and s.p_after < p / 2 for s in written)

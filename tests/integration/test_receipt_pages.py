@@ -1,7 +1,8 @@
 """The receipt (issue 42) on the embedded SmolLM2: its numbers are the pages' own numbers for the same prompt
 and position (logits page: p and the lens; attribution page: gradient × input; patching page: a cell's patched
-run), its words differ where two prompts' measurements differ, its card exports in both languages, and the
-logits page opens it from a link (validated) and the journey from a click."""
+run), its words differ where two prompts' measurements differ, its card exports in both languages, the
+logits page opens it from a link (validated: a bad one is said, in the reader's language), the journey and the
+stepper from a click, and the stepper's link (its run replayed to the step) opens a generated token's receipt."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from PIL import Image
 from conftest import all_text, app_run
 from core import backends
 from core.cause import attribution, card, patching, receipt
+from core.common import i18n
 from core.common.numbers import softmax
-from core.engine import roles
+from core.engine import roles, tokens
 from core.engine.types import say
+from core.gen import generate
+from core.gen.sampling import SamplingConfig
 from core.stream import lens
 from core.web import receipt as web_receipt
 
@@ -114,11 +118,15 @@ def test_logits_page_opens_a_receipt_from_a_link(smol):
     assert any(b.label.startswith("Card (PNG") for b in at.get("download_button")) or "receipt-5-en.png" in all_text(at)
 
 
-@pytest.mark.parametrize("why,tok", [("abc", "1"), ("99999", "-3"), ("1e999", "x"), ("-1", "")])
-def test_bad_link_values_never_break_the_page(smol, why, tok):
-    at = app_run("logits", prompt=EIFFEL, chat="0", why=why, why_tok=tok)
+@pytest.mark.parametrize("why,tok,lang", [("abc", "1", "en"), ("99999", "-3", "en"), ("1e999", "x", "en"), ("-1", "", "en"),
+                                          ("5", "99999999", "en"), ("99999", "", "zh")])
+def test_bad_link_values_are_said_and_open_no_receipt(smol, why, tok, lang):
+    T, V = backends.trace(smol, EIFFEL).n_tokens, smol.facts.vocab_size
+    at = app_run("logits", prompt=EIFFEL, chat="0", why=why, why_tok=tok, lang=lang)
     assert not at.exception
     assert "Traceback" not in all_text(at)
+    assert [w.value for w in at.warning].count(i18n.t("receipt.bad_link", lang, hi=T - 1, v=V - 1)) == 1
+    assert not any(i18n.t("receipt.h_formed", lang) in m.value for m in at.markdown)  # no receipt opened
 
 
 def test_journey_button_opens_the_receipt_of_the_next_token(smol):
@@ -142,3 +150,64 @@ def test_stepper_step_opens_the_receipt_of_its_token(smol):
     for said in receipt.lines(rc, receipt.md_token).values():
         for p in said:
             assert say(p, "en") in shown, p.key
+
+
+def _greedy(smol, prompt, steps):
+    """The stepper's own greedy run, as the page replays a link to pass ``steps`` (max 4)."""
+    stp = generate.Stepper(smol, backends.encode_prompt(smol, prompt).ids, SamplingConfig(greedy=True), 4)
+    stp.run(steps + 1)
+    return stp
+
+
+def test_stepper_link_opens_the_receipt_of_a_generated_token(smol):
+    """A token of the generated answer (pass 2, after two generated tokens): the link the receipt gives (the
+    run's settings, ``step``, ``why`` = its position, ``why_tok`` = its token) replays the run and opens the
+    receipt of that token after its own context, sentence by sentence the receipt made on that context; the
+    URL still names it; the same step's button opens the same receipt."""
+    stp = _greedy(smol, EIFFEL, 2)
+    ctx = tuple(stp.all_ids[: len(stp.prompt_ids) + 2])
+    pos, tok = len(ctx) - 1, stp.records[2].token_id
+    query = {"prompt": EIFFEL, "chat": "0", "greedy": "1", "max": "4", "step": "2", "why": str(pos), "why_tok": str(tok)}
+    at = app_run("generation", **query)
+    assert not at.exception
+    rc = web_receipt.compute(smol, backends.trace_ids(smol, ctx), pos, tok)
+    assert rc.token_id == tok and rc.pos == pos
+    shown = _lines_on_page(at)
+    for said in receipt.lines(rc, receipt.md_token).values():
+        for p in said:
+            assert say(p, "en") in shown, p.key
+    url = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert {k: url.get(k) for k in query} == query  # the address bar still opens this receipt
+    link = all_text(at)
+    assert f"why={pos}" in link and f"why_tok={tok}" in link and "step=2" in link  # the receipt's own link
+    at = app_run("generation", prompt=EIFFEL, chat="0", greedy="1", max="4", step="2")
+    assert not list(at.warning)
+    at.button(key="receipt_step").click().run()
+    assert not at.exception
+    assert all(say(p, "en") in _lines_on_page(at) for said in receipt.lines(rc, receipt.md_token).values() for p in said)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_stepper_link_for_another_step_is_said(smol, lang):
+    """A stepper link whose ``why`` is not the position the step reads up to (or whose token is not the step's):
+    the page says which the step has, in the reader's language, and opens no receipt."""
+    stp = _greedy(smol, EIFFEL, 1)
+    pos = len(stp.prompt_ids)  # the context: the prompt and the one token generated before pass 1
+    rec = stp.records[1]
+    for why, tok in ((pos + 1, rec.token_id), (pos, rec.token_id + 1), ("x", "")):
+        at = app_run("generation", prompt=EIFFEL, chat="0", greedy="1", max="4", step="1", why=str(why), why_tok=str(tok), lang=lang)
+        assert not at.exception
+        said = i18n.t("receipt.bad_link_step", lang, step=1, pos=pos, tok=receipt.md_token(rec.token))
+        assert [w.value for w in at.warning] == [said]
+        assert not any(i18n.t("receipt.h_formed", lang) in m.value for m in at.markdown)
+
+
+def test_the_heading_quotes_the_context_as_text(smol):
+    """The receipt's heading quotes the context's last tokens decoded together: a Chinese prompt reads as its
+    characters (each token alone shows bytes such as ‹E5 BE›), and the quote ends where the context ends."""
+    ids = backends.encode_prompt(smol, "小明批评了小红，因为她迟到了。然后她").ids
+    tail = receipt._tail(smol.tokenizer, ids)
+    assert "‹" not in tail and tail.endswith("然后她") and "迟到了" in tail
+    assert len(ids) > receipt.TAIL and any("‹" in t for t in tokens.visible_tokens(smol.tokenizer, ids))
+    short = backends.encode_prompt(smol, EIFFEL).ids
+    assert receipt._tail(smol.tokenizer, short) == tokens.visible(smol.tokenizer.decode(short))
