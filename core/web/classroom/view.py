@@ -31,7 +31,7 @@ import segno
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from core import backends
+import core.backends as backends
 from core.common import escape
 from core.gen import diagnose as dg
 from core.gen import kvcalc, report
