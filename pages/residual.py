@@ -9,6 +9,8 @@ from core.stream import figures as ps
 from core.stream import lens
 from core.web import cache, contents, page, presenter, ui, widgets
 
+ACT_AT_ONCE = 1_024  # tokens up to which the model's own gate activation is derived without asking
+
 
 def _pick_token(tokens, key: str) -> int:
     """A position picker bound to the URL's ``pos`` (default: the last token)."""
@@ -66,8 +68,11 @@ def _norm(loaded, tr, layer: int, pos: int, lang: str) -> None:
 def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     contents.section("residual.h_mlp")
     st.caption(ui.t("residual.mlp_formula", ff=facts.get("d_ff", "?")))
+    # the model's own gate activation is a derived site: one replay of the layer's MLP over every position
+    # (+0.25× a first visit on the 3,184-token document), so a long prompt derives it on request
+    own_act = tr.n_tokens <= ACT_AT_ONCE or cache.has_site(tr, "gate_act", layer)
     try:
-        ms = lens.mlp_steps(loaded, tr, layer, pos, cache.door(tr))
+        ms = lens.mlp_steps(loaded, tr, layer, pos, cache.door(tr), own_act=own_act)
     except Exception as e:
         st.info(ui.t("residual.not_gated", msg=widgets.md(e)))
         return
@@ -79,6 +84,10 @@ def _mlp(loaded, tr, layer: int, pos: int, lang: str, facts: dict) -> None:
     st.success(ui.t("residual.mlp_check", **kw))
     if ms.act_diff is not None:  # the model's own gate activation (site gate_act), read through the door
         st.caption(ui.t("sites.gate_act_check", diff=f"{ms.act_diff:.2e}", scale=f"{np.abs(ms.traced_act).max():.3g}"))
+    elif not own_act and st.button(ui.t("residual.gate_act_ask", n=f"{tr.n_tokens:,}"), key="residual_gate_act"):
+        with st.spinner(ui.t("residual.gate_act_deriving")):
+            cache.site(tr, "gate_act", layer)
+        st.rerun()
 
 
 def _block(tr, lang: str, facts: dict) -> None:

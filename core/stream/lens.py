@@ -288,9 +288,11 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
 
 
-def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, site: SiteReader | None = None) -> MlpSteps:
+def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, site: SiteReader | None = None,
+              own_act: bool = True) -> MlpSteps:
     """down_proj(SiLU(gate_proj(h)) · up_proj(h)) for token ``pos`` of block ``layer``, from the weights, beside
-    the model's own ``mlp_out`` and ``gate_act`` (read through ``site``, default ``tr.site``).
+    the model's own ``mlp_out`` and (``own_act``) ``gate_act`` (read through ``site``, default ``tr.site``; a
+    derived site, replayed over every position of the layer when it is not yet at hand).
 
     h = post_attention_layernorm(resid[l, t] + attn_out[l, t]), recomputed by ``norm_steps``.
     """
@@ -312,7 +314,7 @@ def mlp_steps(loaded: LoadedModel, tr: Trace, layer: int, pos: int, site: SiteRe
     prod = act * up
     out = lin(mlp.down_proj, prod)  # [d]
     try:
-        traced_act = at("gate_act", layer)[pos].astype(np.float64)
+        traced_act = at("gate_act", layer)[pos].astype(np.float64) if own_act else None
     except KeyError:  # an MLP without a part recorded as gate_act
         traced_act = None
     return MlpSteps(h=h, gate=gate, act=act, up=up, prod=prod, out=out, traced=at("mlp_out", layer)[pos].astype(np.float64),

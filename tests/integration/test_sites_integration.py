@@ -70,3 +70,21 @@ def test_gate_activation_is_hfs_own_smollm2(smol, eager_refs):
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_gate_activation_is_hfs_own_tiny(arch, tiny_loaded, eager_refs):
     _check_gate_and_mlp(tiny_loaded[arch], eager_refs[arch])
+
+
+def test_residual_page_derives_gate_act_of_a_long_prompt_on_request():
+    """Past ``ACT_AT_ONCE`` (1,024) tokens the residual page does not replay a layer's MLP over every position on
+    its first visit (+0.25× the visit on the long document, bench_pages): it offers the comparison with the
+    model's own gate activation as a button, and a press derives the site and shows the comparison."""
+    from conftest import all_text, app_run
+    from core.common.i18n import t
+
+    check = "SiLU(gate) by hand − gate_act"  # a fixed part of the comparison's sentence
+    assert check in t("sites.gate_act_check", diff="", scale="")
+    at = app_run("residual", prompt=" ".join(["apple"] * 1_200), chat="0", lang="en")
+    assert not at.exception, at.exception
+    ask = [b for b in at.button if b.key == "residual_gate_act"]
+    assert len(ask) == 1 and check not in all_text(at)
+    at = ask[0].click().run()
+    assert not at.exception, at.exception
+    assert not [b for b in at.button if b.key == "residual_gate_act"] and check in all_text(at)
