@@ -115,6 +115,19 @@ class Watch:
         return [e for e in self.errors if not (benign and e.startswith("Failed to load resource") and "404" in e)]
 
 
+@contextlib.contextmanager
+def warm_app(port_from: int, log_name: str) -> Iterator[tuple[str, object]]:
+    """One server and one browser for a test module, as (base URL, browser): the model loaded by a first visit
+    outside the views the tests time; the server's log in screenshots/``log_name``."""
+    SHOTS.mkdir(exist_ok=True)
+    with open(SHOTS / log_name, "w") as log, streamlit_server(port_from, log=log) as app, chromium() as b:
+        p = b.new_page()
+        p.goto(f"{app.base}/?lang=en")
+        settle(p, timeout=240)
+        p.close()
+        yield app.base, b
+
+
 def _requests_in_flight(page) -> dict:
     """The page's HTTP requests started and not yet finished, counted from the first ``settle`` on it."""
     box = getattr(page, "_xr_requests", None)

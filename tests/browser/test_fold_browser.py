@@ -13,7 +13,7 @@ One server and one browser for the module; a screenshot of each view goes to scr
 from __future__ import annotations
 
 import pytest
-from browser_helpers import CHROMIUM, SHOTS, chromium, painted, settle, streamlit_server
+from browser_helpers import CHROMIUM, SHOTS, painted, settle, warm_app
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(CHROMIUM is None, reason="no chromium executable installed (browser tests need one)")]
@@ -38,13 +38,8 @@ VIEWS = (("present", (1280, 720), True, 1), ("laptop", (1280, 720), False, 1), (
 
 @pytest.fixture(scope="module")
 def browser():
-    SHOTS.mkdir(exist_ok=True)
-    with open(SHOTS / "fold_server.log", "w") as log, streamlit_server(8830, log=log) as app, chromium() as b:
-        p = b.new_page()
-        p.goto(f"{app.base}/?lang=en")  # the model's first load, outside the views
-        settle(p, timeout=240)
-        p.close()
-        yield app.base, b
+    with warm_app(8830, "fold_server.log") as got:
+        yield got
 
 
 def drawn(page) -> None:

@@ -8,7 +8,7 @@ One server and one browser for the module; screenshots of each landing go to scr
 from __future__ import annotations
 
 import pytest
-from browser_helpers import CHROMIUM, SHOTS, chromium, painted, settle, streamlit_server
+from browser_helpers import CHROMIUM, SHOTS, painted, settle, warm_app
 
 from core.common import i18n
 from core.learn import lessons
@@ -22,13 +22,8 @@ SHOWN = 240  # px of the view (or all of it, if shorter) that must be on the fir
 
 @pytest.fixture(scope="module")
 def browser():
-    SHOTS.mkdir(exist_ok=True)
-    with open(SHOTS / "lesson_focus_server.log", "w") as log, streamlit_server(8790, log=log) as app, chromium() as b:
-        p = b.new_page()
-        p.goto(f"{app.base}/?lang=en")  # the model's first load, outside the steps
-        settle(p, timeout=240)
-        p.close()
-        yield app.base, b
+    with warm_app(8790, "lesson_focus_server.log") as got:
+        yield got
 
 
 def _box(page, name: str) -> dict | None:
